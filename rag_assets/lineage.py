@@ -1,0 +1,55 @@
+"""Content fingerprints of every stage's artifact, chained from the inputs' content hashes.
+
+A stage's fingerprint covers its own settings and its upstream fingerprint, so a changed corpus, QA
+set or setting yields a new artifact path and stale artifacts are never read. Bump a *_VERSION when
+the code of that stage changes its output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from rag_core.fingerprint import file_hash, fingerprint
+from rag_core.spec import RagConfig, Sweep
+
+CHUNKER_VERSION = 1
+RETRIEVER_VERSION = 1
+GENERATOR_VERSION = 1
+METRICS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Lineage:
+    sweep: Sweep
+
+    @cached_property
+    def corpus_fp(self) -> str:
+        return fingerprint("corpus", file_hash(self.sweep.corpus_path))
+
+    @cached_property
+    def qa_fp(self) -> str:
+        return fingerprint("qa", file_hash(self.sweep.qa_path), self.sweep.max_queries, self.corpus_fp)
+
+    def chunk_fp(self, c: RagConfig) -> str:
+        return fingerprint("chunkset", self.corpus_fp, c.chunking.model_dump(), CHUNKER_VERSION)
+
+    def index_fp(self, c: RagConfig) -> str:
+        return fingerprint("index", self.chunk_fp(c), c.embedding.model_dump())
+
+    def retrieval_fp(self, c: RagConfig) -> str:
+        return fingerprint(
+            "retrieval", self.index_fp(c), c.retrieval.model_dump(), self.qa_fp, RETRIEVER_VERSION
+        )
+
+    def answers_fp(self, c: RagConfig) -> str:
+        return fingerprint("answers", self.retrieval_fp(c), c.generation.model_dump(), GENERATOR_VERSION)
+
+    def evaluation_fp(self, c: RagConfig) -> str:
+        return fingerprint("evaluation", self.answers_fp(c), METRICS_VERSION)
+
+    def collection(self, c: RagConfig) -> str:
+        """Vector-store collection of an index partition: a valid Weaviate class name (letter first,
+        [A-Za-z0-9_]) that stays readable and changes with the content."""
+        readable = "".join(ch if ch.isalnum() else "_" for ch in c.index_key)[:60]
+        return f"Rag_{readable}_{self.index_fp(c)[:10]}"

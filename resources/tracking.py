@@ -1,0 +1,132 @@
+"""MLflow tracking with explicit run ids (MlflowClient), one run per config evaluation.
+
+No global fluent run: Dagster runs steps in several processes and a single-run backfill covers many
+configs, so each evaluation creates, fills and terminates its own run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+class MlflowTracking(dg.ConfigurableResource):
+    """`tracking_uri` None means $MLFLOW_TRACKING_URI, else a SQLite store in the data directory."""
+
+    tracking_uri: str | None = None
+    default_dir: str
+    enabled: bool = True
+
+    def resolved_uri(self) -> str:
+        if self.tracking_uri:
+            return self.tracking_uri
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            return os.environ["MLFLOW_TRACKING_URI"]
+        Path(self.default_dir).mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
+
+    def _client(self):
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.resolved_uri())
+
+    def _experiment_id(self, client, name: str) -> str:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        uri = self.resolved_uri()
+        artifact_location = None
+        if uri.startswith("sqlite:"):  # keep artifacts beside the local store, not in the cwd
+            artifact_location = (Path(self.default_dir).resolve() / "mlartifacts" / name).as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location)
+        except Exception:  # created concurrently by another run
+            return client.get_experiment_by_name(name).experiment_id
+
+    def find_run(self, experiment: str, fingerprint: str) -> str | None:
+        """The id of a finished run already logged for this evaluation fingerprint, if any."""
+        client = self._client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return None
+        runs = client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.eval_fingerprint = '{fingerprint}'", max_results=1
+        )
+        return runs[0].info.run_id if runs else None
+
+    def ensure_run(
+        self, experiment: str, fingerprint: str, force: bool, tags: dict[str, str], **kwargs
+    ) -> str | None:
+        """Log a run for this evaluation unless one exists (a reused artifact is not logged twice)."""
+        if not self.enabled:
+            return None
+        if not force:
+            existing = self.find_run(experiment, fingerprint)
+            if existing:
+                return existing
+        return self.log_evaluation(experiment, tags={**tags, "eval_fingerprint": fingerprint}, **kwargs)
+
+    def log_evaluation(
+        self,
+        experiment: str,
+        run_name: str,
+        params: dict,
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        per_query: pl.DataFrame,
+        extra_artifacts: dict[str, str] | None = None,
+    ) -> str | None:
+        """Create a finished run with params, metrics, tags and the per-query results; return its id."""
+        if not self.enabled:
+            return None
+        from mlflow.entities import Metric, Param, RunTag
+
+        client = self._client()
+        run = client.create_run(self._experiment_id(client, experiment), run_name=run_name, tags=tags)
+        run_id = run.info.run_id
+        try:
+            client.log_batch(
+                run_id,
+                metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()],
+                params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                tags=[RunTag("mlflow.runName", run_name)],
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "per_query.parquet"
+                per_query.write_parquet(path)
+                client.log_artifact(run_id, str(path))
+                for name, text in (extra_artifacts or {}).items():
+                    (Path(tmp) / name).write_text(text)
+                    client.log_artifact(run_id, str(Path(tmp) / name))
+            client.set_terminated(run_id, "FINISHED")
+        except BaseException:
+            client.set_terminated(run_id, "FAILED")
+            raise
+        return run_id
+
+    def log_leaderboard(self, experiment: str, board: pl.DataFrame, markdown: str, png: bytes) -> str | None:
+        """A `leaderboard` run beside the config runs, holding the ranked table and its plot."""
+        if not self.enabled:
+            return None
+        client = self._client()
+        run = client.create_run(
+            self._experiment_id(client, experiment),
+            run_name="leaderboard",
+            tags={"sweep": experiment, "kind": "leaderboard"},
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            board.write_parquet(Path(tmp) / "leaderboard.parquet")
+            (Path(tmp) / "leaderboard.md").write_text(markdown)
+            (Path(tmp) / "leaderboard.png").write_bytes(png)
+            for name in ("leaderboard.parquet", "leaderboard.md", "leaderboard.png"):
+                client.log_artifact(run.info.run_id, str(Path(tmp) / name))
+        client.log_metric(run.info.run_id, "best_overall_score", float(board["overall_score"][0]))
+        client.set_terminated(run.info.run_id, "FINISHED")
+        return run.info.run_id
