@@ -32,6 +32,8 @@ def _instance(data_dir: Path):
         return dg.DagsterInstance.get()
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     return dg.DagsterInstance.from_config(str(home))
 
 
@@ -61,9 +63,15 @@ def plan(sweep, artifacts, force: bool) -> list[tuple[str, str | None]]:
 
 
 def run_sweep(
-    spec: str, data_dir: str | None = None, force: bool = False, verbose: bool = False, progress: bool = True
+    spec: str,
+    data_dir: str | None = None,
+    force: bool = False,
+    verbose: bool = False,
+    progress: bool = True,
+    resources: dict | None = None,
 ):
-    """Materialize every stage of the sweep; return (leaderboard frame, definitions, instance)."""
+    """Materialize every stage of the sweep; return (leaderboard, definitions, instance, sweep, data dir).
+    `resources` overrides the configured ones (e.g. an LLM client pointed at another server)."""
     import dagster as dg
     import polars as pl
     from tqdm import tqdm
@@ -76,7 +84,7 @@ def run_sweep(
 
     sweep = load_sweep(spec)
     data = Path(data_dir or default_data_dir()).resolve()
-    defs = build_definitions(sweep, str(data))
+    defs = build_definitions(sweep, str(data), resources)
     instance = _instance(data)
     artifacts = ArtifactStore(data_dir=str(data))
     assets = list(defs.assets)

@@ -64,11 +64,13 @@ def _fixed(start: int, end: int, size: int, step: int) -> list[Span]:
 
 
 def _split(text: str, start: int, end: int, levels: list[str], size: int) -> list[Span]:
-    """Contiguous units covering [start, end), each at most `size` characters."""
+    """Units in order covering every non-whitespace character of [start, end), each at most `size`
+    characters and trimmed of surrounding whitespace (so sizes count content, not separators)."""
     if end - start <= size:
-        return [Span(start, end)]
+        trimmed = _trim(text, Span(start, end))
+        return [trimmed] if trimmed else []
     if not levels:
-        return _fixed(start, end, size, size)
+        return [t for t in (_trim(text, s) for s in _fixed(start, end, size, size)) if t]
     pattern, rest = _LEVELS[levels[0]], levels[1:]
     cuts = [m.end() for m in pattern.finditer(text, start, end) if m.end() < end]
     if not cuts:
@@ -76,7 +78,7 @@ def _split(text: str, start: int, end: int, levels: list[str], size: int) -> lis
     units = []
     bounds = [start, *cuts, end]
     for a, b in zip(bounds, bounds[1:], strict=False):
-        units.extend(_split(text, a, b, rest, size) if b - a > size else [Span(a, b)])
+        units.extend(_split(text, a, b, rest, size))
     return units
 
 

@@ -1,0 +1,68 @@
+"""Shared fixtures: a small slice of the example data and a sweep over it.
+
+The slice keeps 20 questions, their gold documents and 80 distractors, so the real embedding model
+embeds a few hundred chunks instead of the whole corpus.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+os.environ.pop("RAG_VECTOR_STORE", None)
+
+from pathlib import Path  # noqa: E402
+
+import polars as pl  # noqa: E402
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
+
+
+@pytest.fixture(scope="session")
+def slice_data(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("slice")
+    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(20)
+    corpus = pl.read_parquet(EXAMPLE / "corpus.parquet")
+    gold = set(qa["relevant_doc_ids"].explode().to_list())
+    distractors = corpus.filter(~pl.col("doc_id").is_in(list(gold))).head(80)
+    sliced = pl.concat([corpus.filter(pl.col("doc_id").is_in(list(gold))), distractors]).sort("doc_id")
+    sliced.write_parquet(out / "corpus.parquet")
+    qa.write_parquet(out / "queries.parquet")
+    return {
+        "dir": out,
+        "corpus": out / "corpus.parquet",
+        "qa": out / "queries.parquet",
+        "n_docs": sliced.height,
+    }
+
+
+def write_sweep(path: Path, data: dict, **sections) -> Path:
+    spec = {
+        "name": sections.pop("name", "slice"),
+        "data": {"corpus": str(data["corpus"]), "qa": str(data["qa"])},
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def slice_sweep(slice_data, tmp_path_factory) -> Path:
+    """2 chunkings x 2 retrieval modes = 4 configs on 20 questions."""
+    return write_sweep(
+        tmp_path_factory.mktemp("spec") / "slice.yaml",
+        slice_data,
+        chunking=[
+            {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            {"method": "recursive", "chunk_size": 300, "chunk_overlap": 40},
+        ],
+        retrieval={"mode": ["vector", "hybrid"], "top_k": 4, "hybrid_alpha": 0.5, "fusion": "weighted"},
+    )

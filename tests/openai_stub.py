@@ -1,0 +1,78 @@
+"""A local HTTP server that speaks the OpenAI chat-completions protocol, for tests only.
+
+Hosted LLMs cannot be reached from here, so litellm's real HTTP path is exercised against this server.
+`responder(prompt) -> (status, text, delay_s)` scripts each reply; every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class OpenAIStub:
+    def __init__(self, responder: Callable[[str], tuple[int, str, float]]):
+        self.responder = responder
+        self.requests: list[dict] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.requests.append(
+                    {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                )
+                prompt = body["messages"][-1]["content"]
+                status, text, delay = stub.responder(prompt)
+                time.sleep(delay)
+                if status != 200:
+                    payload = {"error": {"message": text, "type": "server_error", "code": status}}
+                else:
+                    payload = {
+                        "id": f"chatcmpl-{len(stub.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": text},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(prompt.split()),
+                            "completion_tokens": len(text.split()),
+                            "total_tokens": len(prompt.split()) + len(text.split()),
+                        },
+                    }
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> OpenAIStub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

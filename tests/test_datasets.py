@@ -1,0 +1,66 @@
+import json
+
+import polars as pl
+import pytest
+
+from rag_core.datasets import DatasetError, load_corpus, load_qa
+
+
+def jsonl(path, rows):
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_corpus_formats(tmp_path):
+    p = jsonl(
+        tmp_path / "c.jsonl",
+        [{"doc_id": "a", "text": "x", "metadata": {"k": 1}}, {"doc_id": "b", "text": "y", "title": "B"}],
+    )
+    df = load_corpus(p)
+    assert df["doc_id"].to_list() == ["a", "b"] and df["title"].to_list() == ["", "B"]
+    assert json.loads(df["metadata"][0]) == {"k": 1}
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    (tmp_path / "docs" / "one.md").write_text("# One")
+    (tmp_path / "docs" / "sub" / "two.txt").write_text("two")
+    (tmp_path / "docs" / "skip.bin").write_bytes(b"\0")
+    df = load_corpus(tmp_path / "docs")
+    assert df["doc_id"].to_list() == ["one.md", "sub/two.txt"]
+
+
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        ([{"doc_id": "a", "text": "x"}, {"doc_id": "b"}], "line 2: field 'text' is missing"),
+        ([{"doc_id": "a", "text": "x"}, {"doc_id": "a", "text": "y"}], "line 2: field 'doc_id': duplicate"),
+        ([{"doc_id": 5, "text": "x"}], "line 1: field 'doc_id' must be a string"),
+        ([{"doc_id": "a", "text": "  "}], "line 1: field 'text' is empty"),
+        (['{"doc_id": "a", "text": "x"}', "{not json"], "line 2: invalid JSON"),
+    ],
+)
+def test_corpus_errors_name_file_row_and_field(tmp_path, rows, message):
+    p = jsonl(tmp_path / "c.jsonl", rows)
+    with pytest.raises(DatasetError) as e:
+        load_corpus(p)
+    assert str(p) in str(e.value) and message in str(e.value)
+
+
+def test_parquet_rows_are_numbered(tmp_path):
+    p = tmp_path / "c.parquet"
+    pl.DataFrame({"doc_id": ["a", "b"], "text": ["x", None]}).write_parquet(p)
+    with pytest.raises(DatasetError, match=r"c.parquet: row 2: field 'text' is missing"):
+        load_corpus(p)
+
+
+def test_qa_validation(tmp_path):
+    ok = {"query_id": "q1", "question": "?", "answers": ["a"], "relevant_doc_ids": ["d1"]}
+    p = jsonl(tmp_path / "q.jsonl", [ok, {**ok, "query_id": "q2", "relevant_doc_ids": []}])
+    assert load_qa(p, {"d1"}).height == 2
+    assert load_qa(p, {"d1"}, max_queries=1).height == 1
+    bad = jsonl(tmp_path / "bad.jsonl", [ok, {**ok, "query_id": "q2", "answers": "a"}])
+    with pytest.raises(DatasetError, match="line 2: field 'answers' must be a list of strings"):
+        load_qa(bad)
+    unknown = jsonl(tmp_path / "u.jsonl", [{**ok, "relevant_doc_ids": ["nope"]}])
+    with pytest.raises(DatasetError, match="line 1: field 'relevant_doc_ids'"):
+        load_qa(unknown, {"d1"})
+    with pytest.raises(DatasetError, match="file not found"):
+        load_qa(tmp_path / "missing.jsonl")

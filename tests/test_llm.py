@@ -1,0 +1,91 @@
+"""The litellm path against a local OpenAI-protocol server (hosted LLMs are unreachable from here)."""
+
+from __future__ import annotations
+
+import time
+
+import polars as pl
+import pytest
+
+from rag_assets.cli import run_sweep
+from resources.llm import LLMClient
+from tests.conftest import write_sweep
+from tests.openai_stub import OpenAIStub
+
+MODEL = "openai/stub-model"
+
+
+def test_completion_ok_with_usage():
+    with OpenAIStub(lambda p: (200, "Paris", 0.0)) as stub:
+        out = LLMClient(api_base=stub.api_base, api_key="sk-test").complete(MODEL, "Capital of France?")
+    assert out.text == "Paris" and out.error is None and out.attempts == 1
+    assert out.prompt_tokens == 3 and out.completion_tokens == 1
+    assert stub.requests[0]["path"] == "/v1/chat/completions"
+    assert stub.requests[0]["body"]["model"] == "stub-model"
+    assert stub.requests[0]["auth"] == "Bearer sk-test"
+
+
+def test_failing_request_is_retried_then_recorded():
+    with OpenAIStub(lambda p: (500, "boom", 0.0)) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="sk-test", max_retries=2, retry_backoff_s=0.01)
+        out = client.complete(MODEL, "q")
+    assert out.text == "" and out.attempts == 3
+    assert "boom" in out.error or "500" in out.error
+    assert len(stub.requests) == 3
+
+
+def test_recovers_after_a_transient_failure():
+    calls = []
+
+    def flaky(prompt):
+        calls.append(prompt)
+        return (503, "overloaded", 0.0) if len(calls) == 1 else (200, "ok", 0.0)
+
+    with OpenAIStub(flaky) as stub:
+        out = LLMClient(api_base=stub.api_base, api_key="k", max_retries=2, retry_backoff_s=0.01).complete(
+            MODEL, "q"
+        )
+    assert out.text == "ok" and out.error is None and out.attempts == 2
+
+
+def test_slow_request_times_out_and_is_recorded():
+    with OpenAIStub(lambda p: (200, "late", 3.0)) as stub:
+        client = LLMClient(
+            api_base=stub.api_base, api_key="k", timeout_s=0.5, max_retries=1, retry_backoff_s=0.01
+        )
+        t0 = time.perf_counter()
+        out = client.complete(MODEL, "q")
+        elapsed = time.perf_counter() - t0
+    assert out.error is not None and out.text == ""
+    assert "timeout" in out.error.lower() or "timed out" in out.error.lower()
+    assert elapsed < 2.9  # two 0.5 s attempts, not the server's 3 s
+
+
+@pytest.mark.slow
+def test_sweep_with_llm_generation_keeps_failed_queries(slice_data, tmp_path):
+    qa = pl.read_parquet(slice_data["qa"])
+    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    failing = qa["question"][0]
+
+    def respond(prompt: str):
+        question = next(q for q in answer_of if q in prompt)
+        return (500, "upstream error", 0.0) if question == failing else (200, answer_of[question], 0.0)
+
+    spec = write_sweep(
+        tmp_path / "llm.yaml",
+        slice_data,
+        name="llm-slice",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation={"model": MODEL, "temperature": 0.0, "max_tokens": 16},
+    )
+    with OpenAIStub(respond) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_retries=1, retry_backoff_s=0.01)
+        board, *_ = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    row = board.row(0, named=True)
+    assert row["n_generation_errors"] == 1.0
+    assert row["exact_match"] == pytest.approx(19 / 20)  # every other query got its gold answer back
+    assert row["n_queries"] == 20.0  # the failed query is kept, not dropped
+    prompts = [r["body"]["messages"][-1]["content"] for r in stub.requests]
+    assert sum(failing in p for p in prompts) == 2  # first try + one retry
+    assert all("[1]" in p and "Question:" in p for p in prompts)

@@ -1,0 +1,121 @@
+import math
+
+import polars as pl
+import pytest
+
+from rag_core.metrics import (
+    evaluate_queries,
+    exact_match,
+    faithfulness,
+    percentile,
+    retrieval_scores,
+    summarize,
+    token_f1,
+)
+from rag_core.text import normalize_answer
+
+
+def test_retrieval_hand_computed_with_duplicate_chunks():
+    # chunks map to docs; d1 appears twice and counts once, at rank 1
+    ranked = ["d1", "d1", "x", "d2", "y"]
+    s = retrieval_scores(ranked, {"d1", "d2", "d3"}, k=5)
+    # deduped: d1 x d2 y -> hits at ranks 1 and 3
+    assert s["precision_at_k"] == pytest.approx(2 / 5)
+    assert s["recall_at_k"] == pytest.approx(2 / 3)
+    assert s["f1_at_k"] == pytest.approx(2 * 0.4 * (2 / 3) / (0.4 + 2 / 3))
+    assert s["hit_rate_at_k"] == 1.0
+    assert s["mrr"] == 1.0
+    dcg = 1 / math.log2(2) + 1 / math.log2(4)
+    idcg = 1 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert s["ndcg_at_k"] == pytest.approx(dcg / idcg)
+
+
+def test_retrieval_cutoff_and_misses():
+    s = retrieval_scores(["x", "y", "d1"], {"d1"}, k=2)
+    assert s == {
+        "precision_at_k": 0.0,
+        "recall_at_k": 0.0,
+        "f1_at_k": 0.0,
+        "hit_rate_at_k": 0.0,
+        "mrr": 0.0,
+        "ndcg_at_k": 0.0,
+    }
+    s = retrieval_scores(["x", "d1"], {"d1"}, k=2)
+    assert s["mrr"] == 0.5 and s["ndcg_at_k"] == pytest.approx(1 / math.log2(3))
+    assert retrieval_scores([], {"d1"}, k=3)["recall_at_k"] == 0.0
+    with pytest.raises(ValueError):
+        retrieval_scores(["d1"], set(), k=1)
+
+
+@pytest.mark.parametrize(
+    "pred,gold,em,f1",
+    [
+        ("The Eiffel Tower", "eiffel tower", 1.0, 1.0),
+        ("an apple.", "Apple", 1.0, 1.0),
+        ("Paris, France", "Paris", 0.0, 2 / 3),
+        ("", "Paris", 0.0, 0.0),
+        ("the", "a", 1.0, 1.0),  # both normalize to empty
+        ("Zürich", "zürich", 1.0, 1.0),
+        ("1,000 people", "1000 people", 1.0, 1.0),
+    ],
+)
+def test_squad_em_and_f1(pred, gold, em, f1):
+    assert exact_match(pred, [gold]) == em
+    assert token_f1(pred, [gold]) == pytest.approx(f1)
+
+
+def test_max_over_gold_answers_and_normalization():
+    assert exact_match("NYC", ["New York", "nyc"]) == 1.0
+    assert token_f1("new york city", ["New York", "city"]) == pytest.approx(0.8)
+    assert normalize_answer("  The  Big, Apple! ") == "big apple"
+
+
+def test_faithfulness():
+    assert faithfulness("Paris is big", ["Paris is a big city"]) == 1.0
+    assert faithfulness("Paris is huge", ["Paris is a big city"]) == pytest.approx(2 / 3)
+    assert faithfulness("", ["anything"]) == 0.0
+    assert faithfulness("Paris", []) == 0.0
+
+
+def test_percentile_matches_numpy_linear():
+    xs = [5.0, 1.0, 3.0, 2.0]
+    assert percentile(xs, 50) == 2.5
+    assert percentile(xs, 95) == pytest.approx(4.7)
+    assert percentile([], 50) == 0.0
+
+
+def test_evaluate_and_summarize_count_left_out_queries():
+    qa = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "question": ["?", "?", "?"],
+            "answers": [["Paris"], [], ["Rome"]],
+            "relevant_doc_ids": [["d1"], ["d2"], []],
+        }
+    )
+    ret = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "doc_ids": [["d1", "x"], ["x", "d2"], ["x"]],
+            "texts": [["Paris is here"], ["nothing"], ["Rome"]],
+            "latency_ms": [1.0, 2.0, 3.0],
+        }
+    )
+    ans = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "answer": ["Paris", "foo", ""],
+            "error": [None, None, "Timeout"],
+            "latency_ms": [10.0, 20.0, 30.0],
+        }
+    )
+    per = evaluate_queries(qa, ret, ans, top_k=2)
+    s = summarize(per)
+    assert s["n_queries"] == 3
+    assert s["n_queries_without_gold"] == 1 and s["n_queries_without_answers"] == 1
+    assert s["n_generation_errors"] == 1
+    assert s["recall_at_k"] == 1.0  # q1 and q2 both found their doc; q3 left out
+    assert s["mrr"] == pytest.approx((1 + 0.5) / 2)
+    assert s["exact_match"] == pytest.approx(0.5)  # q1 right, q3 (error) wrong, q2 left out
+    assert s["retrieval_p50_ms"] == 2.0 and s["generation_p95_ms"] == pytest.approx(29.0)
+    assert not any(isinstance(v, float) and math.isnan(v) for v in s.values())

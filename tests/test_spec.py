@@ -1,0 +1,129 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rag_core.fingerprint import fingerprint
+from rag_core.spec import SpecError, load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "name": "t",
+    "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+    "chunking": {"method": ["fixed", "sentence"], "chunk_size": [100, 200], "chunk_overlap": 10},
+    "retrieval": {"mode": ["vector", "bm25", "hybrid"], "top_k": [3, 5], "hybrid_alpha": [0.3, 0.7]},
+}
+
+
+def write(tmp_path, spec, name="s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def test_example_sweep_expands_to_twelve_configs():
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "example.yaml")
+    assert len(sweep.configs) == 12
+    assert sweep.chunk_keys == ["paragraph-1024-0", "recursive-384-48"]
+    assert len(sweep.index_keys) == 2
+    assert sweep.corpus_path.exists() and sweep.qa_path.exists()
+
+
+def test_irrelevant_settings_do_not_multiply_configs(tmp_path):
+    sweep = load_sweep(write(tmp_path, BASE))
+    # 4 chunkings x (vector 2 + bm25 2 + hybrid 2 alphas x 2 k = 8) retrievals
+    assert len(sweep.configs) == 4 * 8
+    assert "fixed-100-10__all-minilm-l6-v2__hybrid-rrf-a0.3-k3__extractive" in sweep.config_keys
+
+
+def test_list_of_mappings_pairs_settings(tmp_path):
+    spec = dict(
+        BASE,
+        chunking=[
+            {"method": "fixed", "chunk_size": 100, "chunk_overlap": 0},
+            {"method": "sentence", "chunk_size": 300, "chunk_overlap": 20},
+        ],
+    )
+    assert load_sweep(write(tmp_path, spec)).chunk_keys == ["fixed-100-0", "sentence-300-20"]
+
+
+def test_fingerprint_independent_of_yaml_key_order(tmp_path):
+    a = load_sweep(write(tmp_path, BASE, "a.yaml"))
+    reordered = {k: BASE[k] for k in reversed(list(BASE))}
+    reordered["retrieval"] = {k: BASE["retrieval"][k] for k in reversed(list(BASE["retrieval"]))}
+    b = load_sweep(write(tmp_path, reordered, "b.yaml"))
+    assert a.fingerprint() == b.fingerprint()
+    assert fingerprint({"x": 1, "y": [1, 2]}) == fingerprint({"y": [1, 2], "x": 1})
+    assert fingerprint({"x": 1}) != fingerprint({"x": 2})
+
+
+def test_fingerprint_is_stable_across_processes():
+    # a literal: if this changes, every cached artifact is invalidated, so it must change on purpose only
+    assert (
+        fingerprint("chunkset", {"a": 1})
+        == "fe3d7a10ef45c2d1e118d0390bdc3a0b058a59bcf3f49c141b711524891f8664"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from rag_core.fingerprint import fingerprint; print(fingerprint('chunkset', {'b': 2, 'a': 1}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.strip()
+    assert out == fingerprint("chunkset", {"a": 1, "b": 2})
+
+
+def test_random_search_is_seeded(tmp_path):
+    spec = dict(BASE, search={"strategy": "random", "max_trials": 5, "seed": 7})
+    a = load_sweep(write(tmp_path, spec, "a.yaml")).config_keys
+    b = load_sweep(write(tmp_path, spec, "b.yaml")).config_keys
+    assert a == b and len(a) == 5
+
+
+@pytest.mark.parametrize(
+    "patch,field",
+    [
+        ({"chunking": {"method": "semantic", "chunk_size": 100, "chunk_overlap": 0}}, "chunking.method"),
+        ({"chunking": {"method": "fixed", "chunk_size": 100, "chunk_overlap": 100}}, "chunking"),
+        ({"chunking": {"method": "fixed", "chunk_size": -1, "chunk_overlap": 0}}, "chunking.chunk_size"),
+        ({"retrieval": {"mode": "vector", "top_k": 5, "hybrid_alpha": 1.5}}, "retrieval.hybrid_alpha"),
+        ({"retrieval": {"mode": "vector", "top_k": 5, "fusion": "max"}}, "retrieval.fusion"),
+        ({"retrieval": {"mode": "vector", "top_k": 5, "colour": "red"}}, "retrieval.colour"),
+        (
+            {"generation": {"model": "gpt-4o-mini", "prompt_template": "no placeholders"}},
+            "generation.prompt_template",
+        ),
+        ({"weights": {"accuracy": 1.0}}, "weights"),
+        ({"search": {"strategy": "bayes"}}, "search.strategy"),
+        ({"data": {"corpus": "c.parquet"}}, "data.qa"),
+    ],
+)
+def test_validation_errors_name_file_and_field(tmp_path, patch, field):
+    p = write(tmp_path, {**BASE, **patch})
+    with pytest.raises(SpecError) as e:
+        load_sweep(p)
+    assert str(p) in str(e.value)
+    assert f"'{field}" in str(e.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpecError, match="not found"):
+        load_sweep(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_sweep(bad)
+
+
+def test_colliding_partition_keys_are_rejected(tmp_path):
+    spec = dict(BASE, embedding={"model": ["org-a/model-x", "org-b/model-x"]})
+    with pytest.raises(SpecError, match="partition key"):
+        load_sweep(write(tmp_path, spec))
