@@ -10,4 +10,4 @@ fi
 extra=()
 [ "${1:-}" = "--test" ] && extra=(--extra test)
 echo "[bootstrap] uv sync ${extra[*]:-} (cached in ${UV_CACHE_DIR:-~/.cache/uv})" >&2
-uv sync --frozen --python 3.11 "${extra[@]}" >&2
+uv sync --quiet --frozen --python 3.11 "${extra[@]}" >&2

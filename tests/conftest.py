@@ -66,3 +66,45 @@ def slice_sweep(slice_data, tmp_path_factory) -> Path:
         ],
         retrieval={"mode": ["vector", "hybrid"], "top_k": 4, "hybrid_alpha": 0.5, "fusion": "weighted"},
     )
+
+
+# ---- real servers (see tests/servers.py), started once per session ------------------------------
+
+STARTUP_TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def weaviate_server():
+    from tests.servers import Weaviate
+
+    server = Weaviate.start()
+    STARTUP_TIMES["weaviate"] = server.startup_s
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    from tests.servers import Postgres
+
+    server = Postgres.start()
+    STARTUP_TIMES["postgresql (initdb + start)"] = server.startup_s
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(postgres_server):
+    from tests.servers import Mlflow
+
+    server = Mlflow.start(postgres_server.url(postgres_server.create_db("mlflow")))
+    STARTUP_TIMES["mlflow server"] = server.startup_s
+    yield server
+    server.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if STARTUP_TIMES:
+        terminalreporter.write_line(
+            "server start-up: " + ", ".join(f"{k} {v:.1f} s" for k, v in STARTUP_TIMES.items())
+        )

@@ -1,0 +1,243 @@
+"""Weaviate (v4 client) implementation of the vector-store interface.
+
+- One collection per index partition, no server-side vectorizer: vectors are precomputed and imported.
+- Properties: chunk_id, doc_id, text (BM25-indexed), metadata (JSON string, not indexed for search).
+- Queries: near_vector (cosine), bm25, native hybrid with alpha and fusion (rrf -> rankedFusion,
+  weighted -> relativeScoreFusion), optional equality filters on doc_id.
+- Rebuilds are invisible to readers: each build is a new physical collection and the partition's name is an
+  alias moved to it once the import is complete (Weaviate >= 1.32); the old collection is dropped after.
+- A partial batch import is an error listing the failed objects; a dead server fails fast naming the URL.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from contextlib import contextmanager
+from urllib.parse import urlparse
+
+import dagster as dg
+import numpy as np
+
+from resources.vector_stores.base import Hit, VectorStore
+
+
+class WeaviateImportError(RuntimeError):
+    pass
+
+
+class WeaviateStore(dg.ConfigurableResource, VectorStore):
+    url: str = "http://127.0.0.1:8080"
+    grpc_port: int = 50051
+    api_key: str | None = None
+    init_timeout_s: float = 5.0
+    query_timeout_s: float = 30.0
+    insert_timeout_s: float = 120.0
+    batch_size: int = 200
+
+    @classmethod
+    def from_env(cls) -> WeaviateStore:
+        return cls(
+            url=os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
+            grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
+            api_key=os.environ.get("WEAVIATE_API_KEY") or None,
+        )
+
+    @contextmanager
+    def _client(self):
+        import weaviate
+        from weaviate.classes.init import AdditionalConfig, Auth, Timeout
+
+        u = urlparse(self.url)
+        secure = u.scheme == "https"
+        try:
+            client = weaviate.connect_to_custom(
+                http_host=u.hostname,
+                http_port=u.port or (443 if secure else 80),
+                http_secure=secure,
+                grpc_host=u.hostname,
+                grpc_port=self.grpc_port,
+                grpc_secure=secure,
+                auth_credentials=Auth.api_key(self.api_key) if self.api_key else None,
+                additional_config=AdditionalConfig(
+                    timeout=Timeout(
+                        init=self.init_timeout_s, query=self.query_timeout_s, insert=self.insert_timeout_s
+                    )
+                ),
+            )
+        except Exception as e:
+            raise ConnectionError(
+                f"cannot reach Weaviate at {self.url} (gRPC port {self.grpc_port}): {type(e).__name__}: {e}"
+            ) from e
+        try:
+            yield client
+        finally:
+            client.close()
+
+    # ---- writes -----------------------------------------------------------------------------------
+
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+        from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+
+        physical = f"{collection}_b{uuid.uuid4().hex[:8]}"
+        with self._client() as client:
+            coll = client.collections.create(
+                physical,
+                vector_config=Configure.Vectors.self_provided(
+                    vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+                ),
+                properties=[
+                    Property(
+                        name="chunk_id",
+                        data_type=DataType.TEXT,
+                        tokenization=Tokenization.FIELD,
+                        index_searchable=False,
+                    ),
+                    Property(
+                        name="doc_id",
+                        data_type=DataType.TEXT,
+                        tokenization=Tokenization.FIELD,
+                        index_searchable=False,
+                    ),
+                    Property(name="text", data_type=DataType.TEXT, tokenization=Tokenization.WORD),
+                    Property(
+                        name="metadata",
+                        data_type=DataType.TEXT,
+                        index_searchable=False,
+                        index_filterable=False,
+                    ),
+                ],
+            )
+            try:
+                with coll.batch.fixed_size(batch_size=self.batch_size, concurrent_requests=2) as batch:
+                    for row, vec in zip(rows, vectors, strict=True):
+                        batch.add_object(
+                            properties={
+                                "chunk_id": row["chunk_id"],
+                                "doc_id": row["doc_id"],
+                                "text": row["text"],
+                                "metadata": row.get("metadata", "{}"),
+                            },
+                            vector=np.asarray(vec, dtype=np.float32).tolist(),
+                            uuid=uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"]),
+                        )
+                failed = coll.batch.failed_objects
+                if failed:
+                    sample = "; ".join(
+                        f"{f.object_.properties.get('chunk_id')}: {f.message}" for f in failed[:5]
+                    )
+                    raise WeaviateImportError(
+                        f"{collection}: {len(failed)} of {len(rows)} objects failed to import: {sample}"
+                    )
+                count = coll.aggregate.over_all(total_count=True).total_count
+                if count != len(rows):
+                    raise WeaviateImportError(f"{collection}: imported {count} of {len(rows)} objects")
+            except BaseException:
+                client.collections.delete(physical)
+                raise
+            previous = client.alias.get(alias_name=collection)
+            if previous is None:
+                client.alias.create(alias_name=collection, target_collection=physical)
+            else:
+                client.alias.update(alias_name=collection, new_target_collection=physical)
+                client.collections.delete(previous.collection)
+        return len(rows)
+
+    def delete(self, collection: str) -> None:
+        with self._client() as client:
+            alias = client.alias.get(alias_name=collection)
+            if alias is not None:
+                client.alias.delete(alias_name=collection)
+                client.collections.delete(alias.collection)
+            elif client.collections.exists(collection):
+                client.collections.delete(collection)
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _filters(where: dict | None):
+        if not where:
+            return None
+        from weaviate.classes.query import Filter
+
+        parts = [Filter.by_property(k).equal(v) for k, v in where.items()]
+        return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+    @staticmethod
+    def _hits(objects, score) -> list[Hit]:
+        return [
+            Hit(o.properties["chunk_id"], o.properties["doc_id"], o.properties["text"], score(o.metadata))
+            for o in objects
+        ]
+
+    def vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: dict | None = None
+    ) -> list[Hit]:
+        from weaviate.classes.query import MetadataQuery
+
+        with self._client() as client:
+            res = client.collections.get(collection).query.near_vector(
+                near_vector=np.asarray(vector, dtype=np.float32).tolist(),
+                limit=k,
+                filters=self._filters(where),
+                return_metadata=MetadataQuery(distance=True),
+            )
+        return self._hits(res.objects, lambda m: 1.0 - float(m.distance))
+
+    def keyword_search(self, collection: str, query: str, k: int, where: dict | None = None) -> list[Hit]:
+        from weaviate.classes.query import MetadataQuery
+
+        with self._client() as client:
+            res = client.collections.get(collection).query.bm25(
+                query=query,
+                query_properties=["text"],
+                limit=k,
+                filters=self._filters(where),
+                return_metadata=MetadataQuery(score=True),
+            )
+        return self._hits(res.objects, lambda m: float(m.score))
+
+    def hybrid_search(
+        self,
+        collection: str,
+        query: str,
+        vector: np.ndarray,
+        k: int,
+        alpha: float,
+        fusion: str,
+        where: dict | None = None,
+    ) -> list[Hit]:
+        from weaviate.classes.query import HybridFusion, MetadataQuery
+
+        fusion_type = {"rrf": HybridFusion.RANKED, "weighted": HybridFusion.RELATIVE_SCORE}[fusion]
+        with self._client() as client:
+            res = client.collections.get(collection).query.hybrid(
+                query=query,
+                vector=np.asarray(vector, dtype=np.float32).tolist(),
+                alpha=alpha,
+                fusion_type=fusion_type,
+                query_properties=["text"],
+                limit=k,
+                filters=self._filters(where),
+                return_metadata=MetadataQuery(score=True),
+            )
+        return self._hits(res.objects, lambda m: float(m.score))
+
+    def info(self, collection: str) -> dict:
+        with self._client() as client:
+            alias = client.alias.get(alias_name=collection)
+            physical = (
+                alias.collection if alias else (collection if client.collections.exists(collection) else None)
+            )
+            if physical is None:
+                return {"exists": False, "count": 0, "backend": "weaviate", "url": self.url}
+            count = client.collections.get(physical).aggregate.over_all(total_count=True).total_count
+            meta = client.get_meta()
+        return {
+            "exists": True,
+            "count": count,
+            "backend": "weaviate",
+            "url": self.url,
+            "collection": physical,
+            "server_version": meta.get("version"),
+        }

@@ -1,0 +1,239 @@
+"""Real servers for the tests, started as plain processes on free loopback ports.
+
+- Weaviate: the binary built by scripts/ensure_servers.sh ($WEAVIATE_BIN), or $WEAVIATE_URL if set.
+- PostgreSQL: initdb + pg_ctl in a temp dir ($PG_BINDIR); as root it runs as the `postgres` user.
+- MLflow: `mlflow server` with a PostgreSQL backend store and a local artifact root.
+Each start measures its own start-up time (printed in the test log).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_pair() -> int:
+    """A port p such that p and p + 1 are both free (Weaviate wants gossip/data and raft/rpc adjacent)."""
+    for _ in range(100):
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+                return p
+            except OSError:
+                continue
+    raise RuntimeError("no adjacent free ports")
+
+
+def wait_http(
+    url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> float:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"server exited with {proc.returncode}: {log.read_text()[-2000:] if log else ''}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return time.perf_counter() - t0
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not ready after {timeout} s: {log.read_text()[-2000:] if log else ''}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class Weaviate:
+    url: str
+    grpc_port: int
+    startup_s: float = 0.0
+    proc: subprocess.Popen | None = None
+    tmp: Path | None = None
+
+    @classmethod
+    def start(cls) -> Weaviate:
+        if os.environ.get("WEAVIATE_URL"):
+            return cls(
+                url=os.environ["WEAVIATE_URL"], grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051"))
+            )
+        binary = os.environ.get("WEAVIATE_BIN") or str(
+            Path.home() / ".cache" / "rag-sweep" / "weaviate-v1.35.2" / "weaviate-server"
+        )
+        if not Path(binary).exists():
+            raise RuntimeError(f"no Weaviate binary at {binary}: run scripts/ensure_servers.sh")
+        tmp = Path(tempfile.mkdtemp(prefix="weaviate-"))
+        http, grpc, gossip, raft = free_port(), free_port(), free_port_pair(), free_port_pair()
+        data, rpc = gossip + 1, raft + 1
+        env = {
+            **os.environ,
+            "PERSISTENCE_DATA_PATH": str(tmp / "data"),
+            "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
+            "DEFAULT_VECTORIZER_MODULE": "none",
+            "ENABLE_MODULES": "",
+            "DISABLE_TELEMETRY": "true",
+            "LOG_LEVEL": "warning",
+            "CLUSTER_HOSTNAME": "node1",
+            "CLUSTER_IN_LOCALHOST": "true",
+            "CLUSTER_ADVERTISE_ADDR": "127.0.0.1",
+            "CLUSTER_BIND_ADDR": "127.0.0.1",
+            "CLUSTER_GOSSIP_BIND_PORT": str(gossip),
+            "CLUSTER_DATA_BIND_PORT": str(data),
+            "GRPC_PORT": str(grpc),
+            "RAFT_PORT": str(raft),
+            "RAFT_INTERNAL_RPC_PORT": str(rpc),
+            "RAFT_BOOTSTRAP_EXPECT": "1",
+            "RAFT_JOIN": f"node1:{raft}",
+        }
+        log = tmp / "weaviate.log"
+        proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", str(http), "--scheme", "http"],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{http}"
+        startup = wait_http(f"{url}/v1/.well-known/ready", 90, proc, log)
+        return cls(url=url, grpc_port=grpc, startup_s=startup, proc=proc, tmp=tmp)
+
+    def stop(self) -> None:
+        if self.proc:
+            _stop(self.proc)
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass
+class Postgres:
+    port: int
+    tmp: Path
+    bindir: Path
+    startup_s: float = 0.0
+    user: str = "rag"
+    dbs: list[str] = field(default_factory=list)
+
+    def _as_owner(self, *cmd: str) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else list(cmd)
+
+    @classmethod
+    def start(cls) -> Postgres:
+        bindir = Path(os.environ.get("PG_BINDIR") or sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1])
+        tmp = Path(tempfile.mkdtemp(prefix="pg-"))
+        pg = cls(port=free_port(), tmp=tmp, bindir=bindir)
+        if os.geteuid() == 0:  # initdb refuses root
+            shutil.chown(tmp, "postgres")
+        t0 = time.perf_counter()
+        subprocess.run(
+            pg._as_owner(
+                str(bindir / "initdb"), "-D", str(tmp / "data"), "-U", pg.user, "--auth=trust", "-E", "UTF8"
+            ),
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            pg._as_owner(
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(tmp / "data"),
+                "-l",
+                str(tmp / "pg.log"),
+                "-w",
+                "start",
+                "-o",
+                f"-p {pg.port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off",
+            ),
+            check=True,
+            capture_output=True,
+        )
+        pg.startup_s = time.perf_counter() - t0
+        return pg
+
+    def create_db(self, name: str) -> str:
+        subprocess.run(
+            [str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name],
+            check=True,
+            capture_output=True,
+        )
+        self.dbs.append(name)
+        return name
+
+    def url(self, db: str) -> str:
+        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/{db}"
+
+    def stop(self) -> None:
+        subprocess.run(
+            self._as_owner(
+                str(self.bindir / "pg_ctl"), "-D", str(self.tmp / "data"), "-m", "fast", "-w", "stop"
+            ),
+            capture_output=True,
+        )
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass
+class Mlflow:
+    url: str
+    proc: subprocess.Popen
+    tmp: Path
+    startup_s: float
+
+    @classmethod
+    def start(cls, backend_uri: str) -> Mlflow:
+        tmp = Path(tempfile.mkdtemp(prefix="mlflow-"))
+        port = free_port()
+        log = tmp / "mlflow.log"
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true"}
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                backend_uri,
+                "--artifacts-destination",
+                (tmp / "artifacts").as_uri(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        startup = wait_http(f"{url}/health", 120, proc, log)
+        return cls(url=url, proc=proc, tmp=tmp, startup_s=startup)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        shutil.rmtree(self.tmp, ignore_errors=True)
