@@ -42,7 +42,7 @@ def generate(
     return llm.complete(gen.model, prompt, gen.temperature, gen.max_tokens)
 
 
-def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
+def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.configs,
         deps=[dg.AssetDep("retrievals", partition_mapping=parts.retrieval_to_config), "qa_set"],
@@ -55,7 +55,7 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
     def answers(
         context: dg.AssetExecutionContext, artifacts: ArtifactStore, llm: LLMClient
     ) -> dg.MaterializeResult:
-        lineage = Lineage(sweep)
+        lineage = Lineage(sweep, backend)
         c = sweep.first("config_key", context.partition_key)
         fp = lineage.answers_fp(c)
         reused = artifacts.exists("answers", fp) and not forced(context)

@@ -37,16 +37,16 @@ def _instance(data_dir: Path):
     return dg.DagsterInstance.from_config(str(home))
 
 
-def plan(sweep, artifacts, force: bool) -> list[tuple[str, str | None]]:
+def plan(sweep, artifacts, force: bool, backend: str = "lancedb") -> list[tuple[str, str | None]]:
     """(asset, partition) steps in dependency order, leaving out partitions whose artifact exists."""
     from rag_assets.lineage import Lineage
 
-    lineage = Lineage(sweep)
+    lineage = Lineage(sweep, backend)
     steps: list[tuple[str, str | None]] = [("corpus", None), ("qa_set", None)]
     stages = [
         ("chunksets", "chunk_key", "chunksets", lineage.chunk_fp),
         ("embeddings", "index_key", "embeddings", lineage.index_fp),
-        ("vector_index", "index_key", "indexes", lineage.index_fp),
+        ("vector_index", "index_key", "indexes", lineage.store_fp),
         ("retrievals", "retrieval_key", "retrievals", lineage.retrieval_fp),
         ("answers", "config_key", "answers", lineage.answers_fp),
         # evaluations always run: cheap, and they make sure the MLflow store holds each config's run
@@ -89,7 +89,7 @@ def run_sweep(
     artifacts = ArtifactStore(data_dir=str(data))
     assets = list(defs.assets)
     resources = defs.resources
-    steps = plan(sweep, artifacts, force)
+    steps = plan(sweep, artifacts, force, resources["vector_store"].backend)
     tags = {"sweep": sweep.name, **({FORCE_TAG: "true"} if force else {})}
     bar = tqdm(steps, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
     for asset, key in bar:

@@ -33,17 +33,18 @@ from sensors import build_sensors_and_schedules  # noqa: E402
 EXAMPLE_SWEEP = Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "example.yaml"
 
 
-def build_assets(sweep: Sweep) -> list[dg.AssetsDefinition]:
+def build_assets(sweep: Sweep, backend: str) -> list[dg.AssetsDefinition]:
+    """`backend` names the vector store; artifacts from the index on are fingerprinted with it."""
     parts = SweepPartitions.of(sweep)
     return [
         *inputs.build(sweep),
         chunksets.build(sweep, parts),
         embeddings.build(sweep, parts),
-        indexes.build(sweep, parts),
-        retrievals.build(sweep, parts),
-        answers.build(sweep, parts),
-        evaluations.build(sweep, parts),
-        leaderboard.build(sweep),
+        indexes.build(sweep, parts, backend),
+        retrievals.build(sweep, parts, backend),
+        answers.build(sweep, parts, backend),
+        evaluations.build(sweep, parts, backend),
+        leaderboard.build(sweep, backend),
     ]
 
 
@@ -53,12 +54,13 @@ def build_definitions(
     parts = SweepPartitions.of(sweep)
     job_defs = jobs.build(parts)
     schedules, sensors = build_sensors_and_schedules(sweep, job_defs)
+    all_resources = {**build_resources(data_dir or default_data_dir()), **(resources or {})}
     return dg.Definitions(
-        assets=build_assets(sweep),
+        assets=build_assets(sweep, all_resources["vector_store"].backend),
         jobs=list(job_defs.values()),
         schedules=schedules,
         sensors=sensors,
-        resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
+        resources=all_resources,
     )
 
 

@@ -16,7 +16,7 @@ from resources.artifacts import ArtifactStore
 from resources.tracking import MlflowTracking
 
 
-def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
+def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.configs,
         deps=[
@@ -32,7 +32,7 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
     def evaluations(
         context: dg.AssetExecutionContext, artifacts: ArtifactStore, tracking: MlflowTracking
     ) -> dg.MaterializeResult:
-        lineage = Lineage(sweep)
+        lineage = Lineage(sweep, backend)
         c = sweep.first("config_key", context.partition_key)
         fp = lineage.evaluation_fp(c)
         reused = artifacts.exists("evaluation_summaries", fp) and not forced(context)

@@ -12,7 +12,7 @@ from resources.embedders import vectors_from_column
 from resources.vector_stores import VectorStore
 
 
-def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
+def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.indexes,
         deps=["embeddings", dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_index)],
@@ -26,15 +26,15 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
         artifacts: ArtifactStore,
         vector_store: dg.ResourceParam[VectorStore],
     ) -> dg.MaterializeResult:
-        lineage = Lineage(sweep)
+        lineage = Lineage(sweep, backend)
         c = sweep.first("index_key", context.partition_key)
-        fp = lineage.index_fp(c)
+        fp = lineage.store_fp(c)
         collection = lineage.collection(c)
         chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
         info = vector_store.info(collection)
         reused = info["exists"] and info["count"] == chunks.height and not forced(context)
         if not reused:
-            emb = artifacts.read("embeddings", fp, f"embeddings {context.partition_key}")
+            emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {context.partition_key}")
             if emb["chunk_id"].to_list() != chunks["chunk_id"].to_list():
                 raise ValueError(f"embeddings {fp[:12]} do not line up with chunkset {c.chunk_key}")
             rows = chunks.select(
@@ -50,7 +50,7 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
             metadata={
                 **base_metadata(fp, artifacts.path("indexes", fp), reused),
                 "collection": collection,
-                "backend": info.get("backend", type(vector_store).__name__),
+                "backend": backend,
                 "dagster/row_count": info["count"],
             },
             data_version=dg.DataVersion(fp),

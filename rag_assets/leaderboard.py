@@ -17,8 +17,10 @@ def leaderboard_path(artifacts: ArtifactStore, sweep: Sweep):
     return artifacts.root / "leaderboards" / f"{sweep.name}.parquet"
 
 
-def collect_summaries(artifacts: ArtifactStore, sweep: Sweep) -> tuple[pl.DataFrame | None, list[str]]:
-    lineage = Lineage(sweep)
+def collect_summaries(
+    artifacts: ArtifactStore, sweep: Sweep, backend: str
+) -> tuple[pl.DataFrame | None, list[str]]:
+    lineage = Lineage(sweep, backend)
     frames, missing = [], []
     for c in sweep.configs:
         fp = lineage.evaluation_fp(c)
@@ -29,7 +31,7 @@ def collect_summaries(artifacts: ArtifactStore, sweep: Sweep) -> tuple[pl.DataFr
     return (pl.concat(frames, how="diagonal_relaxed") if frames else None), missing
 
 
-def build(sweep: Sweep) -> dg.AssetsDefinition:
+def build(sweep: Sweep, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         deps=[dg.AssetDep("evaluations", partition_mapping=dg.AllPartitionMapping())],
         group_name="evaluation",
@@ -41,7 +43,7 @@ def build(sweep: Sweep) -> dg.AssetsDefinition:
     def leaderboard(
         context: dg.AssetExecutionContext, artifacts: ArtifactStore, tracking: MlflowTracking
     ) -> dg.MaterializeResult:
-        summaries, missing = collect_summaries(artifacts, sweep)
+        summaries, missing = collect_summaries(artifacts, sweep, backend)
         if summaries is None:
             raise dg.Failure(f"no evaluation of sweep {sweep.name} is materialized yet")
         if missing:

@@ -22,6 +22,7 @@ METRICS_VERSION = 1
 @dataclass(frozen=True)
 class Lineage:
     sweep: Sweep
+    backend: str = "lancedb"  # the vector store: retrieval results depend on it, so it is in the fingerprint
 
     @cached_property
     def corpus_fp(self) -> str:
@@ -37,9 +38,13 @@ class Lineage:
     def index_fp(self, c: RagConfig) -> str:
         return fingerprint("index", self.chunk_fp(c), c.embedding.model_dump())
 
+    def store_fp(self, c: RagConfig) -> str:
+        """The index as built in one vector-store backend."""
+        return fingerprint("store", self.index_fp(c), self.backend)
+
     def retrieval_fp(self, c: RagConfig) -> str:
         return fingerprint(
-            "retrieval", self.index_fp(c), c.retrieval.model_dump(), self.qa_fp, RETRIEVER_VERSION
+            "retrieval", self.store_fp(c), c.retrieval.model_dump(), self.qa_fp, RETRIEVER_VERSION
         )
 
     def answers_fp(self, c: RagConfig) -> str:
@@ -52,4 +57,4 @@ class Lineage:
         """Vector-store collection of an index partition: a valid Weaviate class name (letter first,
         [A-Za-z0-9_]) that stays readable and changes with the content."""
         readable = "".join(ch if ch.isalnum() else "_" for ch in c.index_key)[:60]
-        return f"Rag_{readable}_{self.index_fp(c)[:10]}"
+        return f"Rag_{readable}_{self.store_fp(c)[:10]}"

@@ -25,7 +25,7 @@ RETRIEVAL_SCHEMA = {
 }
 
 
-def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
+def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.retrievals,
         deps=[dg.AssetDep("vector_index", partition_mapping=parts.index_to_retrieval), "qa_set"],
@@ -41,7 +41,7 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
         embedder: EmbeddingService,
         vector_store: dg.ResourceParam[VectorStore],
     ) -> dg.MaterializeResult:
-        lineage = Lineage(sweep)
+        lineage = Lineage(sweep, backend)
         c = sweep.first("retrieval_key", context.partition_key)
         r = c.retrieval
         fp = lineage.retrieval_fp(c)

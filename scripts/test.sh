@@ -5,7 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --test
 # Server binaries for the real-server tests (PostgreSQL from Debian, Weaviate built from Go, both cached).
 eval "$(bash scripts/ensure_servers.sh)"
-export PG_BINDIR; [ -n "${WEAVIATE_BIN:-}" ] && export WEAVIATE_BIN
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
 .venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"

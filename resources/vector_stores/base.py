@@ -26,6 +26,8 @@ class Hit:
 class VectorStore(abc.ABC):
     """One collection per index partition. Implementations are Dagster ConfigurableResources."""
 
+    backend: str  # a short name; part of the fingerprint of every artifact built on the store
+
     @abc.abstractmethod
     def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
         """Create the collection if needed and insert/replace rows with their vectors; return the count."""

@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import ClassVar
 
 import dagster as dg
 import numpy as np
@@ -27,6 +28,7 @@ def _fts_query(query: str) -> str:
 
 
 class LanceDBStore(dg.ConfigurableResource, VectorStore):
+    backend: ClassVar[str] = "lancedb"
     uri: str
 
     def _db(self):

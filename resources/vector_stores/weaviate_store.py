@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import contextmanager
+from typing import ClassVar
 from urllib.parse import urlparse
 
 import dagster as dg
@@ -27,6 +28,7 @@ class WeaviateImportError(RuntimeError):
 
 
 class WeaviateStore(dg.ConfigurableResource, VectorStore):
+    backend: ClassVar[str] = "weaviate"
     url: str = "http://127.0.0.1:8080"
     grpc_port: int = 50051
     api_key: str | None = None
