@@ -117,6 +117,8 @@ def _print_board(board) -> None:
         "rank",
         "config_key",
         "overall_score",
+        "overall_ci95",
+        "vs_leader",
         "recall_at_k",
         "ndcg_at_k",
         "exact_match",

@@ -4,16 +4,65 @@ Writes the per-query metrics and a one-row summary (config params + metric means
 both to MLflow (params = the flattened config; tags: sweep, config key, Dagster run id, partition key).
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import dagster as dg
 import polars as pl
 
 from rag_assets.common import EAGER, base_metadata, forced
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
-from rag_core.metrics import evaluate_queries, summarize
+from rag_core.chunking import split_sentences
+from rag_core.generation import format_context
+from rag_core.judge import judge_prompt, parse_verdict
+from rag_core.metrics import evaluate_queries, metric_columns, summarize
+from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
+from rag_core.metrics.stats import bootstrap_ci
 from rag_core.spec import Sweep
 from resources.artifacts import ArtifactStore
+from resources.embedders import EmbeddingService, vectors_from_column
+from resources.llm import LLMClient
 from resources.tracking import MlflowTracking
+
+COHESION_SAMPLE = 300  # chunks (whole documents, in corpus order) used for cohesion/separation
+
+
+def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float]:
+    """Cohesion and separation (rag_core/metrics/chunking.py) on the chunks of the first documents of
+    the chunkset, up to COHESION_SAMPLE chunks, so the cost stays bounded on a large corpus."""
+    blocks, sentences = [], []
+    for _, doc in chunks.group_by("doc_id", maintain_order=True):
+        if len(blocks) >= COHESION_SAMPLE:
+            break
+        for text in doc["text"]:
+            sents = split_sentences(text)
+            blocks.append(sents)
+            sentences += sents
+        blocks.append(None)
+    unique = list(dict.fromkeys(sentences))
+    vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
+    return cohesion_separation([None if b is None else [vec[s] for s in b] for b in blocks if b != []])
+
+
+def judge(llm: LLMClient, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: pl.DataFrame) -> dict:
+    """LLM-judged faithfulness per query: None when the call failed or the verdict did not parse (counted
+    as `n_judge_failures`); an empty answer scores 0 without a call, as in the lexical variant."""
+    rows = list(
+        qa.select("query_id", "question")
+        .join(ret, on="query_id")
+        .join(ans, on="query_id")
+        .iter_rows(named=True)
+    )
+
+    def one(r: dict) -> float | None:
+        if not (r["answer"] or "").strip():
+            return 0.0
+        prompt = judge_prompt(r["question"], r["answer"], format_context(r["texts"] or [], r["titles"] or []))
+        out = llm.complete(model, prompt, temperature=0.0, max_tokens=8)
+        return None if out.error else parse_verdict(out.text)
+
+    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
+        return dict(zip((r["query_id"] for r in rows), pool.map(one, rows), strict=True))
 
 
 def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
@@ -26,11 +75,16 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
         ],
         group_name="evaluation",
         kinds={"parquet", "mlflow"},
+        pool="llm" if sweep.judge_model else None,
         automation_condition=EAGER,
         description="Retrieval, generation, latency and cost metrics of one config (see rag_core/metrics.py).",
     )
     def evaluations(
-        context: dg.AssetExecutionContext, artifacts: ArtifactStore, tracking: MlflowTracking
+        context: dg.AssetExecutionContext,
+        artifacts: ArtifactStore,
+        tracking: MlflowTracking,
+        embedder: EmbeddingService,
+        llm: LLMClient,
     ) -> dg.MaterializeResult:
         lineage = Lineage(sweep, backend)
         c = sweep.first("config_key", context.partition_key)
@@ -44,14 +98,41 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             ret = artifacts.read("retrievals", lineage.retrieval_fp(c), f"retrievals {c.retrieval_key}")
             ans = artifacts.read("answers", lineage.answers_fp(c), f"answers {c.config_key}")
             chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
-            per_query = evaluate_queries(qa, ret, ans, c.retrieval.top_k)
+            emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
+            model = c.embedding.model
+            per_query = evaluate_queries(
+                qa,
+                ret,
+                ans,
+                c.retrieval.top_k,
+                embed=lambda texts: embedder.embed(model, texts)[0],
+                chunk_vectors=dict(
+                    zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True)
+                ),
+                judge_scores=judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None,
+            )
             metrics = summarize(per_query)
+            for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
+                metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = bootstrap_ci(
+                    per_query[m].fill_null(float("nan")).to_numpy()
+                )
             lengths = chunks["text"].str.len_chars()
             metrics |= {
                 "chunk_count": float(chunks.height),
                 "chunk_chars_mean": float(lengths.mean()),
+                **length_stats(embedder.token_counts(model, chunks["index_text"].to_list())),
+                "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
+                **dict(
+                    zip(
+                        ("chunk_cohesion", "chunk_separation"),
+                        chunk_cohesion_separation(chunks, lambda texts: embedder.embed(model, texts)[0]),
+                        strict=True,
+                    )
+                ),
                 "cost_usd": float(ans["cost_usd"].sum()),
                 "tokens": float(ans["prompt_tokens"].sum() + ans["completion_tokens"].sum()),
+                "generation_prompt_tokens": float(ans["prompt_tokens"].sum()),
+                "generation_completion_tokens": float(ans["completion_tokens"].sum()),
             }
             summary = {"config_key": c.config_key, "fingerprint": fp, **c.flat_params(), **metrics}
             artifacts.write("evaluations", fp, per_query)

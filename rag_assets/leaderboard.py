@@ -7,7 +7,7 @@ import polars as pl
 
 from rag_assets.common import EAGER
 from rag_assets.lineage import Lineage
-from rag_core.leaderboard import DISPLAY_COLUMNS, rank_configs, score_plot_png, to_markdown
+from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_configs, score_plot_png, to_markdown
 from rag_core.spec import Sweep
 from resources.artifacts import ArtifactStore, atomic_write_parquet
 from resources.tracking import MlflowTracking
@@ -19,16 +19,18 @@ def leaderboard_path(artifacts: ArtifactStore, sweep: Sweep):
 
 def collect_summaries(
     artifacts: ArtifactStore, sweep: Sweep, backend: str
-) -> tuple[pl.DataFrame | None, list[str]]:
+) -> tuple[pl.DataFrame | None, dict[str, pl.DataFrame], list[str]]:
+    """Summaries and per-query metrics of every evaluated config, and the keys not evaluated yet."""
     lineage = Lineage(sweep, backend)
-    frames, missing = [], []
+    frames, per_query, missing = [], {}, []
     for c in sweep.configs:
         fp = lineage.evaluation_fp(c)
         if artifacts.exists("evaluation_summaries", fp):
             frames.append(artifacts.read("evaluation_summaries", fp, "evaluation summary"))
+            per_query[c.config_key] = artifacts.read("evaluations", fp, "evaluation")
         else:
             missing.append(c.config_key)
-    return (pl.concat(frames, how="diagonal_relaxed") if frames else None), missing
+    return (pl.concat(frames, how="diagonal_relaxed") if frames else None), per_query, missing
 
 
 def build(sweep: Sweep, backend: str) -> dg.AssetsDefinition:
@@ -43,12 +45,12 @@ def build(sweep: Sweep, backend: str) -> dg.AssetsDefinition:
     def leaderboard(
         context: dg.AssetExecutionContext, artifacts: ArtifactStore, tracking: MlflowTracking
     ) -> dg.MaterializeResult:
-        summaries, missing = collect_summaries(artifacts, sweep, backend)
+        summaries, per_query, missing = collect_summaries(artifacts, sweep, backend)
         if summaries is None:
             raise dg.Failure(f"no evaluation of sweep {sweep.name} is materialized yet")
         if missing:
             context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
-        board = rank_configs(summaries, sweep.weights)
+        board = compare_to_leader(rank_configs(summaries, sweep.weights), per_query, sweep.weights)
         path = atomic_write_parquet(board, leaderboard_path(artifacts, sweep))
         png = score_plot_png(board)
         path.with_suffix(".png").write_bytes(png)
@@ -82,6 +84,7 @@ def build(sweep: Sweep, backend: str) -> dg.AssetsDefinition:
                 "configs_missing": len(missing),
                 "best_config": board["config_key"][0],
                 "best_score": float(board["overall_score"][0]),
+                "tied_with_leader": int(board["tied_with_leader"].sum()) - 1,
                 "weights": dg.MetadataValue.json(sweep.weights),
             }
         )

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from rag_core.fingerprint import file_hash, fingerprint
+from rag_core.judge import JUDGE_PROMPT_VERSION
 from rag_core.spec import RagConfig, Sweep
 
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2
 RETRIEVER_VERSION = 1
 GENERATOR_VERSION = 1
-METRICS_VERSION = 1
+METRICS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Lineage:
         return fingerprint("answers", self.retrieval_fp(c), c.generation.model_dump(), GENERATOR_VERSION)
 
     def evaluation_fp(self, c: RagConfig) -> str:
-        return fingerprint("evaluation", self.answers_fp(c), METRICS_VERSION)
+        judge = (self.sweep.judge_model, JUDGE_PROMPT_VERSION) if self.sweep.judge_model else None
+        return fingerprint("evaluation", self.answers_fp(c), METRICS_VERSION, judge)
 
     def collection(self, c: RagConfig) -> str:
         """Vector-store collection of an index partition: a valid Weaviate class name (letter first,

@@ -147,3 +147,10 @@ def chunk_corpus(corpus, method: str, chunk_size: int, chunk_overlap: int):
         "metadata": pl.String,
     }
     return pl.DataFrame(rows, schema=schema)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a text, by the sentence chunker's boundary rule."""
+    bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(text)), len(text)]
+    spans = (_trim(text, Span(a, b)) for a, b in zip(bounds, bounds[1:], strict=False))
+    return [text[s.start : s.end] for s in spans if s]

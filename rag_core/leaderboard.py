@@ -22,6 +22,56 @@ DISPLAY_COLUMNS = [
 ]
 
 
+def compare_to_leader(
+    board: pl.DataFrame, per_query: dict[str, pl.DataFrame], weights: dict[str, float], seed: int = 0
+) -> pl.DataFrame:
+    """Add the overall score's 95% bootstrap interval and a paired bootstrap test of each config against
+    the leader (rank 1) over the same queries: `p_value_vs_leader`, `tied_with_leader` (the 95% interval of
+    the score difference contains 0), and a display column `vs_leader` (leader / tied / worse)."""
+    import numpy as np
+
+    from rag_core.metrics.stats import paired_bootstrap, score_ci
+
+    metrics = list(weights)
+    w = np.array([weights[m] for m in metrics])
+
+    def matrix(key: str) -> np.ndarray:
+        frame = per_query[key].sort("query_id")
+        return frame.select(metrics).fill_null(float("nan")).to_numpy().astype(float)
+
+    leader_key = board["config_key"][0]
+    leader = matrix(leader_key)
+    rows = []
+    for key in board["config_key"]:
+        m = matrix(key)
+        lo, hi = score_ci(m, w, seed=seed)
+        if key == leader_key:
+            rows.append((lo, hi, 0.0, 0.0, 0.0, 1.0, True, "leader"))
+            continue
+        diff, dlo, dhi, p = paired_bootstrap(leader, m, w, seed=seed)
+        tied = dlo <= 0.0 <= dhi
+        rows.append((lo, hi, diff, dlo, dhi, p, tied, "tied" if tied else "worse"))
+    cols = [
+        "overall_ci_low",
+        "overall_ci_high",
+        "leader_minus_score",
+        "leader_diff_ci_low",
+        "leader_diff_ci_high",
+        "p_value_vs_leader",
+        "tied_with_leader",
+        "vs_leader",
+    ]
+    extra = pl.DataFrame(rows, schema=cols, orient="row")
+    out = pl.concat([board, extra], how="horizontal")
+    out = out.with_columns(
+        pl.format("{}–{}", pl.col("overall_ci_low").round(3), pl.col("overall_ci_high").round(3)).alias(
+            "overall_ci95"
+        )
+    )
+    front = [c for c in DISPLAY_COLUMNS if c in out.columns]
+    return out.select(front + [c for c in out.columns if c not in front])
+
+
 def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
     scores = [overall_score(row, weights) for row in summaries.iter_rows(named=True)]
     latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]

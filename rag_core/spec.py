@@ -169,6 +169,10 @@ class DataSpec(_Strict):
     max_queries: int | None = Field(default=None, gt=0)
 
 
+class EvaluationSpec(_Strict):
+    judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/judge.py)
+
+
 class SearchSpec(_Strict):
     strategy: Literal["grid", "random"] = "grid"
     max_trials: int | None = Field(default=None, gt=0)
@@ -187,6 +191,7 @@ class SweepFile(_Strict):
     generation: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"model": "extractive"})
     weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     search: SearchSpec = Field(default_factory=SearchSpec)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
 
     @field_validator("weights")
     @classmethod
@@ -213,6 +218,7 @@ class Sweep(BaseModel):
     max_queries: int | None
     weights: dict[str, float]
     configs: tuple[RagConfig, ...]
+    judge_model: str | None = None
 
     @property
     def chunk_keys(self) -> list[str]:
@@ -318,6 +324,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         max_queries=spec.data.max_queries,
         weights=spec.weights,
         configs=tuple(configs),
+        judge_model=spec.evaluation.judge_model,
     )
 
 

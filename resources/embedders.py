@@ -108,6 +108,15 @@ class EmbeddingService(dg.ConfigurableResource):
                 progress(min(i + self.batch_size, len(texts)), len(texts))
         return np.concatenate(out)
 
+    def token_counts(self, model: str, texts: list[str]) -> list[int]:
+        """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
+        if is_local_model(model):
+            tok = _local_model(model).tokenizer
+            return [len(ids) for ids in tok(texts, add_special_tokens=True)["input_ids"]]
+        import litellm
+
+        return [litellm.token_counter(model=model, text=t) for t in texts]
+
     def embed(self, model: str, texts: list[str], progress=None) -> tuple[np.ndarray, EmbedStats]:
         """Vectors (L2-normalized float32, one row per text) and what it cost."""
         t0 = time.perf_counter()

@@ -68,6 +68,16 @@ def slice_sweep(slice_data, tmp_path_factory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def sweep_run(slice_sweep, tmp_path_factory):
+    """The slice sweep materialized once, in process, on the embedded defaults."""
+    from rag_assets.cli import run_sweep
+
+    data_dir = tmp_path_factory.mktemp("data")
+    board, defs, instance, sweep, data = run_sweep(str(slice_sweep), str(data_dir), progress=False)
+    return {"board": board, "defs": defs, "instance": instance, "sweep": sweep, "data": data}
+
+
 # ---- real servers (see tests/servers.py), started once per session ------------------------------
 
 STARTUP_TIMES: dict[str, float] = {}

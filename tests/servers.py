@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,3 +238,21 @@ class Mlflow:
     def stop(self) -> None:
         _stop(self.proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@contextmanager
+def mlflow_tracking(url: str):
+    """Point MLflow's fluent API at `url` for a block, then restore it (set_tracking_uri also sets the
+    MLFLOW_TRACKING_URI variable, which would leak into later tests)."""
+    import mlflow
+
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(url)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+            mlflow.set_tracking_uri(None)
+        else:
+            mlflow.set_tracking_uri(old)

@@ -89,3 +89,55 @@ def test_sweep_with_llm_generation_keeps_failed_queries(slice_data, tmp_path):
     prompts = [r["body"]["messages"][-1]["content"] for r in stub.requests]
     assert sum(failing in p for p in prompts) == 2  # first try + one retry
     assert all("[1]" in p and "Question:" in p for p in prompts)
+
+
+def test_llm_judge_parses_verdicts_and_counts_failures():
+    from rag_assets.evaluations import judge
+    from rag_core.judge import JUDGE_PROMPT_VERSION, parse_verdict
+    from rag_core.metrics import evaluate_queries, summarize
+
+    assert parse_verdict("0.75") == 0.75 and parse_verdict("Score: 1") == 1.0 and parse_verdict("85%") == 0.85
+    assert parse_verdict("banana") is None and parse_verdict("7") is None and parse_verdict("") is None
+    replies = {"q1": (200, "0.9", 0.0), "q2": (200, "I cannot tell", 0.0), "q3": (500, "down", 0.0)}
+
+    def respond(prompt: str):
+        qid = next(q for q in replies if f"QUESTION: {q}?" in prompt)
+        return replies[qid]
+
+    qa = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3", "q4"],
+            "question": ["q1?", "q2?", "q3?", "q4?"],
+            "answers": [["a"]] * 4,
+            "relevant_doc_ids": [["d"]] * 4,
+        }
+    )
+    ret = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3", "q4"],
+            "chunk_ids": [["c"]] * 4,
+            "doc_ids": [["d"]] * 4,
+            "titles": [["T"]] * 4,
+            "texts": [["context"]] * 4,
+            "latency_ms": [1.0] * 4,
+        }
+    )
+    ans = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3", "q4"],
+            "answer": ["x", "y", "z", ""],
+            "error": [None] * 4,
+            "latency_ms": [1.0] * 4,
+        },
+        schema_overrides={"error": pl.String},
+    )
+    with OpenAIStub(respond) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
+        scores = judge(llm, MODEL, qa, ret, ans)
+    assert scores == {"q1": 0.9, "q2": None, "q3": None, "q4": 0.0}
+    assert len(stub.requests) == 3  # the empty answer needs no call
+    assert "[1] T: context" in stub.requests[0]["body"]["messages"][0]["content"]
+    summary = summarize(evaluate_queries(qa, ret, ans, 1, judge_scores=scores))
+    assert summary["n_judge_failures"] == 2.0
+    assert summary["faithfulness_judge"] == pytest.approx(0.45)  # mean of 0.9 and 0.0; failures left out
+    assert JUDGE_PROMPT_VERSION == "faithfulness-v1"

@@ -18,6 +18,7 @@ from resources.tracking import MlflowTracking
 from resources.vector_stores import LanceDBStore
 from resources.vector_stores.weaviate_store import WeaviateStore
 from tests.conftest import write_sweep
+from tests.servers import mlflow_tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -89,17 +90,17 @@ def test_dagster_runs_events_and_partitions_are_in_postgres(stack_run, postgres_
 
 def test_mlflow_server_holds_one_run_per_config(stack_run, mlflow_server, tmp_path):
     sweep = stack_run["sweep"]
-    mlflow.set_tracking_uri(mlflow_server.url)
-    runs = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.config_key != ''")
-    assert sorted(runs["tags.config_key"]) == sorted(sweep.config_keys)
-    assert set(runs["params.retrieval.mode"]) == {"vector", "bm25", "hybrid"}
-    assert runs["metrics.recall_at_k"].between(0, 1).all()
-    local = mlflow.artifacts.download_artifacts(
-        run_id=runs["run_id"][0], artifact_path="per_query.parquet", dst_path=str(tmp_path)
-    )
-    assert pl.read_parquet(local).height == 20
-    boards = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.kind = 'leaderboard'")
-    assert len(boards) == 1
+    with mlflow_tracking(mlflow_server.url):
+        runs = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.config_key != ''")
+        assert sorted(runs["tags.config_key"]) == sorted(sweep.config_keys)
+        assert set(runs["params.retrieval.mode"]) == {"vector", "bm25", "hybrid"}
+        assert runs["metrics.recall_at_k"].between(0, 1).all()
+        local = mlflow.artifacts.download_artifacts(
+            run_id=runs["run_id"][0], artifact_path="per_query.parquet", dst_path=str(tmp_path)
+        )
+        assert pl.read_parquet(local).height == 20
+        boards = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.kind = 'leaderboard'")
+        assert len(boards) == 1
 
 
 def test_weaviate_and_embedded_store_agree(stack_run, spec, tmp_path):

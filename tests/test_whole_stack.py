@@ -22,7 +22,7 @@ from rag_assets.lineage import Lineage
 from rag_core.spec import load_sweep
 from resources.vector_stores.weaviate_store import WeaviateStore
 from tests.conftest import write_sweep
-from tests.servers import _stop, free_port, wait_http
+from tests.servers import _stop, free_port, mlflow_tracking, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -159,7 +159,7 @@ def test_backfill_through_webserver_and_daemon(
     assert info["exists"] and info["count"] > 100
     import mlflow
 
-    mlflow.set_tracking_uri(mlflow_server.url)
-    runs = mlflow.search_runs(experiment_names=["stack-slice"], filter_string="tags.config_key != ''")
+    with mlflow_tracking(mlflow_server.url):
+        runs = mlflow.search_runs(experiment_names=["stack-slice"], filter_string="tags.config_key != ''")
     assert len(runs) == 2
     print(f"whole-stack test: {time.perf_counter() - t_start:.0f} s")

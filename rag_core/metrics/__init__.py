@@ -1,0 +1,160 @@
+"""Evaluation metrics: pure per-query functions, evaluated over polars frames and summarized.
+
+Every metric's formula, edge cases and reference implementation are in docs/metrics.md. No metric is NaN:
+a metric undefined for a query (no gold documents, no gold answers, no citations) is null in the per-query
+frame, left out of its mean and counted in the summary (`n_queries_without_gold`, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from rag_core.metrics.generation import (
+    bleu,
+    citation_accuracy,
+    exact_match,
+    faithfulness,
+    rouge_l,
+    token_f1,
+)
+from rag_core.metrics.retrieval import RETRIEVAL_METRICS, context_diversity, dedupe, retrieval_scores
+
+GENERATION_METRICS = ("exact_match", "token_f1", "bleu", "rouge_l")
+SUPPORT_METRICS = ("faithfulness", "citation_accuracy")
+EMBEDDING_METRICS = ("semantic_similarity", "answer_relevance", "context_diversity")
+SCORABLE_METRICS = (
+    RETRIEVAL_METRICS + GENERATION_METRICS + SUPPORT_METRICS + EMBEDDING_METRICS + ("faithfulness_judge",)
+)
+
+__all__ = [
+    "RETRIEVAL_METRICS",
+    "GENERATION_METRICS",
+    "SCORABLE_METRICS",
+    "dedupe",
+    "retrieval_scores",
+    "exact_match",
+    "token_f1",
+    "faithfulness",
+    "bleu",
+    "rouge_l",
+    "citation_accuracy",
+    "context_diversity",
+    "percentile",
+    "evaluate_queries",
+    "summarize",
+    "overall_score",
+]
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default); 0.0 for no values."""
+    xs = sorted(values)
+    if not xs:
+        return 0.0
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+
+
+def evaluate_queries(
+    qa: pl.DataFrame,
+    retrievals: pl.DataFrame,
+    answers: pl.DataFrame,
+    top_k: int,
+    embed: Embed | None = None,
+    chunk_vectors: dict[str, np.ndarray] | None = None,
+    judge_scores: dict[str, float | None] | None = None,
+) -> pl.DataFrame:
+    """One row per query with every metric (null where undefined for that query).
+
+    qa: query_id, question, answers, relevant_doc_ids[, relevant_doc_grades]; retrievals: query_id,
+    chunk_ids, doc_ids, texts, latency_ms; answers: query_id, answer, error, latency_ms.
+    `embed` (normalized vectors of texts) enables semantic_similarity and answer_relevance;
+    `chunk_vectors` (chunk_id -> vector) enables context_diversity; `judge_scores` adds faithfulness_judge.
+    """
+    joined = qa.join(retrievals.rename({"latency_ms": "retrieval_ms"}), on="query_id", how="left").join(
+        answers.rename({"latency_ms": "generation_ms"}), on="query_id", how="left"
+    )
+    records = list(joined.iter_rows(named=True))
+    vec: dict[str, np.ndarray] = {}
+    if embed is not None:
+        texts = [
+            t for r in records for t in [r["answer"] or "", r["question"], *(r["answers"] or [])] if t.strip()
+        ]
+        unique = list(dict.fromkeys(texts))
+        vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
+    rows = []
+    for r in records:
+        doc_ids, answer, golds = r["doc_ids"] or [], r["answer"] or "", r["answers"] or []
+        row = {"query_id": r["query_id"], "answer": answer, "error": r["error"]}
+        relevant = r["relevant_doc_ids"] or []
+        if relevant:
+            grades = r.get("relevant_doc_grades")
+            gold = dict(zip(relevant, grades, strict=True)) if grades else set(relevant)
+            row.update(retrieval_scores(doc_ids, gold, top_k))
+        else:
+            row.update(dict.fromkeys(RETRIEVAL_METRICS))
+        row["exact_match"] = exact_match(answer, golds) if golds else None
+        row["token_f1"] = token_f1(answer, golds) if golds else None
+        row["bleu"] = bleu(answer, golds) if golds else None
+        row["rouge_l"] = rouge_l(answer, golds) if golds else None
+        row["faithfulness"] = faithfulness(answer, r["texts"] or [])
+        row["citation_accuracy"] = citation_accuracy(answer, doc_ids, set(relevant))
+        if embed is not None:
+            a = vec.get(answer) if answer.strip() else None
+            row["semantic_similarity"] = (
+                (max(_cos(a, vec[g]) for g in golds if g.strip()) if a is not None else 0.0)
+                if any(g.strip() for g in golds)
+                else None
+            )
+            row["answer_relevance"] = _cos(a, vec[r["question"]]) if a is not None else 0.0
+        if chunk_vectors is not None:
+            row["context_diversity"] = context_diversity([chunk_vectors[c] for c in (r["chunk_ids"] or [])])
+        if judge_scores is not None:
+            row["faithfulness_judge"] = judge_scores.get(r["query_id"])
+        row["retrieval_ms"] = r["retrieval_ms"]
+        row["generation_ms"] = r["generation_ms"]
+        rows.append(row)
+    schema = {"query_id": pl.String, "answer": pl.String, "error": pl.String}
+    metric_cols = [m for m in SCORABLE_METRICS if rows and m in rows[0]]
+    schema |= {m: pl.Float64 for m in metric_cols} | {"retrieval_ms": pl.Float64, "generation_ms": pl.Float64}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def metric_columns(per_query: pl.DataFrame) -> list[str]:
+    return [m for m in SCORABLE_METRICS if m in per_query.columns]
+
+
+def summarize(per_query: pl.DataFrame) -> dict[str, float]:
+    """Means of every metric over the queries where it is defined, plus counts and latency percentiles."""
+    out: dict[str, float] = {"n_queries": float(per_query.height)}
+    for m in metric_columns(per_query):
+        col = per_query[m].drop_nulls()
+        out[m] = float(col.mean()) if col.len() else 0.0
+    out["n_queries_without_gold"] = float(per_query["recall_at_k"].null_count())
+    out["n_queries_without_answers"] = float(per_query["token_f1"].null_count())
+    out["n_answers_without_citations"] = float(per_query["citation_accuracy"].null_count())
+    if "faithfulness_judge" in per_query.columns:
+        out["n_judge_failures"] = float(per_query["faithfulness_judge"].null_count())
+    out["n_generation_errors"] = float(per_query["error"].drop_nulls().len())
+    for stage in ("retrieval", "generation"):
+        values = per_query[f"{stage}_ms"].drop_nulls().to_list()
+        out[f"{stage}_p50_ms"] = percentile(values, 50)
+        out[f"{stage}_p95_ms"] = percentile(values, 95)
+    return out
+
+
+def overall_score(summary: dict[str, float], weights: dict[str, float]) -> float:
+    """Weighted mean of the chosen metrics (weights are normalized to sum to 1)."""
+    total = sum(weights.values())
+    return sum(summary[m] * w for m, w in weights.items()) / total

@@ -1,0 +1,80 @@
+"""Generation metrics of one answer (pure functions; definitions in docs/metrics.md).
+
+SQuAD v1.1 normalization for exact match and token F1: lowercase, strip punctuation, drop the articles
+a/an/the, collapse whitespace; the max over gold answers is taken.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from rag_core.text import normalize_answer, tokens
+
+_CITATION = re.compile(r"\[(\d+)\]")
+
+
+def exact_match(answer: str, golds: Sequence[str]) -> float:
+    return max(float(normalize_answer(answer) == normalize_answer(g)) for g in golds)
+
+
+def _f1(pred: list[str], gold: list[str]) -> float:
+    if not pred or not gold:
+        return float(pred == gold)
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    p, r = common / len(pred), common / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def token_f1(answer: str, golds: Sequence[str]) -> float:
+    pred = tokens(answer)
+    return max(_f1(pred, tokens(g)) for g in golds)
+
+
+def faithfulness(answer: str, contexts: Sequence[str]) -> float:
+    """Lexical faithfulness: share of the answer's normalized tokens found in the retrieved context."""
+    ans = tokens(answer)
+    if not ans:
+        return 0.0
+    support = set(tokens(" ".join(contexts)))
+    return sum(t in support for t in ans) / len(ans)
+
+
+def bleu(answer: str, golds: Sequence[str]) -> float:
+    """sacreBLEU sentence BLEU (default 13a tokenizer, exp smoothing) against all golds, scaled to [0, 1]."""
+    import sacrebleu
+
+    if not answer.strip():
+        return 0.0
+    return sacrebleu.sentence_bleu(answer, list(golds)).score / 100.0
+
+
+_ROUGE = None
+
+
+def rouge_l(answer: str, golds: Sequence[str]) -> float:
+    """ROUGE-L F-measure (rouge-score, no stemming), max over golds."""
+    global _ROUGE
+    from rouge_score import rouge_scorer
+
+    if _ROUGE is None:
+        _ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    return max(_ROUGE.score(g, answer)["rougeL"].fmeasure for g in golds)
+
+
+def citations(answer: str) -> list[int]:
+    """The `[n]` markers of an answer, in order, without repeats."""
+    return list(dict.fromkeys(int(n) for n in _CITATION.findall(answer)))
+
+
+def citation_accuracy(answer: str, context_doc_ids: Sequence[str], relevant: set[str]) -> float | None:
+    """Share of cited context blocks ([n], 1-based) whose document is gold; a marker outside the context
+    counts as wrong. None when the answer cites nothing (left out and counted)."""
+    cited = citations(answer)
+    if not cited:
+        return None
+    ok = sum(1 for n in cited if 1 <= n <= len(context_doc_ids) and context_doc_ids[n - 1] in relevant)
+    return ok / len(cited)
