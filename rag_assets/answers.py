@@ -13,8 +13,10 @@ import polars as pl
 from rag_assets.common import EAGER, base_metadata, forced
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
+from rag_core.context import apply_budget, compress_prompt, parse_compressed, word_count
 from rag_core.generation import build_prompt, extractive_answer, format_context
 from rag_core.metrics import percentile
+from rag_core.metrics.generation import citations
 from rag_core.spec import GenerationConfig, Sweep
 from resources.artifacts import ArtifactStore
 from resources.llm import Completion, LLMClient
@@ -23,6 +25,10 @@ ANSWER_SCHEMA = {
     "query_id": pl.String,
     "answer": pl.String,
     "error": pl.String,
+    "context_doc_ids": pl.List(pl.String),  # the blocks the generator saw, in [n] order
+    "context_texts": pl.List(pl.String),
+    "citations": pl.List(pl.String),  # doc ids of the [n] markers in the answer
+    "context_fallbacks": pl.Int64,  # blocks kept uncompressed because compression failed
     "attempts": pl.Int64,
     "latency_ms": pl.Float64,
     "prompt_tokens": pl.Int64,
@@ -42,10 +48,46 @@ def generate(
     return llm.complete(gen.model, prompt, gen.temperature, gen.max_tokens)
 
 
+def synthesize(
+    gen: GenerationConfig,
+    question: str,
+    titles: list[str],
+    texts: list[str],
+    doc_ids: list[str],
+    llm: LLMClient,
+) -> tuple[list[str], list[str], list[str], int]:
+    """Context synthesis (rag_core/context.py): (titles, texts, doc_ids, compression fallbacks)."""
+    blocks = list(zip(titles, texts, doc_ids, strict=True))
+    fallbacks = 0
+    if gen.context == "compress":
+        kept = []
+        for title, text, doc in blocks:
+            out = llm.complete(gen.context_model, compress_prompt(question, text), max_tokens=256)
+            short = None if out.error else parse_compressed(out.text)
+            if short is None:
+                fallbacks += 1
+                kept.append((title, text, doc))
+            elif short:
+                kept.append((title, short, doc))
+        blocks = kept
+    if gen.context_max_tokens:
+        if gen.is_extractive:
+            count = word_count
+        else:
+            import litellm
+
+            def count(t: str) -> int:
+                return litellm.token_counter(model=gen.model, text=t)
+
+        fitted = apply_budget([t for _, t, _ in blocks], gen.context_max_tokens, count)
+        blocks = [(title, text, doc) for (title, _, doc), text in zip(blocks, fitted, strict=False)]
+    return [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], fallbacks
+
+
 def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.configs,
-        deps=[dg.AssetDep("retrievals", partition_mapping=parts.retrieval_to_config), "qa_set"],
+        deps=[dg.AssetDep("rerankings", partition_mapping=parts.rerank_to_config), "qa_set"],
         group_name="evaluation",
         kinds={"parquet"},
         pool="llm",  # dagster.yaml caps concurrent LLM-calling steps
@@ -63,12 +105,20 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             df = artifacts.read("answers", fp, "answers")
         else:
             qa = artifacts.read("qa", lineage.qa_fp, "qa_set")
-            ret = artifacts.read("retrievals", lineage.retrieval_fp(c), f"retrievals {c.retrieval_key}")
+            ret = artifacts.read("rerankings", lineage.rerank_fp(c), f"rerankings {c.rerank_key}")
             joined = qa.select("query_id", "question").join(ret, on="query_id", how="left")
             items = list(joined.iter_rows(named=True))
 
-            def one(row: dict) -> Completion:
-                return generate(c.generation, row["question"], row["titles"] or [], row["texts"] or [], llm)
+            def one(row: dict) -> tuple:
+                titles, texts, docs, fallbacks = synthesize(
+                    c.generation,
+                    row["question"],
+                    row["titles"] or [],
+                    row["texts"] or [],
+                    row["doc_ids"] or [],
+                    llm,
+                )
+                return generate(c.generation, row["question"], titles, texts, llm), texts, docs, fallbacks
 
             workers = 1 if c.generation.is_extractive else llm.max_concurrency
             with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -79,13 +129,19 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                         "query_id": row["query_id"],
                         "answer": res.text,
                         "error": res.error,
+                        "context_doc_ids": docs,
+                        "context_texts": texts,
+                        "citations": [
+                            docs[n - 1] if 1 <= n <= len(docs) else f"[{n}]?" for n in citations(res.text)
+                        ],
+                        "context_fallbacks": fallbacks,
                         "attempts": res.attempts,
                         "latency_ms": res.latency_ms,
                         "prompt_tokens": res.prompt_tokens,
                         "completion_tokens": res.completion_tokens,
                         "cost_usd": res.cost_usd,
                     }
-                    for row, res in zip(items, results, strict=True)
+                    for row, (res, texts, docs, fallbacks) in zip(items, results, strict=True)
                 ],
                 schema=ANSWER_SCHEMA,
             )
@@ -100,6 +156,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 "dagster/row_count": df.height,
                 "model": c.generation.model,
                 "errors": int(df["error"].drop_nulls().len()),
+                "context_compression_fallbacks": int(df["context_fallbacks"].sum()),
                 "latency_p50_ms": round(percentile(lat, 50), 3),
                 "latency_p95_ms": round(percentile(lat, 95), 3),
                 "cost_usd": float(df["cost_usd"].sum()),

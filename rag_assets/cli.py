@@ -48,6 +48,7 @@ def plan(sweep, artifacts, force: bool, backend: str = "lancedb") -> list[tuple[
         ("embeddings", "index_key", "embeddings", lineage.index_fp),
         ("vector_index", "index_key", "indexes", lineage.store_fp),
         ("retrievals", "retrieval_key", "retrievals", lineage.retrieval_fp),
+        ("rerankings", "rerank_key", "rerankings", lineage.rerank_fp),
         ("answers", "config_key", "answers", lineage.answers_fp),
         # evaluations always run: cheap, and they make sure the MLflow store holds each config's run
         ("evaluations", "config_key", None, lineage.evaluation_fp),

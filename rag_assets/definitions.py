@@ -22,6 +22,7 @@ from rag_assets import (  # noqa: E402
     inputs,
     jobs,
     leaderboard,
+    rerankings,
     retrievals,
 )
 from rag_assets.partitions import SweepPartitions  # noqa: E402
@@ -42,6 +43,7 @@ def build_assets(sweep: Sweep, backend: str) -> list[dg.AssetsDefinition]:
         embeddings.build(sweep, parts),
         indexes.build(sweep, parts, backend),
         retrievals.build(sweep, parts, backend),
+        rerankings.build(sweep, parts, backend),
         answers.build(sweep, parts, backend),
         evaluations.build(sweep, parts, backend),
         leaderboard.build(sweep, backend),

@@ -57,7 +57,11 @@ def judge(llm: LLMClient, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: 
     def one(r: dict) -> float | None:
         if not (r["answer"] or "").strip():
             return 0.0
-        prompt = judge_prompt(r["question"], r["answer"], format_context(r["texts"] or [], r["titles"] or []))
+        if r.get("context_texts") is not None:  # what the generator saw, after context synthesis
+            context = format_context(r["context_texts"])
+        else:
+            context = format_context(r["texts"] or [], r["titles"] or [])
+        prompt = judge_prompt(r["question"], r["answer"], context)
         out = llm.complete(model, prompt, temperature=0.0, max_tokens=8)
         return None if out.error else parse_verdict(out.text)
 
@@ -70,7 +74,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
         partitions_def=parts.configs,
         deps=[
             "answers",
-            dg.AssetDep("retrievals", partition_mapping=parts.retrieval_to_config),
+            dg.AssetDep("rerankings", partition_mapping=parts.rerank_to_config),
             "qa_set",
         ],
         group_name="evaluation",
@@ -95,7 +99,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             summary = artifacts.read("evaluation_summaries", fp, "evaluation summary").to_dicts()[0]
         else:
             qa = artifacts.read("qa", lineage.qa_fp, "qa_set")
-            ret = artifacts.read("retrievals", lineage.retrieval_fp(c), f"retrievals {c.retrieval_key}")
+            ret = artifacts.read("rerankings", lineage.rerank_fp(c), f"rerankings {c.rerank_key}")
             ans = artifacts.read("answers", lineage.answers_fp(c), f"answers {c.config_key}")
             chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
             emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
@@ -133,6 +137,10 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 "tokens": float(ans["prompt_tokens"].sum() + ans["completion_tokens"].sum()),
                 "generation_prompt_tokens": float(ans["prompt_tokens"].sum()),
                 "generation_completion_tokens": float(ans["completion_tokens"].sum()),
+                "n_query_transform_fallbacks": float(ret["transform_fallback"].sum()),
+                "n_rerank_fallbacks": float(ret["rerank_fallback"].sum()),
+                "n_context_compression_fallbacks": float(ans["context_fallbacks"].sum()),
+                "rerank_ms_mean": float(ret["rerank_ms"].mean() or 0.0),
             }
             summary = {"config_key": c.config_key, "fingerprint": fp, **c.flat_params(), **metrics}
             artifacts.write("evaluations", fp, per_query)

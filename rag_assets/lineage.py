@@ -15,9 +15,10 @@ from rag_core.judge import JUDGE_PROMPT_VERSION
 from rag_core.spec import RagConfig, Sweep
 
 CHUNKER_VERSION = 2
-RETRIEVER_VERSION = 1
-GENERATOR_VERSION = 1
-METRICS_VERSION = 2
+RETRIEVER_VERSION = 2
+RERANKER_VERSION = 1
+GENERATOR_VERSION = 2
+METRICS_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Lineage:
         return fingerprint("qa", file_hash(self.sweep.qa_path), self.sweep.max_queries, self.corpus_fp)
 
     def chunk_fp(self, c: RagConfig) -> str:
-        return fingerprint("chunkset", self.corpus_fp, c.chunking.model_dump(), CHUNKER_VERSION)
+        return fingerprint("chunkset", self.corpus_fp, c.settings("chunk"), CHUNKER_VERSION)
 
     def index_fp(self, c: RagConfig) -> str:
         return fingerprint("index", self.chunk_fp(c), c.embedding.model_dump())
@@ -45,11 +46,14 @@ class Lineage:
 
     def retrieval_fp(self, c: RagConfig) -> str:
         return fingerprint(
-            "retrieval", self.store_fp(c), c.retrieval.model_dump(), self.qa_fp, RETRIEVER_VERSION
+            "retrieval", self.store_fp(c), c.settings("retrieval")["retrieval"], self.qa_fp, RETRIEVER_VERSION
         )
 
+    def rerank_fp(self, c: RagConfig) -> str:
+        return fingerprint("rerank", self.retrieval_fp(c), c.settings("rerank")["rerank"], RERANKER_VERSION)
+
     def answers_fp(self, c: RagConfig) -> str:
-        return fingerprint("answers", self.retrieval_fp(c), c.generation.model_dump(), GENERATOR_VERSION)
+        return fingerprint("answers", self.rerank_fp(c), c.generation.model_dump(), GENERATOR_VERSION)
 
     def evaluation_fp(self, c: RagConfig) -> str:
         judge = (self.sweep.judge_model, JUDGE_PROMPT_VERSION) if self.sweep.judge_model else None

@@ -2,8 +2,9 @@
 
     chunksets                 <chunking>                       recursive-512-64
     embeddings, vector_index  <chunking>__<embedder>           recursive-512-64__all-minilm-l6-v2
-    retrievals                <index>__<retrieval>             ...__hybrid-rrf-a0.5-k5
-    answers, evaluations      <retrieval>__<generation>        ...__extractive
+    retrievals                <index>__<retrieval>             ...__hybrid-rrf-a0.5-k20
+    rerankings                <retrieval>__<reranker>          ...__mmr-l0.5-c20-k5
+    answers, evaluations      <reranking>__<generation>        ...__extractive
 
 Dagster cannot map between differently keyed *dynamic* partitions (no custom PartitionMapping), so each
 stage has a *static* partitions definition built from the sweep when the code location loads, and the
@@ -33,10 +34,12 @@ class SweepPartitions:
     chunks: dg.StaticPartitionsDefinition
     indexes: dg.StaticPartitionsDefinition
     retrievals: dg.StaticPartitionsDefinition
+    reranks: dg.StaticPartitionsDefinition
     configs: dg.StaticPartitionsDefinition
     chunk_to_index: dg.StaticPartitionMapping
     index_to_retrieval: dg.StaticPartitionMapping
-    retrieval_to_config: dg.StaticPartitionMapping
+    retrieval_to_rerank: dg.StaticPartitionMapping
+    rerank_to_config: dg.StaticPartitionMapping
 
     @classmethod
     def of(cls, sweep: Sweep) -> SweepPartitions:
@@ -44,8 +47,10 @@ class SweepPartitions:
             chunks=dg.StaticPartitionsDefinition(sweep.chunk_keys),
             indexes=dg.StaticPartitionsDefinition(sweep.index_keys),
             retrievals=dg.StaticPartitionsDefinition(sweep.retrieval_keys),
+            reranks=dg.StaticPartitionsDefinition(sweep.rerank_keys),
             configs=dg.StaticPartitionsDefinition(sweep.config_keys),
             chunk_to_index=_mapping(sweep, "chunk_key", "index_key"),
             index_to_retrieval=_mapping(sweep, "index_key", "retrieval_key"),
-            retrieval_to_config=_mapping(sweep, "retrieval_key", "config_key"),
+            retrieval_to_rerank=_mapping(sweep, "retrieval_key", "rerank_key"),
+            rerank_to_config=_mapping(sweep, "rerank_key", "config_key"),
         )

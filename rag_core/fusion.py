@@ -25,6 +25,15 @@ def rrf(vector: Ranked, keyword: Ranked, alpha: float = 0.5, k0: int = RRF_K) ->
     return _sorted(scores)
 
 
+def rrf_many(rankings: Sequence[Ranked], k0: int = RRF_K) -> list[tuple[str, float]]:
+    """Unweighted RRF of any number of rankings (multi-query retrieval): score(d) = Σ 1 / (k0 + rank)."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, (doc, _) in enumerate(ranking, start=1):
+            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k0 + rank)
+    return _sorted(scores)
+
+
 def min_max(ranking: Ranked) -> dict[str, float]:
     if not ranking:
         return {}

@@ -76,18 +76,73 @@ class RetrievalConfig(_Strict):
     top_k: int = Field(gt=0, le=100)
     hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
     fusion: Literal["rrf", "weighted"] = "rrf"
+    # Query transformation through an LLM (see rag_assets/retrievals.py); falls back to the question.
+    query_transform: Literal["none", "rewrite", "multi_query", "hyde"] = "none"
+    query_model: str | None = None
+    n_queries: int = Field(default=3, ge=1, le=10)
+
+    @model_validator(mode="after")
+    def _model_for_transform(self) -> RetrievalConfig:
+        if self.query_transform != "none" and not self.query_model:
+            raise ValueError(f"query_transform {self.query_transform!r} needs query_model (a litellm model)")
+        return self
 
     @property
     def key(self) -> str:
-        if self.mode == "hybrid":
-            return f"hybrid-{self.fusion}-a{self.hybrid_alpha:g}-k{self.top_k}"
-        return f"{self.mode}-k{self.top_k}"
+        """Mode and query settings; the fetch depth is added by RagConfig (it depends on the reranker)."""
+        base = f"hybrid-{self.fusion}-a{self.hybrid_alpha:g}" if self.mode == "hybrid" else self.mode
+        if self.query_transform == "rewrite":
+            base += f"-rw-{slug(self.query_model)}"
+        elif self.query_transform == "multi_query":
+            base += f"-mq{self.n_queries}-{slug(self.query_model)}"
+        elif self.query_transform == "hyde":
+            base += f"-hyde-{slug(self.query_model)}"
+        return base
 
     def effective(self) -> RetrievalConfig:
         """Settings that do not affect this mode are reset, so they neither split partitions nor configs."""
-        if self.mode == "hybrid":
-            return self
-        return RetrievalConfig(mode=self.mode, top_k=self.top_k)
+        fields = self.model_dump()
+        if self.mode != "hybrid":
+            fields.update(hybrid_alpha=0.5, fusion="rrf")
+        if self.query_transform == "none":
+            fields.update(query_model=None)
+        if self.query_transform != "multi_query":
+            fields.update(n_queries=3)
+        return RetrievalConfig(**fields)
+
+
+class RerankConfig(_Strict):
+    """Rerank `candidates` retrieved chunks down to the retrieval's top_k."""
+
+    method: Literal["none", "mmr", "llm", "cross_encoder"] = "none"
+    candidates: int = Field(default=20, gt=0, le=200)
+    mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
+    model: str | None = None  # llm: a litellm model; cross_encoder: a sentence-transformers CrossEncoder path
+
+    @model_validator(mode="after")
+    def _model_when_needed(self) -> RerankConfig:
+        if self.method in ("llm", "cross_encoder") and not self.model:
+            raise ValueError(f"rerank method {self.method!r} needs model")
+        return self
+
+    def effective(self) -> RerankConfig:
+        if self.method == "none":
+            return RerankConfig()
+        fields = self.model_dump()
+        if self.method != "mmr":
+            fields.update(mmr_lambda=0.5)
+        if self.method == "mmr":
+            fields.update(model=None)
+        return RerankConfig(**fields)
+
+    @property
+    def key(self) -> str:
+        if self.method == "none":
+            return "none"
+        if self.method == "mmr":
+            return f"mmr-l{self.mmr_lambda:g}-c{self.candidates}"
+        name = "llm" if self.method == "llm" else "ce"
+        return f"{name}-{slug(self.model.rstrip('/').split('/')[-1])}-c{self.candidates}"
 
 
 class GenerationConfig(_Strict):
@@ -95,6 +150,12 @@ class GenerationConfig(_Strict):
     prompt_template: str = DEFAULT_PROMPT
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=128, gt=0)
+    # Context synthesis: `concat` numbered blocks, or `compress` each block with context_model to what
+    # answers the question; context_max_tokens caps the context (tokens of the generation model, words
+    # for the extractive reader).
+    context: Literal["concat", "compress"] = "concat"
+    context_model: str | None = None
+    context_max_tokens: int | None = Field(default=None, gt=0)
 
     @field_validator("prompt_template")
     @classmethod
@@ -104,23 +165,41 @@ class GenerationConfig(_Strict):
                 raise ValueError(f"prompt_template must contain {name}")
         return v
 
+    @model_validator(mode="after")
+    def _model_for_compression(self) -> GenerationConfig:
+        if self.context == "compress" and not self.context_model:
+            raise ValueError("context 'compress' needs context_model (a litellm model)")
+        return self
+
     @property
     def is_extractive(self) -> bool:
         return self.model == "extractive"
 
     def effective(self) -> GenerationConfig:
+        fields = self.model_dump()
+        if self.context == "concat":
+            fields.update(context_model=None)
         if self.is_extractive:  # the extractive reader has no prompt, temperature or token limit
-            return GenerationConfig(model="extractive")
-        return self
+            fields.update(prompt_template=DEFAULT_PROMPT, temperature=0.0, max_tokens=128)
+        return GenerationConfig(**fields)
 
     @property
     def key(self) -> str:
-        if self.is_extractive:
-            return "extractive"
-        return (
-            f"{slug(self.model)}-t{self.temperature:g}-m{self.max_tokens}"
-            f"-p{short_hash(self.prompt_template, 6)}"
+        key = (
+            "extractive"
+            if self.is_extractive
+            else (
+                f"{slug(self.model)}-t{self.temperature:g}-m{self.max_tokens}-p{short_hash(self.prompt_template, 6)}"
+            )
         )
+        if self.context == "compress":
+            key += f"-cmp-{slug(self.context_model)}"
+        if self.context_max_tokens:
+            key += f"-b{self.context_max_tokens}"
+        return key
+
+
+STAGES = ("chunk", "index", "retrieval", "rerank", "config")
 
 
 class RagConfig(_Strict):
@@ -129,7 +208,15 @@ class RagConfig(_Strict):
     chunking: ChunkingConfig
     embedding: EmbeddingConfig
     retrieval: RetrievalConfig
+    rerank: RerankConfig = RerankConfig()
     generation: GenerationConfig
+
+    @property
+    def fetch_k(self) -> int:
+        """How many chunks retrieval fetches: the reranker's candidates, or top_k without a reranker."""
+        if self.rerank.method == "none":
+            return self.retrieval.top_k
+        return max(self.retrieval.top_k, self.rerank.candidates)
 
     # Partition keys: each stage is keyed by exactly the settings that determine it.
     @property
@@ -142,15 +229,36 @@ class RagConfig(_Strict):
 
     @property
     def retrieval_key(self) -> str:
-        return f"{self.index_key}__{self.retrieval.key}"
+        return f"{self.index_key}__{self.retrieval.key}-k{self.fetch_k}"
+
+    @property
+    def rerank_key(self) -> str:
+        return f"{self.retrieval_key}__{self.rerank.key}-k{self.retrieval.top_k}"
 
     @property
     def config_key(self) -> str:
-        return f"{self.retrieval_key}__{self.generation.key}"
+        return f"{self.rerank_key}__{self.generation.key}"
+
+    def settings(self, stage: str) -> dict[str, Any]:
+        """Everything that determines a stage's output, up to and including the stage (JSON-able)."""
+        out: dict[str, Any] = {"chunking": self.chunking.model_dump()}
+        if stage == "chunk":
+            return out
+        out["embedding"] = self.embedding.model_dump()
+        if stage == "index":
+            return out
+        out["retrieval"] = {**self.retrieval.model_dump(exclude={"top_k"}), "fetch_k": self.fetch_k}
+        if stage == "retrieval":
+            return out
+        out["rerank"] = {**self.rerank.model_dump(), "top_k": self.retrieval.top_k}
+        if stage == "rerank":
+            return out
+        out["generation"] = self.generation.model_dump()
+        return out
 
     def flat_params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for stage in ("chunking", "embedding", "retrieval", "generation"):
+        for stage in ("chunking", "embedding", "retrieval", "rerank", "generation"):
             for name, value in getattr(self, stage).model_dump().items():
                 out[f"{stage}.{name}"] = value
         return out
@@ -188,6 +296,7 @@ class SweepFile(_Strict):
         default_factory=lambda: {"model": "all-MiniLM-L6-v2"}
     )
     retrieval: dict[str, Any] | list[dict[str, Any]]
+    rerank: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"method": "none"})
     generation: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"model": "extractive"})
     weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     search: SearchSpec = Field(default_factory=SearchSpec)
@@ -231,6 +340,10 @@ class Sweep(BaseModel):
     @property
     def retrieval_keys(self) -> list[str]:
         return _unique(c.retrieval_key for c in self.configs)
+
+    @property
+    def rerank_keys(self) -> list[str]:
+        return _unique(c.rerank_key for c in self.configs)
 
     @property
     def config_keys(self) -> list[str]:
@@ -306,12 +419,13 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         chunkings = _expand(spec.chunking, ChunkingConfig, "chunking")
         embeddings = _expand(spec.embedding, EmbeddingConfig, "embedding")
         retrievals = _expand(spec.retrieval, RetrievalConfig, "retrieval")
+        reranks = _expand(spec.rerank, RerankConfig, "rerank")
         generations = _expand(spec.generation, GenerationConfig, "generation")
     except SpecError as e:
         raise SpecError(f"{path}: {e}") from None
     configs = [
-        RagConfig(chunking=c, embedding=e, retrieval=r, generation=g)
-        for c, e, r, g in itertools.product(chunkings, embeddings, retrievals, generations)
+        RagConfig(chunking=c, embedding=e, retrieval=r, rerank=rr, generation=g)
+        for c, e, r, rr, g in itertools.product(chunkings, embeddings, retrievals, reranks, generations)
     ]
     configs = _search(configs, spec.search)
     _check_keys_unique(configs, path)
@@ -330,15 +444,11 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
 
 def _check_keys_unique(configs: list[RagConfig], path: Path) -> None:
     """Two different settings must never share a partition key (e.g. models `a/x` and `b/x`)."""
-    for attr, stages in (
-        ("chunk_key", ("chunking",)),
-        ("index_key", ("chunking", "embedding")),
-        ("retrieval_key", ("chunking", "embedding", "retrieval")),
-        ("config_key", ("chunking", "embedding", "retrieval", "generation")),
-    ):
-        seen: dict[str, tuple] = {}
+    for stage in STAGES:
+        attr = f"{stage}_key"
+        seen: dict[str, dict] = {}
         for c in configs:
-            settings = tuple(getattr(c, s) for s in stages)
+            settings = c.settings(stage)
             if seen.setdefault(getattr(c, attr), settings) != settings:
                 raise SpecError(
                     f"{path}: two different settings map to the partition key {getattr(c, attr)!r}; "

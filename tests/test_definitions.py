@@ -25,6 +25,7 @@ def test_definitions_load(tmp_path):
         "embeddings",
         "vector_index",
         "retrievals",
+        "rerankings",
         "answers",
         "evaluations",
         "leaderboard",
@@ -53,8 +54,10 @@ def _upstream(defs, asset: str, upstream: str, key: str) -> set[str]:
 
 def test_each_partition_maps_to_its_real_upstream_partition(tmp_path):
     defs = _defs(tmp_path)
-    cfg = "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5__extractive"
-    assert _upstream(defs, "answers", "retrievals", cfg) == {
+    cfg = "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5__none-k5__extractive"
+    rerank = "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5__none-k5"
+    assert _upstream(defs, "answers", "rerankings", cfg) == {rerank}
+    assert _upstream(defs, "rerankings", "retrievals", rerank) == {
         "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5"
     }
     assert _upstream(defs, "retrievals", "vector_index", "paragraph-1024-0__all-minilm-l6-v2__bm25-k2") == {
@@ -69,13 +72,22 @@ def test_partition_counts_snapshot(tmp_path):
     graph = _defs(tmp_path).resolve_asset_graph()
     counts = {
         k: len(graph.get(dg.AssetKey(k)).partitions_def.get_partition_keys())
-        for k in ("chunksets", "embeddings", "vector_index", "retrievals", "answers", "evaluations")
+        for k in (
+            "chunksets",
+            "embeddings",
+            "vector_index",
+            "retrievals",
+            "rerankings",
+            "answers",
+            "evaluations",
+        )
     }
     assert counts == {
         "chunksets": 2,
         "embeddings": 2,
         "vector_index": 2,
         "retrievals": 12,
+        "rerankings": 12,
         "answers": 12,
         "evaluations": 12,
     }

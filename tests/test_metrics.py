@@ -119,11 +119,18 @@ def test_chunking_metrics():
 
     from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
 
-    assert length_stats([2, 4, 6]) == {"chunk_tokens_mean": 4.0, "chunk_tokens_std": pytest.approx(np.std([2, 4, 6])),
-                                       "chunk_tokens_min": 2.0, "chunk_tokens_max": 6.0}
+    assert length_stats([2, 4, 6]) == {
+        "chunk_tokens_mean": 4.0,
+        "chunk_tokens_std": pytest.approx(np.std([2, 4, 6])),
+        "chunk_tokens_min": 2.0,
+        "chunk_tokens_max": 6.0,
+    }
     assert length_stats([])["chunk_tokens_mean"] == 0.0
     # "Paris" covered; "New York" split across chunks is not; articles/case normalized
-    assert answer_coverage(["The capital is Paris.", "in New", "York it rains"], [["paris"], ["New York"]]) == 0.5
+    assert (
+        answer_coverage(["The capital is Paris.", "in New", "York it rains"], [["paris"], ["New York"]])
+        == 0.5
+    )
     assert answer_coverage(["x"], [[]]) == 0.0
     e1, e2 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     # chunk A: two identical sentences (cohesion 1); chunk B: orthogonal pair (cohesion 0); A vs B centroid

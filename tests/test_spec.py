@@ -34,7 +34,7 @@ def test_irrelevant_settings_do_not_multiply_configs(tmp_path):
     sweep = load_sweep(write(tmp_path, BASE))
     # 4 chunkings x (vector 2 + bm25 2 + hybrid 2 alphas x 2 k = 8) retrievals
     assert len(sweep.configs) == 4 * 8
-    assert "fixed-100-10__all-minilm-l6-v2__hybrid-rrf-a0.3-k3__extractive" in sweep.config_keys
+    assert "fixed-100-10__all-minilm-l6-v2__hybrid-rrf-a0.3-k3__none-k3__extractive" in sweep.config_keys
 
 
 def test_list_of_mappings_pairs_settings(tmp_path):

@@ -27,6 +27,7 @@ def test_every_partition_materialized(sweep_run):
         "embeddings": sweep.index_keys,
         "vector_index": sweep.index_keys,
         "retrievals": sweep.retrieval_keys,
+        "rerankings": sweep.rerank_keys,
         "answers": sweep.config_keys,
         "evaluations": sweep.config_keys,
     }

@@ -33,6 +33,7 @@ ASSETS = [
     "embeddings",
     "vector_index",
     "retrievals",
+    "rerankings",
     "answers",
     "evaluations",
     "leaderboard",

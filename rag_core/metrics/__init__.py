@@ -19,6 +19,7 @@ from rag_core.metrics.generation import (
     exact_match,
     faithfulness,
     rouge_l,
+    strip_citations,
     token_f1,
 )
 from rag_core.metrics.retrieval import RETRIEVAL_METRICS, context_diversity, dedupe, retrieval_scores
@@ -89,14 +90,18 @@ def evaluate_queries(
     vec: dict[str, np.ndarray] = {}
     if embed is not None:
         texts = [
-            t for r in records for t in [r["answer"] or "", r["question"], *(r["answers"] or [])] if t.strip()
+            t
+            for r in records
+            for t in [strip_citations(r["answer"] or ""), r["question"], *(r["answers"] or [])]
+            if t.strip()
         ]
         unique = list(dict.fromkeys(texts))
         vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
     rows = []
     for r in records:
-        doc_ids, answer, golds = r["doc_ids"] or [], r["answer"] or "", r["answers"] or []
-        row = {"query_id": r["query_id"], "answer": answer, "error": r["error"]}
+        doc_ids, raw, golds = r["doc_ids"] or [], r["answer"] or "", r["answers"] or []
+        answer = strip_citations(raw)  # [n] markers are scored by citation_accuracy, not as answer words
+        row = {"query_id": r["query_id"], "answer": raw, "error": r["error"]}
         relevant = r["relevant_doc_ids"] or []
         if relevant:
             grades = r.get("relevant_doc_grades")
@@ -108,8 +113,11 @@ def evaluate_queries(
         row["token_f1"] = token_f1(answer, golds) if golds else None
         row["bleu"] = bleu(answer, golds) if golds else None
         row["rouge_l"] = rouge_l(answer, golds) if golds else None
-        row["faithfulness"] = faithfulness(answer, r["texts"] or [])
-        row["citation_accuracy"] = citation_accuracy(answer, doc_ids, set(relevant))
+        # what the generator saw (after context synthesis) when the answers record it
+        seen_texts = r["context_texts"] if r.get("context_texts") is not None else (r["texts"] or [])
+        seen_docs = r["context_doc_ids"] if r.get("context_doc_ids") is not None else doc_ids
+        row["faithfulness"] = faithfulness(answer, seen_texts)
+        row["citation_accuracy"] = citation_accuracy(raw, seen_docs, set(relevant))
         if embed is not None:
             a = vec.get(answer) if answer.strip() else None
             row["semantic_similarity"] = (

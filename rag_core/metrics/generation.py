@@ -70,6 +70,11 @@ def citations(answer: str) -> list[int]:
     return list(dict.fromkeys(int(n) for n in _CITATION.findall(answer)))
 
 
+def strip_citations(answer: str) -> str:
+    """The answer without its `[n]` markers, for the answer-quality metrics."""
+    return " ".join(_CITATION.sub(" ", answer).split())
+
+
 def citation_accuracy(answer: str, context_doc_ids: Sequence[str], relevant: set[str]) -> float | None:
     """Share of cited context blocks ([n], 1-based) whose document is gold; a marker outside the context
     counts as wrong. None when the answer cites nothing (left out and counted)."""

@@ -1,0 +1,151 @@
+"""Rerankings: a reranker's top_k out of the retrieved candidates (partitioned by retrieval + reranker).
+
+Two rerankers over one retrieval share its partition: retrieval is not re-run. `none` keeps the first
+top_k. An LLM reranking whose reply cannot be parsed (or whose call fails) keeps the retrieval order, and
+the fallback is counted.
+"""
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+import numpy as np
+import polars as pl
+
+from rag_assets.common import EAGER, base_metadata, forced
+from rag_assets.lineage import Lineage
+from rag_assets.partitions import SweepPartitions
+from rag_assets.retrievals import RETRIEVAL_SCHEMA
+from rag_core.rerank import llm_rerank_prompt, mmr, parse_ordering
+from rag_core.spec import RagConfig, Sweep
+from resources.artifacts import ArtifactStore
+from resources.embedders import EmbeddingService, vectors_from_column
+from resources.llm import LLMClient
+
+RERANK_SCHEMA = {**RETRIEVAL_SCHEMA, "rerank_fallback": pl.Boolean, "rerank_ms": pl.Float64}
+LIST_COLUMNS = ("chunk_ids", "doc_ids", "scores", "titles", "texts")
+
+_CROSS_ENCODERS: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def cross_encoder(path: str):
+    with _LOCK:
+        if path not in _CROSS_ENCODERS:
+            from sentence_transformers import CrossEncoder
+
+            _CROSS_ENCODERS[path] = CrossEncoder(path, device="cpu")
+        return _CROSS_ENCODERS[path]
+
+
+def orders(
+    c: RagConfig, rows: list[dict], questions: dict[str, str], llm: LLMClient, vectors
+) -> list[tuple[list[int], bool]]:
+    """Per query: (candidate indices in the new order, fell back?)."""
+    method, k = c.rerank.method, c.retrieval.top_k
+    if method == "none":
+        return [(list(range(len(r["chunk_ids"]))), False) for r in rows]
+    if method == "mmr":
+        out = []
+        for r in rows:
+            q, cands = vectors(r)
+            out.append((mmr(q, cands, k, c.rerank.mmr_lambda), False))
+        return out
+    if method == "cross_encoder":
+        model = cross_encoder(c.rerank.model)
+        out = []
+        for r in rows:
+            if not r["texts"]:
+                out.append(([], False))
+                continue
+            scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
+            out.append((sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i)), False))
+        return out
+
+    def one(r: dict) -> tuple[list[int], bool]:  # llm
+        n = len(r["texts"])
+        reply = llm.complete(
+            c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
+        )
+        order = None if reply.error else parse_ordering(reply.text, n)
+        return (order, False) if order is not None else (list(range(n)), True)
+
+    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
+        return list(pool.map(one, rows))
+
+
+def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        partitions_def=parts.reranks,
+        deps=[dg.AssetDep("retrievals", partition_mapping=parts.retrieval_to_rerank), "qa_set"],
+        group_name="evaluation",
+        kinds={"parquet"},
+        pool="llm",
+        automation_condition=EAGER,
+        description="Per query: the final top_k chunks after reranking (none, mmr, llm, cross_encoder).",
+    )
+    def rerankings(
+        context: dg.AssetExecutionContext,
+        artifacts: ArtifactStore,
+        embedder: EmbeddingService,
+        llm: LLMClient,
+    ) -> dg.MaterializeResult:
+        lineage = Lineage(sweep, backend)
+        c = sweep.first("rerank_key", context.partition_key)
+        fp = lineage.rerank_fp(c)
+        reused = artifacts.exists("rerankings", fp) and not forced(context)
+        if reused:
+            df = artifacts.read("rerankings", fp, "rerankings")
+        else:
+            ret = artifacts.read("retrievals", lineage.retrieval_fp(c), f"retrievals {c.retrieval_key}")
+            qa = artifacts.read("qa", lineage.qa_fp, "qa_set")
+            questions = dict(zip(qa["query_id"], qa["question"], strict=True))
+            rows = list(ret.iter_rows(named=True))
+            vectors = None
+            if c.rerank.method == "mmr":
+                emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
+                chunk_vec = dict(
+                    zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True)
+                )
+                qids = [r["query_id"] for r in rows]
+                qvec = dict(
+                    zip(qids, embedder.embed(c.embedding.model, [questions[q] for q in qids])[0], strict=True)
+                )
+
+                def vectors(r: dict):
+                    cands = (
+                        np.stack([chunk_vec[x] for x in r["chunk_ids"]])
+                        if r["chunk_ids"]
+                        else np.zeros((0, 1))
+                    )
+                    return qvec[r["query_id"]], cands
+
+            t0 = time.perf_counter()
+            ordered = orders(c, rows, questions, llm, vectors)
+            per_query_ms = (time.perf_counter() - t0) * 1000 / max(len(rows), 1)
+            out = []
+            for r, (order, fell_back) in zip(rows, ordered, strict=True):
+                keep = order[: c.retrieval.top_k]
+                out.append(
+                    {
+                        **r,
+                        **{col: [r[col][i] for i in keep] for col in LIST_COLUMNS},
+                        "rerank_fallback": fell_back,
+                        "rerank_ms": per_query_ms,
+                    }
+                )
+            df = pl.DataFrame(out, schema=RERANK_SCHEMA)
+            artifacts.write("rerankings", fp, df)
+        return dg.MaterializeResult(
+            metadata={
+                **base_metadata(fp, artifacts.path("rerankings", fp), reused),
+                "dagster/row_count": df.height,
+                "method": c.rerank.method,
+                "rerank_fallbacks": int(df["rerank_fallback"].sum()),
+                "rerank_ms_per_query": round(float(df["rerank_ms"].mean() or 0.0), 3),
+            },
+            data_version=dg.DataVersion(fp),
+        )
+
+    return rerankings

