@@ -44,11 +44,28 @@ class _Strict(BaseModel):
 
 
 class ChunkingConfig(_Strict):
-    """Chunk sizes and overlaps are in characters of the document text."""
+    """Chunk sizes and overlaps are in characters of the document text, or in tokens of the embedder's
+    tokenizer with `unit: tokens`. `model` (the tokenizer / the semantic chunker's embedder) is filled from
+    the config's embedding model when needed, so such a chunkset is keyed by it too."""
 
-    method: Literal["fixed", "sentence", "paragraph", "recursive"]
+    method: Literal["fixed", "sentence", "paragraph", "recursive", "markdown", "semantic"]
     chunk_size: int = Field(gt=0)
     chunk_overlap: int = Field(ge=0)
+    unit: Literal["chars", "tokens"] = "chars"
+    semantic_percentile: float = Field(default=90.0, gt=0.0, lt=100.0)
+    model: str | None = None
+
+    @property
+    def needs_model(self) -> bool:
+        return self.unit == "tokens" or self.method == "semantic"
+
+    def effective(self) -> ChunkingConfig:
+        fields = self.model_dump()
+        if self.method != "semantic":
+            fields["semantic_percentile"] = 90.0
+        if not self.needs_model:
+            fields["model"] = None
+        return ChunkingConfig(**fields)
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> ChunkingConfig:
@@ -60,7 +77,13 @@ class ChunkingConfig(_Strict):
 
     @property
     def key(self) -> str:
-        return f"{self.method}-{self.chunk_size}-{self.chunk_overlap}"
+        t = "t" if self.unit == "tokens" else ""
+        key = f"{self.method}-{self.chunk_size}{t}-{self.chunk_overlap}{t}"
+        if self.method == "semantic":
+            key += f"-p{self.semantic_percentile:g}"
+        if self.needs_model and self.model:
+            key += f"-{slug(self.model.split('/')[-1])}"
+        return key
 
 
 class EmbeddingConfig(_Strict):
@@ -424,7 +447,13 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
     except SpecError as e:
         raise SpecError(f"{path}: {e}") from None
     configs = [
-        RagConfig(chunking=c, embedding=e, retrieval=r, rerank=rr, generation=g)
+        RagConfig(
+            chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,
+            embedding=e,
+            retrieval=r,
+            rerank=rr,
+            generation=g,
+        )
         for c, e, r, rr, g in itertools.product(chunkings, embeddings, retrievals, reranks, generations)
     ]
     configs = _search(configs, spec.search)

@@ -108,6 +108,16 @@ class EmbeddingService(dg.ConfigurableResource):
                 progress(min(i + self.batch_size, len(texts)), len(texts))
         return np.concatenate(out)
 
+    def token_offsets(self, model: str, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Character offsets of each text's tokens in the model's tokenizer (token-sized chunking)."""
+        if not is_local_model(model):
+            raise ValueError(
+                f"token-sized chunks need a local tokenizer; {model!r} is a remote model: use unit: chars"
+            )
+        tok = _local_model(model).tokenizer
+        enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        return [[tuple(o) for o in offsets] for offsets in enc["offset_mapping"]]
+
     def token_counts(self, model: str, texts: list[str]) -> list[int]:
         """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
         if is_local_model(model):

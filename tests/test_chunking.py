@@ -77,3 +77,66 @@ def test_chunk_corpus_ids_and_index_text():
     chunks = chunk_corpus(corpus, "sentence", 12, 0)
     assert chunks["chunk_id"].to_list() == ["d1#0", "d1#1", "d2#0"]
     assert chunks["index_text"].to_list() == ["T\nAlpha beta.", "T\nGamma delta.", "Solo."]
+
+
+MARKDOWN = """# Guide
+Intro text here. More intro.
+
+## Install
+Run the installer. Then restart the machine and log in again.
+
+```bash
+pip install x
+pip install y
+pip install z
+```
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+<h2>HTML part</h2>
+Body of the html part.
+"""
+
+
+def test_markdown_keeps_structure():
+    spans = chunk_text(MARKDOWN, "markdown", 40, 0)
+    pieces = [(MARKDOWN[s.start : s.end], s.heading) for s in spans]
+    code = next(p for p, _ in pieces if p.startswith("```"))
+    assert code.endswith("```") and code.count("pip install") == 3  # never split, though over 40 chars
+    table = next(p for p, _ in pieces if p.startswith("|"))
+    assert table.count("\n") == 2  # the whole table
+    assert ("# Guide\nIntro text here. More intro.", "Guide") in pieces  # heading kept with its content
+    assert all(not (p.startswith("Run") and h != "Guide > Install") for p, h in pieces)
+    assert pieces[-1] == ("Body of the html part.", "Guide > HTML part")  # HTML headings count too
+    assert ("<h2>HTML part</h2>", "Guide > HTML part") in pieces  # heading + body exceed 40: own chunk
+    # no chunk crosses a heading
+    for p, _ in pieces:
+        assert p.count("#") <= 2 and not ("Intro" in p and "Install" in p)
+    covered = {i for s in spans for i in range(s.start, s.end)}
+    assert all(i in covered for i, ch in enumerate(MARKDOWN) if not ch.isspace())
+
+
+def test_token_sizes_use_token_offsets():
+    text = "alpha beta gamma delta epsilon zeta eta theta"
+    offsets = [(m.start(), m.end()) for m in __import__("re").finditer(r"\w+", text)]  # one token per word
+    spans = chunk_text(text, "fixed", 3, 1, token_offsets=offsets)
+    assert [text[s.start : s.end] for s in spans] == ["alpha beta gamma", "gamma delta epsilon", "epsilon zeta eta",
+                                                       "eta theta"]
+    spans = chunk_text(text, "recursive", 4, 0, token_offsets=offsets)
+    assert all(len(text[s.start : s.end].split()) <= 4 for s in spans) and len(spans) == 2
+
+
+def test_semantic_breaks_where_topics_change():
+    import numpy as np
+
+    from rag_core.chunking import semantic_breakpoints, sentence_spans
+
+    text = "Cats purr. Cats sleep a lot. Stocks fell today. Markets were down."
+    spans = sentence_spans(text)
+    vecs = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=float)
+    (bps,) = semantic_breakpoints([spans], [vecs], percentile=60)
+    assert bps == {spans[2].start}
+    pieces = [text[s.start : s.end] for s in chunk_text(text, "semantic", 200, 0, breakpoints=bps)]
+    assert pieces == ["Cats purr. Cats sleep a lot.", "Stocks fell today. Markets were down."]

@@ -199,3 +199,31 @@ def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_
     rr = artifacts.read("rerankings", lineage.rerank_fp(llm_cfg), "rr").row(0, named=True)
     assert rr["chunk_ids"][:2] == [ret["chunk_ids"][1], ret["chunk_ids"][0]] and len(rr["chunk_ids"]) == 3
     assert any(re.search(r"QUERIES:$", r["body"]["messages"][0]["content"]) for r in stub.requests)
+
+
+@pytest.mark.slow
+def test_sweep_over_new_chunkers(slice_data, tmp_path):
+    from resources.embedders import EmbeddingService
+
+    spec = write_sweep(
+        tmp_path / "chunkers.yaml", slice_data, name="chunkers",
+        chunking=[
+            {"method": "recursive", "chunk_size": 96, "chunk_overlap": 16, "unit": "tokens"},
+            {"method": "semantic", "chunk_size": 600, "chunk_overlap": 0, "semantic_percentile": 80},
+            {"method": "markdown", "chunk_size": 500, "chunk_overlap": 0},
+        ],
+        retrieval={"mode": "bm25", "top_k": 3},
+    )
+    board, _, _, sweep, data = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+    assert sweep.chunk_keys == ["recursive-96t-16t-all-minilm-l6-v2", "semantic-600-0-p80-all-minilm-l6-v2",
+                                "markdown-500-0"]
+    assert board.height == 3 and board["recall_at_k"].min() > 0.2
+    artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
+    chunks = {c.chunk_key: artifacts.read("chunksets", lineage.chunk_fp(c), "c") for c in sweep.configs}
+    embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
+    tokens = embedder.token_offsets("all-MiniLM-L6-v2", chunks["recursive-96t-16t-all-minilm-l6-v2"]["text"].to_list())
+    assert max(len(t) for t in tokens) <= 96 < max(len(t) for t in embedder.token_offsets(
+        "all-MiniLM-L6-v2", chunks["semantic-600-0-p80-all-minilm-l6-v2"]["text"].to_list()))
+    # semantic chunks end at sentence ends, and some documents are cut into several groups
+    semantic = chunks["semantic-600-0-p80-all-minilm-l6-v2"]
+    assert semantic["doc_id"].n_unique() < semantic.height

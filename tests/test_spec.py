@@ -91,7 +91,7 @@ def test_random_search_is_seeded(tmp_path):
 @pytest.mark.parametrize(
     "patch,field",
     [
-        ({"chunking": {"method": "semantic", "chunk_size": 100, "chunk_overlap": 0}}, "chunking.method"),
+        ({"chunking": {"method": "bogus", "chunk_size": 100, "chunk_overlap": 0}}, "chunking.method"),
         ({"chunking": {"method": "fixed", "chunk_size": 100, "chunk_overlap": 100}}, "chunking"),
         ({"chunking": {"method": "fixed", "chunk_size": -1, "chunk_overlap": 0}}, "chunking.chunk_size"),
         ({"retrieval": {"mode": "vector", "top_k": 5, "hybrid_alpha": 1.5}}, "retrieval.hybrid_alpha"),
