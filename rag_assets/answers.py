@@ -13,7 +13,7 @@ import polars as pl
 from rag_assets.common import EAGER, base_metadata, forced
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
-from rag_core.context import apply_budget, compress_prompt, parse_compressed, word_count
+from rag_core.context import apply_budget, compress_prompt, parent_spans, parse_compressed, word_count
 from rag_core.generation import build_prompt, extractive_answer, format_context
 from rag_core.metrics import percentile
 from rag_core.metrics.generation import citations
@@ -84,6 +84,30 @@ def synthesize(
     return [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], fallbacks
 
 
+def expand_to_parents(items: list[dict], artifacts: ArtifactStore, lineage: Lineage, c) -> list[dict]:
+    """Replace each retrieved chunk by its parent section (rag_core.context.parent_spans), in rank order,
+    each parent once."""
+    chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
+    corpus = artifacts.read("corpus", lineage.corpus_fp, "corpus")
+    doc_text = dict(zip(corpus["doc_id"].to_list(), corpus["text"].to_list(), strict=True))
+    parents = parent_spans(chunks)
+    out = []
+    for row in items:
+        seen, titles, texts, docs = set(), [], [], []
+        for cid, title, doc in zip(
+            row["chunk_ids"] or [], row["titles"] or [], row["doc_ids"] or [], strict=True
+        ):
+            pid, start, end = parents[cid]
+            if pid in seen:
+                continue
+            seen.add(pid)
+            titles.append(title)
+            texts.append(doc_text[doc][start:end])
+            docs.append(doc)
+        out.append({**row, "titles": titles, "texts": texts, "doc_ids": docs})
+    return out
+
+
 def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.configs,
@@ -108,6 +132,8 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             ret = artifacts.read("rerankings", lineage.rerank_fp(c), f"rerankings {c.rerank_key}")
             joined = qa.select("query_id", "question").join(ret, on="query_id", how="left")
             items = list(joined.iter_rows(named=True))
+            if c.generation.context_expand == "parent":
+                items = expand_to_parents(items, artifacts, lineage, c)
 
             def one(row: dict) -> tuple:
                 titles, texts, docs, fallbacks = synthesize(

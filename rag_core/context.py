@@ -59,3 +59,25 @@ def apply_budget(texts: Sequence[str], max_tokens: int | None, count: Callable[[
 
 def word_count(text: str) -> int:
     return len(text.split())
+
+
+def parent_spans(chunks) -> dict[str, tuple[str, int, int]]:
+    """chunk_id -> (parent id, start, end): the parent is the chunk's markdown section (chunks of the same
+    document sharing a heading path) or, without headings, the whole chunked extent of its document."""
+    import json
+
+    import polars as pl
+
+    keyed = chunks.with_columns(
+        pl.col("metadata")
+        .map_elements(lambda m: json.loads(m or "{}").get("heading_path", ""), return_dtype=pl.String)
+        .alias("_heading")
+    )
+    bounds = keyed.group_by("doc_id", "_heading").agg(
+        pl.col("start").min().alias("_s"), pl.col("end").max().alias("_e")
+    )
+    joined = keyed.join(bounds, on=["doc_id", "_heading"])
+    return {
+        r["chunk_id"]: (f"{r['doc_id']}|{r['_heading']}", r["_s"], r["_e"])
+        for r in joined.select("chunk_id", "doc_id", "_heading", "_s", "_e").iter_rows(named=True)
+    }

@@ -179,6 +179,9 @@ class GenerationConfig(_Strict):
     context: Literal["concat", "compress"] = "concat"
     context_model: str | None = None
     context_max_tokens: int | None = Field(default=None, gt=0)
+    # Parent/child: retrieve small chunks, give the generator their parent section (markdown heading
+    # section, else the whole document) instead; parents shared by several chunks appear once.
+    context_expand: Literal["none", "parent"] = "none"
 
     @field_validator("prompt_template")
     @classmethod
@@ -219,6 +222,8 @@ class GenerationConfig(_Strict):
             key += f"-cmp-{slug(self.context_model)}"
         if self.context_max_tokens:
             key += f"-b{self.context_max_tokens}"
+        if self.context_expand == "parent":
+            key += "-parent"
         return key
 
 

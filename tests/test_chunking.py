@@ -122,8 +122,12 @@ def test_token_sizes_use_token_offsets():
     text = "alpha beta gamma delta epsilon zeta eta theta"
     offsets = [(m.start(), m.end()) for m in __import__("re").finditer(r"\w+", text)]  # one token per word
     spans = chunk_text(text, "fixed", 3, 1, token_offsets=offsets)
-    assert [text[s.start : s.end] for s in spans] == ["alpha beta gamma", "gamma delta epsilon", "epsilon zeta eta",
-                                                       "eta theta"]
+    assert [text[s.start : s.end] for s in spans] == [
+        "alpha beta gamma",
+        "gamma delta epsilon",
+        "epsilon zeta eta",
+        "eta theta",
+    ]
     spans = chunk_text(text, "recursive", 4, 0, token_offsets=offsets)
     assert all(len(text[s.start : s.end].split()) <= 4 for s in spans) and len(spans) == 2
 

@@ -206,24 +206,82 @@ def test_sweep_over_new_chunkers(slice_data, tmp_path):
     from resources.embedders import EmbeddingService
 
     spec = write_sweep(
-        tmp_path / "chunkers.yaml", slice_data, name="chunkers",
+        tmp_path / "chunkers.yaml",
+        slice_data,
+        name="chunkers",
         chunking=[
             {"method": "recursive", "chunk_size": 96, "chunk_overlap": 16, "unit": "tokens"},
             {"method": "semantic", "chunk_size": 600, "chunk_overlap": 0, "semantic_percentile": 80},
             {"method": "markdown", "chunk_size": 500, "chunk_overlap": 0},
         ],
         retrieval={"mode": "bm25", "top_k": 3},
+        generation=[{"model": "extractive"}, {"model": "extractive", "context_expand": "parent"}],
     )
     board, _, _, sweep, data = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
-    assert sweep.chunk_keys == ["recursive-96t-16t-all-minilm-l6-v2", "semantic-600-0-p80-all-minilm-l6-v2",
-                                "markdown-500-0"]
-    assert board.height == 3 and board["recall_at_k"].min() > 0.2
+    assert sweep.chunk_keys == [
+        "recursive-96t-16t-all-minilm-l6-v2",
+        "semantic-600-0-p80-all-minilm-l6-v2",
+        "markdown-500-0",
+    ]
+    assert board.height == 6 and board["recall_at_k"].min() > 0.2
     artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
     chunks = {c.chunk_key: artifacts.read("chunksets", lineage.chunk_fp(c), "c") for c in sweep.configs}
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
-    tokens = embedder.token_offsets("all-MiniLM-L6-v2", chunks["recursive-96t-16t-all-minilm-l6-v2"]["text"].to_list())
-    assert max(len(t) for t in tokens) <= 96 < max(len(t) for t in embedder.token_offsets(
-        "all-MiniLM-L6-v2", chunks["semantic-600-0-p80-all-minilm-l6-v2"]["text"].to_list()))
+    tokens = embedder.token_offsets(
+        "all-MiniLM-L6-v2", chunks["recursive-96t-16t-all-minilm-l6-v2"]["text"].to_list()
+    )
+    assert (
+        max(len(t) for t in tokens)
+        <= 96
+        < max(
+            len(t)
+            for t in embedder.token_offsets(
+                "all-MiniLM-L6-v2", chunks["semantic-600-0-p80-all-minilm-l6-v2"]["text"].to_list()
+            )
+        )
+    )
     # semantic chunks end at sentence ends, and some documents are cut into several groups
     semantic = chunks["semantic-600-0-p80-all-minilm-l6-v2"]
     assert semantic["doc_id"].n_unique() < semantic.height
+    # parent/child: the token-sized chunks were retrieved, the generator saw whole documents (once each)
+    small, parent = (
+        next(c for c in sweep.configs if c.chunking.unit == "tokens" and c.generation.context_expand == e)
+        for e in ("none", "parent")
+    )
+    a_small = artifacts.read("answers", lineage.answers_fp(small), "a")
+    a_parent = artifacts.read("answers", lineage.answers_fp(parent), "a")
+    corpus = artifacts.read("corpus", lineage.corpus_fp, "corpus")
+    full = set(corpus["text"].str.strip_chars().to_list())
+    assert all(t in full for texts in a_parent["context_texts"] for t in texts)
+    assert all(len(set(d)) == len(d) for d in a_parent["context_doc_ids"])
+    assert (
+        a_parent["context_texts"].list.join(" ").str.len_chars().sum()
+        > a_small["context_texts"].list.join(" ").str.len_chars().sum()
+    )
+
+
+def test_parent_spans_group_sections_and_documents():
+    import json
+
+    from rag_core.chunking import chunk_corpus
+    from rag_core.context import parent_spans
+
+    corpus = pl.DataFrame(
+        {
+            "doc_id": ["md", "plain"],
+            "title": ["", ""],
+            "metadata": ["{}", "{}"],
+            "text": ["# A\nOne. Two.\n\n# B\nThree. Four.", "Alpha beta. Gamma delta. Epsilon."],
+        }
+    )
+    chunks = chunk_corpus(corpus, "markdown", 10, 0)
+    parents = parent_spans(chunks)
+    by_heading = {}
+    for r in chunks.iter_rows(named=True):
+        pid, s, e = parents[r["chunk_id"]]
+        by_heading.setdefault(json.loads(r["metadata"]).get("heading_path", ""), set()).add((pid, s, e))
+    text = corpus["text"][0]
+    (a,) = by_heading["A"]
+    (b,) = by_heading["B"]
+    assert text[a[1] : a[2]] == "# A\nOne. Two." and text[b[1] : b[2]] == "# B\nThree. Four."
+    assert {p[0] for p in parents.values() if p[0].startswith("plain")} == {"plain|"}  # one parent: the doc
