@@ -19,7 +19,7 @@ from rag_core.metrics import percentile
 from rag_core.metrics.generation import citations
 from rag_core.spec import GenerationConfig, Sweep
 from resources.artifacts import ArtifactStore
-from resources.llm import Completion, LLMClient
+from resources.llm import NO_USAGE, Completion, LLMClient, usage
 
 ANSWER_SCHEMA = {
     "query_id": pl.String,
@@ -29,6 +29,9 @@ ANSWER_SCHEMA = {
     "context_texts": pl.List(pl.String),
     "citations": pl.List(pl.String),  # doc ids of the [n] markers in the answer
     "context_fallbacks": pl.Int64,  # blocks kept uncompressed because compression failed
+    "context_tokens": pl.Int64,
+    "context_cost_usd": pl.Float64,
+    "context_ms": pl.Float64,
     "attempts": pl.Int64,
     "latency_ms": pl.Float64,
     "prompt_tokens": pl.Int64,
@@ -56,13 +59,15 @@ def synthesize(
     doc_ids: list[str],
     llm: LLMClient,
 ) -> tuple[list[str], list[str], list[str], int]:
-    """Context synthesis (rag_core/context.py): (titles, texts, doc_ids, compression fallbacks)."""
+    """Context synthesis (rag_core/context.py): (titles, texts, doc_ids, compression fallbacks, usage)."""
     blocks = list(zip(titles, texts, doc_ids, strict=True))
     fallbacks = 0
+    spent = dict(NO_USAGE)
     if gen.context == "compress":
         kept = []
         for title, text, doc in blocks:
             out = llm.complete(gen.context_model, compress_prompt(question, text), max_tokens=256)
+            spent = {k: spent[k] + v for k, v in usage(out).items()}
             short = None if out.error else parse_compressed(out.text)
             if short is None:
                 fallbacks += 1
@@ -81,7 +86,7 @@ def synthesize(
 
         fitted = apply_budget([t for _, t, _ in blocks], gen.context_max_tokens, count)
         blocks = [(title, text, doc) for (title, _, doc), text in zip(blocks, fitted, strict=False)]
-    return [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], fallbacks
+    return [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], fallbacks, spent
 
 
 def expand_to_parents(items: list[dict], artifacts: ArtifactStore, lineage: Lineage, c) -> list[dict]:
@@ -136,7 +141,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 items = expand_to_parents(items, artifacts, lineage, c)
 
             def one(row: dict) -> tuple:
-                titles, texts, docs, fallbacks = synthesize(
+                titles, texts, docs, fallbacks, spent = synthesize(
                     c.generation,
                     row["question"],
                     row["titles"] or [],
@@ -144,7 +149,13 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                     row["doc_ids"] or [],
                     llm,
                 )
-                return generate(c.generation, row["question"], titles, texts, llm), texts, docs, fallbacks
+                return (
+                    generate(c.generation, row["question"], titles, texts, llm),
+                    texts,
+                    docs,
+                    fallbacks,
+                    spent,
+                )
 
             workers = 1 if c.generation.is_extractive else llm.max_concurrency
             with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -161,13 +172,16 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                             docs[n - 1] if 1 <= n <= len(docs) else f"[{n}]?" for n in citations(res.text)
                         ],
                         "context_fallbacks": fallbacks,
+                        "context_tokens": spent["tokens"],
+                        "context_cost_usd": spent["cost_usd"],
+                        "context_ms": spent["ms"],
                         "attempts": res.attempts,
                         "latency_ms": res.latency_ms,
                         "prompt_tokens": res.prompt_tokens,
                         "completion_tokens": res.completion_tokens,
                         "cost_usd": res.cost_usd,
                     }
-                    for row, (res, texts, docs, fallbacks) in zip(items, results, strict=True)
+                    for row, (res, texts, docs, fallbacks, spent) in zip(items, results, strict=True)
                 ],
                 schema=ANSWER_SCHEMA,
             )

@@ -15,14 +15,40 @@ from rag_assets.partitions import SweepPartitions
 from rag_core.chunking import split_sentences
 from rag_core.generation import format_context
 from rag_core.judge import judge_prompt, parse_verdict
-from rag_core.metrics import evaluate_queries, metric_columns, summarize
+from rag_core.metrics import evaluate_queries, metric_columns, percentile, summarize
 from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
 from rag_core.metrics.stats import bootstrap_ci
 from rag_core.spec import Sweep
 from resources.artifacts import ArtifactStore
 from resources.embedders import EmbeddingService, vectors_from_column
-from resources.llm import LLMClient
+from resources.llm import NO_USAGE, LLMClient, usage
 from resources.tracking import MlflowTracking
+
+
+def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict[str, float]:
+    """Tokens and cost (litellm's usage and cost table; 0 for local models) of every LLM-calling stage,
+    their totals, and p50/p95 latency of the query transformation, reranking and context synthesis."""
+    stages = {
+        "query_transform": (ret["transform_tokens"].sum(), ret["transform_cost_usd"].sum()),
+        "rerank": (ret["rerank_tokens"].sum(), ret["rerank_cost_usd"].sum()),
+        "context": (ans["context_tokens"].sum(), ans["context_cost_usd"].sum()),
+        "generation": (ans["prompt_tokens"].sum() + ans["completion_tokens"].sum(), ans["cost_usd"].sum()),
+        "judge": (judge_usage["tokens"], judge_usage["cost_usd"]),
+    }
+    out = {}
+    for name, (tokens, cost) in stages.items():
+        out[f"tokens_{name}"], out[f"cost_usd_{name}"] = float(tokens), float(cost)
+    out["tokens"] = sum(out[f"tokens_{n}"] for n in stages)
+    out["cost_usd"] = sum(out[f"cost_usd_{n}"] for n in stages)
+    for name, col, frame in (
+        ("query_transform", "transform_ms", ret),
+        ("rerank", "rerank_ms", ret),
+        ("context", "context_ms", ans),
+    ):
+        values = frame[col].to_list()
+        out[f"{name}_p50_ms"], out[f"{name}_p95_ms"] = percentile(values, 50), percentile(values, 95)
+    return out
+
 
 COHESION_SAMPLE = 300  # chunks (whole documents, in corpus order) used for cohesion/separation
 
@@ -44,9 +70,12 @@ def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float
     return cohesion_separation([None if b is None else [vec[s] for s in b] for b in blocks if b != []])
 
 
-def judge(llm: LLMClient, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: pl.DataFrame) -> dict:
+def judge(
+    llm: LLMClient, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: pl.DataFrame
+) -> tuple[dict, dict]:
     """LLM-judged faithfulness per query: None when the call failed or the verdict did not parse (counted
-    as `n_judge_failures`); an empty answer scores 0 without a call, as in the lexical variant."""
+    as `n_judge_failures`); an empty answer scores 0 without a call, as in the lexical variant. Also returns
+    the judge's total tokens, cost and milliseconds."""
     rows = list(
         qa.select("query_id", "question")
         .join(ret, on="query_id")
@@ -54,19 +83,22 @@ def judge(llm: LLMClient, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: 
         .iter_rows(named=True)
     )
 
-    def one(r: dict) -> float | None:
+    def one(r: dict) -> tuple[float | None, dict]:
         if not (r["answer"] or "").strip():
-            return 0.0
+            return 0.0, NO_USAGE
         if r.get("context_texts") is not None:  # what the generator saw, after context synthesis
             context = format_context(r["context_texts"])
         else:
             context = format_context(r["texts"] or [], r["titles"] or [])
         prompt = judge_prompt(r["question"], r["answer"], context)
         out = llm.complete(model, prompt, temperature=0.0, max_tokens=8)
-        return None if out.error else parse_verdict(out.text)
+        return (None if out.error else parse_verdict(out.text)), usage(out)
 
     with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
-        return dict(zip((r["query_id"] for r in rows), pool.map(one, rows), strict=True))
+        results = list(pool.map(one, rows))
+    scores = {r["query_id"]: score for r, (score, _) in zip(rows, results, strict=True)}
+    spent = {k: sum(u[k] for _, u in results) for k in NO_USAGE}
+    return scores, spent
 
 
 def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
@@ -104,6 +136,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
             emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
             model = c.embedding.model
+            judged = judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None
             per_query = evaluate_queries(
                 qa,
                 ret,
@@ -113,7 +146,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 chunk_vectors=dict(
                     zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True)
                 ),
-                judge_scores=judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None,
+                judge_scores=judged[0] if judged else None,
             )
             metrics = summarize(per_query)
             for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
@@ -133,14 +166,12 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                         strict=True,
                     )
                 ),
-                "cost_usd": float(ans["cost_usd"].sum()),
-                "tokens": float(ans["prompt_tokens"].sum() + ans["completion_tokens"].sum()),
+                **stage_costs(ret, ans, judged[1] if judged else NO_USAGE),
                 "generation_prompt_tokens": float(ans["prompt_tokens"].sum()),
                 "generation_completion_tokens": float(ans["completion_tokens"].sum()),
                 "n_query_transform_fallbacks": float(ret["transform_fallback"].sum()),
                 "n_rerank_fallbacks": float(ret["rerank_fallback"].sum()),
                 "n_context_compression_fallbacks": float(ans["context_fallbacks"].sum()),
-                "rerank_ms_mean": float(ret["rerank_ms"].mean() or 0.0),
             }
             summary = {"config_key": c.config_key, "fingerprint": fp, **c.flat_params(), **metrics}
             artifacts.write("evaluations", fp, per_query)

@@ -17,13 +17,20 @@ from rag_assets.common import EAGER, base_metadata, forced
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
 from rag_assets.retrievals import RETRIEVAL_SCHEMA
+from rag_core.metrics import percentile
 from rag_core.rerank import llm_rerank_prompt, mmr, parse_ordering
 from rag_core.spec import RagConfig, Sweep
 from resources.artifacts import ArtifactStore
 from resources.embedders import EmbeddingService, vectors_from_column
-from resources.llm import LLMClient
+from resources.llm import NO_USAGE, LLMClient, usage
 
-RERANK_SCHEMA = {**RETRIEVAL_SCHEMA, "rerank_fallback": pl.Boolean, "rerank_ms": pl.Float64}
+RERANK_SCHEMA = {
+    **RETRIEVAL_SCHEMA,
+    "rerank_fallback": pl.Boolean,
+    "rerank_ms": pl.Float64,
+    "rerank_tokens": pl.Int64,
+    "rerank_cost_usd": pl.Float64,
+}
 LIST_COLUMNS = ("chunk_ids", "doc_ids", "scores", "titles", "texts")
 
 _CROSS_ENCODERS: dict[str, object] = {}
@@ -41,36 +48,34 @@ def cross_encoder(path: str):
 
 def orders(
     c: RagConfig, rows: list[dict], questions: dict[str, str], llm: LLMClient, vectors
-) -> list[tuple[list[int], bool]]:
-    """Per query: (candidate indices in the new order, fell back?)."""
+) -> list[tuple[list[int], bool, dict]]:
+    """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms)."""
     method, k = c.rerank.method, c.retrieval.top_k
-    if method == "none":
-        return [(list(range(len(r["chunk_ids"]))), False) for r in rows]
-    if method == "mmr":
-        out = []
-        for r in rows:
+    model = cross_encoder(c.rerank.model) if method == "cross_encoder" else None
+
+    def one(r: dict) -> tuple[list[int], bool, dict]:
+        t0 = time.perf_counter()
+        n = len(r["texts"] or [])
+        if method == "none" or n == 0:
+            return list(range(n)), False, NO_USAGE
+        if method == "mmr":
             q, cands = vectors(r)
-            out.append((mmr(q, cands, k, c.rerank.mmr_lambda), False))
-        return out
-    if method == "cross_encoder":
-        model = cross_encoder(c.rerank.model)
-        out = []
-        for r in rows:
-            if not r["texts"]:
-                out.append(([], False))
-                continue
+            order = mmr(q, cands, k, c.rerank.mmr_lambda)
+        elif method == "cross_encoder":
             scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
-            out.append((sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i)), False))
-        return out
+            order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
+        else:  # llm
+            reply = llm.complete(
+                c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
+            )
+            parsed = None if reply.error else parse_ordering(reply.text, n)
+            return (
+                (parsed, False, usage(reply)) if parsed is not None else (list(range(n)), True, usage(reply))
+            )
+        return order, False, {**NO_USAGE, "ms": (time.perf_counter() - t0) * 1000}
 
-    def one(r: dict) -> tuple[list[int], bool]:  # llm
-        n = len(r["texts"])
-        reply = llm.complete(
-            c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
-        )
-        order = None if reply.error else parse_ordering(reply.text, n)
-        return (order, False) if order is not None else (list(range(n)), True)
-
+    if method != "llm":
+        return [one(r) for r in rows]
     with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
         return list(pool.map(one, rows))
 
@@ -121,18 +126,18 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                     )
                     return qvec[r["query_id"]], cands
 
-            t0 = time.perf_counter()
             ordered = orders(c, rows, questions, llm, vectors)
-            per_query_ms = (time.perf_counter() - t0) * 1000 / max(len(rows), 1)
             out = []
-            for r, (order, fell_back) in zip(rows, ordered, strict=True):
+            for r, (order, fell_back, used) in zip(rows, ordered, strict=True):
                 keep = order[: c.retrieval.top_k]
                 out.append(
                     {
                         **r,
                         **{col: [r[col][i] for i in keep] for col in LIST_COLUMNS},
                         "rerank_fallback": fell_back,
-                        "rerank_ms": per_query_ms,
+                        "rerank_ms": used["ms"],
+                        "rerank_tokens": used["tokens"],
+                        "rerank_cost_usd": used["cost_usd"],
                     }
                 )
             df = pl.DataFrame(out, schema=RERANK_SCHEMA)
@@ -143,7 +148,9 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 "dagster/row_count": df.height,
                 "method": c.rerank.method,
                 "rerank_fallbacks": int(df["rerank_fallback"].sum()),
-                "rerank_ms_per_query": round(float(df["rerank_ms"].mean() or 0.0), 3),
+                "rerank_p50_ms": round(percentile(df["rerank_ms"].to_list(), 50), 3),
+                "rerank_p95_ms": round(percentile(df["rerank_ms"].to_list(), 95), 3),
+                "rerank_cost_usd": float(df["rerank_cost_usd"].sum()),
             },
             data_version=dg.DataVersion(fp),
         )

@@ -21,13 +21,16 @@ from rag_core.query_transform import parse_reply, prompt_for
 from rag_core.spec import RagConfig, Sweep
 from resources.artifacts import ArtifactStore
 from resources.embedders import EmbeddingService
-from resources.llm import LLMClient
+from resources.llm import NO_USAGE, LLMClient, usage
 from resources.vector_stores import Hit, VectorStore
 
 RETRIEVAL_SCHEMA = {
     "query_id": pl.String,
     "queries": pl.List(pl.String),  # what was searched: the question, or its transformation(s)
     "transform_fallback": pl.Boolean,
+    "transform_tokens": pl.Int64,
+    "transform_cost_usd": pl.Float64,
+    "transform_ms": pl.Float64,
     "chunk_ids": pl.List(pl.String),
     "doc_ids": pl.List(pl.String),
     "scores": pl.List(pl.Float64),
@@ -37,18 +40,20 @@ RETRIEVAL_SCHEMA = {
 }
 
 
-def transform_queries(c: RagConfig, questions: list[str], llm: LLMClient) -> list[tuple[list[str], bool]]:
-    """Per question: (queries to search, fell back?). Without a transformation: ([question], False)."""
+def transform_queries(
+    c: RagConfig, questions: list[str], llm: LLMClient
+) -> list[tuple[list[str], bool, dict]]:
+    """Per question: (queries to search, fell back?, usage). Without a transformation: ([question], False)."""
     r = c.retrieval
     if r.query_transform == "none":
-        return [([q], False) for q in questions]
+        return [([q], False, NO_USAGE) for q in questions]
 
-    def one(q: str) -> tuple[list[str], bool]:
+    def one(q: str) -> tuple[list[str], bool, dict]:
         out = llm.complete(
             r.query_model, prompt_for(r.query_transform, q, r.n_queries), temperature=0.0, max_tokens=256
         )
         parsed = [] if out.error else parse_reply(r.query_transform, out.text, r.n_queries)
-        return (parsed, False) if parsed else ([q], True)
+        return (parsed, False, usage(out)) if parsed else ([q], True, usage(out))
 
     with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
         return list(pool.map(one, questions))
@@ -118,7 +123,9 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             model = c.embedding.model
             # embed every text searched by vector in one cached batch, then look vectors up per query
             to_embed = list(
-                dict.fromkeys(t for q, (qs, _) in zip(questions, transformed, strict=True) for t in [q, *qs])
+                dict.fromkeys(
+                    t for q, (qs, _, _) in zip(questions, transformed, strict=True) for t in [q, *qs]
+                )
             )
             cache = (
                 dict(zip(to_embed, embedder.embed(model, to_embed)[0], strict=True))
@@ -131,7 +138,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
 
             collection = lineage.collection(c)
             rows = []
-            for qid, question, (queries, fell_back) in zip(
+            for qid, question, (queries, fell_back, used) in zip(
                 qa["query_id"], questions, transformed, strict=True
             ):
                 t0 = time.perf_counter()
@@ -141,6 +148,9 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                         "query_id": qid,
                         "queries": queries,
                         "transform_fallback": fell_back,
+                        "transform_tokens": used["tokens"],
+                        "transform_cost_usd": used["cost_usd"],
+                        "transform_ms": used["ms"],
                         "chunk_ids": [h.chunk_id for h in hits],
                         "doc_ids": [h.doc_id for h in hits],
                         "scores": [h.score for h in hits],

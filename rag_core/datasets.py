@@ -139,10 +139,32 @@ def load_qa(
                 "question": _string(path, row, i, "question"),
                 "answers": _string_list(path, row, i, "answers"),
                 "relevant_doc_ids": rel,
+                "relevant_doc_grades": _grades(path, row, i, len(rel)),
             }
         )
     if not out:
         raise DatasetError(f"{path}: the QA set is empty")
     if max_queries is not None:
         out = out[:max_queries]
-    return pl.DataFrame(out, schema=QA_SCHEMA)
+    if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column
+        out = [{k: v for k, v in r.items() if k != "relevant_doc_grades"} for r in out]
+        return pl.DataFrame(out, schema=QA_SCHEMA)
+    for r in out:  # a row without grades in a graded set: its gold documents have grade 1
+        r["relevant_doc_grades"] = r["relevant_doc_grades"] or [1.0] * len(r["relevant_doc_ids"])
+    return pl.DataFrame(out, schema={**QA_SCHEMA, "relevant_doc_grades": pl.List(pl.Float64)})
+
+
+def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:
+    """Optional graded relevance: `relevant_doc_grades`, numbers > 0 aligned with `relevant_doc_ids`."""
+    value = row.get("relevant_doc_grades")
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(
+        isinstance(g, int | float) and not isinstance(g, bool) for g in value
+    ):
+        raise DatasetError(f"{_where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
+    if len(value) != n or any(g <= 0 for g in value):
+        raise DatasetError(
+            f"{_where(path, row, i)}: field 'relevant_doc_grades' needs one grade > 0 per relevant_doc_ids entry"
+        )
+    return [float(g) for g in value]

@@ -78,3 +78,11 @@ class LLMClient(dg.ConfigurableResource):
         return Completion(
             text="", error=error, attempts=self.max_retries + 1, latency_ms=(time.perf_counter() - t0) * 1000
         )
+
+
+NO_USAGE = {"tokens": 0, "cost_usd": 0.0, "ms": 0.0}
+
+
+def usage(c: Completion) -> dict:
+    """Tokens, cost and latency of one LLM call, for the per-stage cost metrics."""
+    return {"tokens": c.prompt_tokens + c.completion_tokens, "cost_usd": c.cost_usd, "ms": c.latency_ms}

@@ -64,3 +64,50 @@ def test_qa_validation(tmp_path):
         load_qa(unknown, {"d1"})
     with pytest.raises(DatasetError, match="file not found"):
         load_qa(tmp_path / "missing.jsonl")
+
+
+def test_graded_relevance(tmp_path):
+    base = {"question": "?", "answers": ["a"], "relevant_doc_ids": ["d1", "d2"]}
+    p = jsonl(
+        tmp_path / "g.jsonl",
+        [{**base, "query_id": "q1", "relevant_doc_grades": [3, 1]}, {**base, "query_id": "q2"}],
+    )
+    df = load_qa(p)
+    assert df["relevant_doc_grades"].to_list() == [[3.0, 1.0], [1.0, 1.0]]
+    assert (
+        "relevant_doc_grades" not in load_qa(jsonl(tmp_path / "b.jsonl", [{**base, "query_id": "q"}])).columns
+    )
+    bad = jsonl(tmp_path / "bad.jsonl", [{**base, "query_id": "q1", "relevant_doc_grades": [3]}])
+    with pytest.raises(DatasetError, match="line 1: field 'relevant_doc_grades'"):
+        load_qa(bad)
+
+
+def test_graded_ndcg_flows_through_evaluation(tmp_path):
+    import math
+
+    from rag_core.metrics import evaluate_queries
+
+    qa = pl.DataFrame(
+        {
+            "query_id": ["q"],
+            "question": ["?"],
+            "answers": [["a"]],
+            "relevant_doc_ids": [["d1", "d2"]],
+            "relevant_doc_grades": [[1.0, 3.0]],
+        }
+    )
+    ret = pl.DataFrame(
+        {
+            "query_id": ["q"],
+            "chunk_ids": [["c1", "c2"]],
+            "doc_ids": [["d1", "d2"]],
+            "texts": [["a", "b"]],
+            "latency_ms": [1.0],
+        }
+    )
+    ans = pl.DataFrame(
+        {"query_id": ["q"], "answer": ["a"], "error": [None], "latency_ms": [1.0]},
+        schema_overrides={"error": pl.String},
+    )
+    ndcg = evaluate_queries(qa, ret, ans, top_k=2)["ndcg_at_k"][0]
+    assert ndcg == pytest.approx((1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3)))

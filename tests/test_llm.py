@@ -133,9 +133,10 @@ def test_llm_judge_parses_verdicts_and_counts_failures():
     )
     with OpenAIStub(respond) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
-        scores = judge(llm, MODEL, qa, ret, ans)
+        scores, spent = judge(llm, MODEL, qa, ret, ans)
     assert scores == {"q1": 0.9, "q2": None, "q3": None, "q4": 0.0}
     assert len(stub.requests) == 3  # the empty answer needs no call
+    assert spent["tokens"] > 0 and spent["cost_usd"] == 0.0  # the stub model has no price
     assert "[1] T: context" in stub.requests[0]["body"]["messages"][0]["content"]
     summary = summarize(evaluate_queries(qa, ret, ans, 1, judge_scores=scores))
     assert summary["n_judge_failures"] == 2.0

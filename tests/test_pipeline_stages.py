@@ -98,7 +98,7 @@ def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
         generation={"model": "extractive"},
     )
     texts = ["alpha beta", "gamma delta", "epsilon", "zeta eta theta"]
-    ((order, fell_back),) = orders(
+    ((order, fell_back, _),) = orders(
         c, [{"query_id": "q", "chunk_ids": list("abcd"), "texts": texts}], {"q": "which?"}, None, None
     )
     scores = CrossEncoder(tiny_cross_encoder, device="cpu").predict([("which?", t) for t in texts])
@@ -182,6 +182,13 @@ def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_
         assert row["n_query_transform_fallbacks"] == (1.0 if "-rw-" in key else 0.0)
         assert row["n_rerank_fallbacks"] == (1.0 if "__llm-" in key else 0.0)
         assert row["n_context_compression_fallbacks"] >= 0.0
+        # per-stage usage: only the stages that called the LLM spent tokens (the stub has no price)
+        assert (row["tokens_query_transform"] > 0) == any(t in key for t in ("-rw-", "-mq2-", "-hyde-"))
+        assert (row["tokens_rerank"] > 0) == ("__llm-" in key)
+        assert row["tokens_context"] > 0 and row["tokens_generation"] > 0 and row["cost_usd"] == 0.0
+        assert row["tokens"] == sum(
+            row[f"tokens_{s}"] for s in ("query_transform", "rerank", "context", "generation", "judge")
+        )
     assert sum(r["n_context_compression_fallbacks"] for r in rows.values()) > 0  # the failing compressions
     # answers carry their citations mapped to doc ids of the blocks they saw
     artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
