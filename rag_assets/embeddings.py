@@ -5,14 +5,21 @@ reach the model, across configs and runs. The artifact holds chunk_id and an Arr
 """
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
 from rag_assets.common import EAGER, base_metadata, forced
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
-from rag_core.spec import Sweep
+from rag_core.spec import RagConfig, Sweep
 from resources.artifacts import ArtifactStore
-from resources.embedders import EmbeddingService, fixed_size_vectors
+from resources.embedders import EmbeddingService, fixed_size_vectors, vectors_from_column
+
+
+def chunk_vectors(artifacts: ArtifactStore, lineage: Lineage, c: RagConfig) -> dict[str, np.ndarray]:
+    """chunk_id -> vector of a config's embeddings partition (for MMR and context diversity)."""
+    emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
+    return dict(zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True))
 
 
 def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:

@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.common import EAGER, base_metadata, forced
+from rag_assets.embeddings import chunk_vectors
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
 from rag_core.chunking import split_sentences
@@ -20,7 +21,7 @@ from rag_core.metrics.chunking import answer_coverage, cohesion_separation, leng
 from rag_core.metrics.stats import bootstrap_ci
 from rag_core.spec import Sweep
 from resources.artifacts import ArtifactStore
-from resources.embedders import EmbeddingService, vectors_from_column
+from resources.embedders import EmbeddingService
 from resources.llm import NO_USAGE, LLMClient, usage
 from resources.tracking import MlflowTracking
 
@@ -134,7 +135,6 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             ret = artifacts.read("rerankings", lineage.rerank_fp(c), f"rerankings {c.rerank_key}")
             ans = artifacts.read("answers", lineage.answers_fp(c), f"answers {c.config_key}")
             chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
-            emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
             model = c.embedding.model
             judged = judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None
             per_query = evaluate_queries(
@@ -143,9 +143,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 ans,
                 c.retrieval.top_k,
                 embed=lambda texts: embedder.embed(model, texts)[0],
-                chunk_vectors=dict(
-                    zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True)
-                ),
+                chunk_vectors=chunk_vectors(artifacts, lineage, c),
                 judge_scores=judged[0] if judged else None,
             )
             metrics = summarize(per_query)

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from rag_assets.common import EAGER, base_metadata, forced
+from rag_assets.embeddings import chunk_vectors
 from rag_assets.lineage import Lineage
 from rag_assets.partitions import SweepPartitions
 from rag_assets.retrievals import RETRIEVAL_SCHEMA
@@ -21,7 +22,7 @@ from rag_core.metrics import percentile
 from rag_core.rerank import llm_rerank_prompt, mmr, parse_ordering
 from rag_core.spec import RagConfig, Sweep
 from resources.artifacts import ArtifactStore
-from resources.embedders import EmbeddingService, vectors_from_column
+from resources.embedders import EmbeddingService
 from resources.llm import NO_USAGE, LLMClient, usage
 
 RERANK_SCHEMA = {
@@ -109,10 +110,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             rows = list(ret.iter_rows(named=True))
             vectors = None
             if c.rerank.method == "mmr":
-                emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
-                chunk_vec = dict(
-                    zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True)
-                )
+                chunk_vec = chunk_vectors(artifacts, lineage, c)
                 qids = [r["query_id"] for r in rows]
                 qvec = dict(
                     zip(qids, embedder.embed(c.embedding.model, [questions[q] for q in qids])[0], strict=True)

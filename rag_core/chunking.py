@@ -38,7 +38,6 @@ _LEVELS_BY_METHOD = {
     "paragraph": ["paragraph", "sentence", "word"],
     "recursive": ["paragraph", "line", "sentence", "word"],
 }
-METHODS = ("fixed", "sentence", "paragraph", "recursive", "markdown", "semantic")
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,9 @@ class Measure:
     """Length of a span in characters, or in tokens when the tokenizer's character offsets are given."""
 
     def __init__(self, token_offsets: Sequence[tuple[int, int]] | None = None):
-        self.tokens = [o for o in (token_offsets or []) if o[1] > o[0]] if token_offsets is not None else None
-        self._starts = [s for s, _ in self.tokens] if self.tokens is not None else None
-        self._ends = [e for _, e in self.tokens] if self.tokens is not None else None
+        self.tokens = None if token_offsets is None else [o for o in token_offsets if o[1] > o[0]]
+        self._starts = [s for s, _ in self.tokens or []]
+        self._ends = [e for _, e in self.tokens or []]
 
     def size(self, start: int, end: int) -> int:
         if self.tokens is None:

@@ -25,6 +25,8 @@ from resources.artifacts import atomic_write_parquet
 PACKAGED_MINILM = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
 _MODELS: dict[str, object] = {}
+# Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
+_PARTS: dict[Path, dict[str, np.ndarray]] = {}
 _LOCK = threading.Lock()
 
 
@@ -86,9 +88,13 @@ class EmbeddingService(dg.ConfigurableResource):
             return {}
         cache: dict[str, np.ndarray] = {}
         for part in sorted(folder.glob("*.parquet")):
-            df = pl.read_parquet(part)
-            for h, v in zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True):
-                cache[h] = v
+            with _LOCK:
+                if part not in _PARTS:
+                    df = pl.read_parquet(part)
+                    _PARTS[part] = dict(
+                        zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True)
+                    )
+            cache.update(_PARTS[part])
         return cache
 
     def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
