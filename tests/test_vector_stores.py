@@ -1,14 +1,21 @@
-"""Contract tests every vector store passes: the embedded default (LanceDB) and a real Weaviate server."""
+"""Contract tests every vector store passes, each on the real thing: LanceDB (the embedded default), Qdrant
+local mode, Chroma's persistent client, Milvus Lite and a real Weaviate server. No store is skipped: a
+store that cannot run here fails its tests."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from resources.vector_stores import LanceDBStore
+from rag_core.filters import FilterError, matches, parse_filter
+from resources.vector_stores import BACKENDS, LanceDBStore
+from resources.vector_stores.chroma_store import ChromaStore
+from resources.vector_stores.milvus_store import MilvusLiteStore
+from resources.vector_stores.qdrant_store import QdrantStore
 from resources.vector_stores.weaviate_store import WeaviateImportError, WeaviateStore
 
 TEXTS = [
@@ -19,19 +26,55 @@ TEXTS = [
     "python is a programming language",
     "the mat was red and soft",
 ]
+# Document metadata the filters run on: an int, a float, a string some rows lack, a bool, and a list
+# (not filterable) that must not break the import.
+META = [
+    {"year": 2000, "rating": 0.2, "lang": "en", "draft": False, "tags": ["a"]},
+    {"year": 2000, "rating": 0.9, "lang": "de", "draft": True},
+    {"year": 2001, "rating": 0.5, "lang": "en", "draft": False},
+    {"year": 2001, "rating": 0.75, "draft": True},
+    {"year": 2002, "rating": 1.0, "lang": "fr", "draft": False, "tags": []},
+    {"year": 2003, "rating": 0.6, "lang": "en", "draft": True},
+]
 ROWS = [
-    {"chunk_id": f"c{i}", "doc_id": f"d{i // 2}", "text": t, "metadata": "{}"} for i, t in enumerate(TEXTS)
+    {"chunk_id": f"c{i}", "doc_id": f"d{i // 2}", "text": t, "metadata": json.dumps(META[i])}
+    for i, t in enumerate(TEXTS)
 ]
 VECS = np.random.default_rng(0).normal(size=(len(TEXTS), 16)).astype(np.float32)
 VECS /= np.linalg.norm(VECS, axis=1, keepdims=True)
 
 
-@pytest.fixture(params=["lancedb", "weaviate"])
+@pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    if request.param == "lancedb":
-        return LanceDBStore(uri=str(tmp_path / "lance"))
-    server = request.getfixturevalue("weaviate_server")
-    return WeaviateStore(url=server.url, grpc_port=server.grpc_port)
+    if request.param == "weaviate":
+        server = request.getfixturevalue("weaviate_server")
+        return WeaviateStore(url=server.url, grpc_port=server.grpc_port)
+    embedded = {
+        "lancedb": lambda: LanceDBStore(uri=str(tmp_path / "lance")),
+        "qdrant": lambda: QdrantStore(path=str(tmp_path / "qdrant")),
+        "chroma": lambda: ChromaStore(path=str(tmp_path / "chroma")),
+        "milvus": lambda: MilvusLiteStore(path=str(tmp_path / "milvus")),
+    }
+    return embedded[request.param]()
+
+
+FILTERS = [
+    {"doc_id": "d2"},
+    {"doc_id": {"$eq": "d0"}},
+    {"year": {"$gt": 2001}},
+    {"year": {"$gte": 2001}},
+    {"year": {"$lt": 2001}},
+    {"year": {"$lte": 2001}},
+    {"year": {"$gte": 2001, "$lt": 2003}},  # a range
+    {"rating": {"$gt": 0.5, "$lte": 0.9}},  # a float range
+    {"lang": {"$in": ["en", "de"]}},  # rows without lang never match
+    {"doc_id": {"$in": ["d0", "d2"]}},
+    {"year": {"$in": [2000, 2002]}},
+    {"draft": True},
+    {"lang": "en", "year": {"$gte": 2001}},  # two fields: both must hold
+    {"$and": [{"lang": "en"}, {"draft": False}]},
+    {"lang": "xx"},  # nothing matches: an empty result, not an error
+]
 
 
 def test_contract(store):
@@ -57,6 +100,37 @@ def test_contract(store):
     assert store.info(name)["count"] == 4
     store.delete(name)
     assert store.info(name)["exists"] is False
+
+
+def test_filters_in_the_seeds_format(store):
+    """Every filter returns exactly the rows the reference semantics select, in all three search modes."""
+    name = "Rag_filters_" + store.backend
+    store.upsert(name, ROWS, VECS)
+    records = [{"doc_id": r["doc_id"], **META[i]} for i, r in enumerate(ROWS)]
+    every_word = "cat cats dogs stock python mat"  # each text holds one of these words
+    for where in FILTERS:
+        expected = {r["chunk_id"] for r, rec in zip(ROWS, records, strict=True) if matches(parse_filter(where), rec)}
+        got = {
+            "vector": {h.chunk_id for h in store.vector_search(name, VECS[0], 6, where=where)},
+            "bm25": {h.chunk_id for h in store.keyword_search(name, every_word, 6, where=where)},
+            "hybrid": {
+                h.chunk_id for h in store.hybrid_search(name, every_word, VECS[0], 6, 0.5, "rrf", where=where)
+            },
+        }
+        for mode, ids in got.items():
+            assert ids == expected, f"{store.backend} {mode} {where}: got {sorted(ids)}, want {sorted(expected)}"
+    # the filtered vector ranking is the unfiltered one restricted to the matching rows
+    full = [h.chunk_id for h in store.vector_search(name, VECS[0], 6)]
+    part = [h.chunk_id for h in store.vector_search(name, VECS[0], 6, where={"year": {"$gte": 2001}})]
+    assert part == [c for c in full if c in {"c2", "c3", "c4", "c5"}]
+    # bad filters are errors that name the field, on every store
+    with pytest.raises(FilterError, match="'colour'.*filterable fields of this index: doc_id, draft, lang"):
+        store.vector_search(name, VECS[0], 3, where={"colour": "red"})
+    with pytest.raises(FilterError, match="'lang' holds str values"):
+        store.keyword_search(name, "cat", 3, where={"lang": {"$gt": 1}})
+    with pytest.raises(FilterError, match="'tags'"):  # list-valued metadata is not filterable
+        store.vector_search(name, VECS[0], 3, where={"tags": "a"})
+    store.delete(name)
 
 
 def test_queries_never_see_a_half_built_index(store):

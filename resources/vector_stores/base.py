@@ -2,7 +2,9 @@
 
 Shaped after Weaviate's v4 client: a collection per index partition, objects carrying precomputed
 vectors, `near_vector`, `bm25` and `hybrid(alpha)` queries. Rows are dicts with `chunk_id`, `doc_id`,
-`text` (the indexed text) and `metadata` (a JSON string).
+`text` (the indexed text) and `metadata` (a JSON string). Every query takes an optional `where` filter in
+the seeds' format (rag_core/filters.py): it is validated here, against the collection's filterable
+fields, and each backend translates the parsed conditions into its own filter language.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rag_core.filters import Condition, check_fields, parse_filter
 from rag_core.fusion import fuse
+
+Conditions = tuple[Condition, ...]
 
 
 @dataclass(frozen=True)
@@ -28,30 +33,82 @@ class VectorStore(abc.ABC):
 
     backend: str  # a short name; part of the fingerprint of every artifact built on the store
 
-    @abc.abstractmethod
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
-        """Create the collection if needed and insert/replace rows with their vectors; return the count."""
+    # ---- what a backend implements ------------------------------------------------------------
 
     @abc.abstractmethod
-    def vector_search(self, collection: str, vector: np.ndarray, k: int) -> list[Hit]:
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+        """Build the collection from rows and vectors (replacing any previous build, which readers keep
+        seeing until the new one is complete); return the count."""
+
+    @abc.abstractmethod
+    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         """Top-k by cosine similarity (score = cosine, higher is better)."""
 
     @abc.abstractmethod
-    def keyword_search(self, collection: str, query: str, k: int) -> list[Hit]:
-        """Top-k by BM25 over the indexed text."""
+    def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        """Top-k by BM25 over the indexed text; only documents sharing a term with the query."""
 
-    def hybrid_search(
-        self, collection: str, query: str, vector: np.ndarray, k: int, alpha: float, fusion: str
+    def _hybrid_search(
+        self,
+        collection: str,
+        query: str,
+        vector: np.ndarray,
+        k: int,
+        alpha: float,
+        fusion: str,
+        where: Conditions,
     ) -> list[Hit]:
         """Fuse vector and keyword rankings (alpha = 1 is pure vector). Backends with native hybrid
         search override this; the default fuses candidate lists of 4k from each side."""
         pool = max(4 * k, 20)
-        vec, kw = self.vector_search(collection, vector, pool), self.keyword_search(collection, query, pool)
+        vec = self._vector_search(collection, vector, pool, where)
+        kw = self._keyword_search(collection, query, pool, where)
         by_id = {h.chunk_id: h for h in kw + vec}
         fused = fuse(
             fusion, [(h.chunk_id, h.score) for h in vec], [(h.chunk_id, h.score) for h in kw], alpha, k
         )
         return [Hit(cid, by_id[cid].doc_id, by_id[cid].text, score) for cid, score in fused]
+
+    @abc.abstractmethod
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        """Filterable fields of the collection: name -> 'str' | 'int' | 'float' | 'bool'."""
+
+    @abc.abstractmethod
+    def delete(self, collection: str) -> None:
+        """Drop the collection; a missing one is not an error."""
+
+    @abc.abstractmethod
+    def info(self, collection: str) -> dict:
+        """{'exists': bool, 'count': int, 'backend': str, ...} for metadata and checks."""
+
+    # ---- the public queries ---------------------------------------------------------------------
+
+    def _conditions(self, collection: str, where: dict | None) -> Conditions:
+        conditions = parse_filter(where)
+        if conditions:
+            check_fields(conditions, self.filter_fields(collection))
+        return conditions
+
+    def vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: dict | None = None
+    ) -> list[Hit]:
+        return self._vector_search(collection, vector, k, self._conditions(collection, where))
+
+    def keyword_search(self, collection: str, query: str, k: int, where: dict | None = None) -> list[Hit]:
+        return self._keyword_search(collection, query, k, self._conditions(collection, where))
+
+    def hybrid_search(
+        self,
+        collection: str,
+        query: str,
+        vector: np.ndarray,
+        k: int,
+        alpha: float,
+        fusion: str,
+        where: dict | None = None,
+    ) -> list[Hit]:
+        conditions = self._conditions(collection, where)
+        return self._hybrid_search(collection, query, vector, k, alpha, fusion, conditions)
 
     def retrieve(
         self,
@@ -62,20 +119,13 @@ class VectorStore(abc.ABC):
         k: int,
         alpha: float,
         fusion: str,
+        where: dict | None = None,
     ) -> list[Hit]:
         """Dispatch one retrieval mode: vector, bm25 or hybrid."""
         if mode == "vector":
-            return self.vector_search(collection, vector, k)
+            return self.vector_search(collection, vector, k, where)
         if mode == "bm25":
-            return self.keyword_search(collection, query, k)
+            return self.keyword_search(collection, query, k, where)
         if mode == "hybrid":
-            return self.hybrid_search(collection, query, vector, k, alpha, fusion)
+            return self.hybrid_search(collection, query, vector, k, alpha, fusion, where)
         raise ValueError(f"unknown retrieval mode {mode!r}")
-
-    @abc.abstractmethod
-    def delete(self, collection: str) -> None:
-        """Drop the collection; a missing one is not an error."""
-
-    @abc.abstractmethod
-    def info(self, collection: str) -> dict:
-        """{'exists': bool, 'count': int, ...} for metadata and checks."""

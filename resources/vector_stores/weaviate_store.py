@@ -3,7 +3,8 @@
 - One collection per index partition, no server-side vectorizer: vectors are precomputed and imported.
 - Properties: chunk_id, doc_id, text (BM25-indexed), metadata (JSON string, not indexed for search).
 - Queries: near_vector (cosine), bm25, native hybrid with alpha and fusion (rrf -> rankedFusion,
-  weighted -> relativeScoreFusion), optional equality filters on doc_id.
+  weighted -> relativeScoreFusion); filters (rag_core/filters.py) become Weaviate `Filter`s on doc_id and
+  the filterable metadata fields, which are typed properties (text, int, number, boolean).
 - Rebuilds are invisible to readers: each build is a new physical collection and the partition's name is an
   alias moved to it once the import is complete (Weaviate >= 1.32); the old collection is dropped after.
 - A partial batch import is an error listing the failed objects; a dead server fails fast naming the URL.
@@ -20,7 +21,8 @@ from urllib.parse import urlparse
 import dagster as dg
 import numpy as np
 
-from resources.vector_stores.base import Hit, VectorStore
+from rag_core.filters import filterable_attributes
+from resources.vector_stores.base import Conditions, Hit, VectorStore
 
 
 class WeaviateImportError(RuntimeError):
@@ -82,6 +84,18 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
 
         physical = f"{collection}_b{uuid.uuid4().hex[:8]}"
+        fields, values = filterable_attributes(rows)
+        kinds = {"str": DataType.TEXT, "int": DataType.INT, "float": DataType.NUMBER, "bool": DataType.BOOL}
+        extra = [
+            Property(
+                name=name,
+                data_type=kinds[kind],
+                tokenization=Tokenization.FIELD if kind == "str" else None,
+                index_searchable=False,
+            )
+            for name, kind in fields.items()
+            if name != "doc_id"
+        ]
         with self._client() as client:
             coll = client.collections.create(
                 physical,
@@ -108,13 +122,15 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                         index_searchable=False,
                         index_filterable=False,
                     ),
+                    *extra,
                 ],
             )
             try:
                 with coll.batch.fixed_size(batch_size=self.batch_size, concurrent_requests=2) as batch:
-                    for row, vec in zip(rows, vectors, strict=True):
+                    for row, vec, attrs in zip(rows, vectors, values, strict=True):
                         batch.add_object(
                             properties={
+                                **attrs,
                                 "chunk_id": row["chunk_id"],
                                 "doc_id": row["doc_id"],
                                 "text": row["text"],
@@ -157,13 +173,34 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
     # ---- reads ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _filters(where: dict | None):
+    def _filters(where: Conditions):
         if not where:
             return None
         from weaviate.classes.query import Filter
 
-        parts = [Filter.by_property(k).equal(v) for k, v in where.items()]
+        method = {
+            "$gt": "greater_than",
+            "$gte": "greater_or_equal",
+            "$lt": "less_than",
+            "$lte": "less_or_equal",
+        }
+        parts = []
+        for c in where:
+            prop = Filter.by_property(c.field)
+            if c.op == "$eq":
+                parts.append(prop.equal(c.value))
+            elif c.op == "$in":  # any_of equalities: contains_any is meant for array properties
+                parts.append(Filter.any_of([Filter.by_property(c.field).equal(v) for v in c.value]))
+            else:
+                parts.append(getattr(prop, method[c.op])(c.value))
         return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        kinds = {"text": "str", "int": "int", "number": "float", "boolean": "bool"}
+        with self._client() as client:
+            props = client.collections.get(collection).config.get().properties
+        fields = {p.name: kinds.get(str(p.data_type.value)) for p in props}
+        return {k: v for k, v in fields.items() if v and k not in ("chunk_id", "text", "metadata")}
 
     @staticmethod
     def _hits(objects, score) -> list[Hit]:
@@ -172,9 +209,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             for o in objects
         ]
 
-    def vector_search(
-        self, collection: str, vector: np.ndarray, k: int, where: dict | None = None
-    ) -> list[Hit]:
+    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         from weaviate.classes.query import MetadataQuery
 
         with self._client() as client:
@@ -186,7 +221,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             )
         return self._hits(res.objects, lambda m: 1.0 - float(m.distance))
 
-    def keyword_search(self, collection: str, query: str, k: int, where: dict | None = None) -> list[Hit]:
+    def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         from weaviate.classes.query import MetadataQuery
 
         with self._client() as client:
@@ -199,7 +234,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             )
         return self._hits(res.objects, lambda m: float(m.score))
 
-    def hybrid_search(
+    def _hybrid_search(
         self,
         collection: str,
         query: str,
@@ -207,7 +242,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         k: int,
         alpha: float,
         fusion: str,
-        where: dict | None = None,
+        where: Conditions,
     ) -> list[Hit]:
         from weaviate.classes.query import HybridFusion, MetadataQuery
 

@@ -1,0 +1,150 @@
+"""Chroma with its embedded persistent client (`chromadb.PersistentClient`), no server.
+
+- Each build is its own persistent folder; the collection name is an alias (embedded.AliasDirectory)
+  moved to the finished build. Vectors are self-provided (no embedding function), HNSW with cosine space.
+- Chroma's embedded client has no keyword index (sparse/BM25 indexes are Chroma Cloud only), so keyword
+  search ranks the build's texts with rag_core.bm25 in process; the index is read once per build.
+- Filters map onto Chroma's own `where` (the same operator names); ranges are split into `$and`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import dagster as dg
+import numpy as np
+
+from rag_core import bm25
+from rag_core.filters import filterable_attributes
+from resources.vector_stores.base import Conditions, Hit, VectorStore
+from resources.vector_stores.embedded import AliasDirectory, new_physical, retry_on_swap
+
+NAME = "chunks"
+_BM25: dict[str, tuple[list[str], list[str], list[str], bm25.BM25Index]] = {}  # physical path -> index
+_BM25_LOCK = threading.Lock()
+
+
+def chroma_where(where: Conditions) -> dict | None:
+    parts = [{c.field: {c.op: list(c.value) if c.op == "$in" else c.value}} for c in where]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+class ChromaStore(dg.ConfigurableResource, VectorStore):
+    backend: ClassVar[str] = "chroma"
+    path: str
+    batch_size: int = 1000
+
+    @property
+    def _aliases(self) -> AliasDirectory:
+        return AliasDirectory(self.path)
+
+    def _collection(self, physical: str, create: bool = False):
+        import chromadb
+
+        client = chromadb.PersistentClient(
+            path=str(Path(self.path) / physical), settings=chromadb.Settings(anonymized_telemetry=False)
+        )
+        if create:
+            return client.create_collection(
+                NAME, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+            )
+        return client.get_collection(NAME, embedding_function=None)
+
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+        import shutil
+
+        fields, values = filterable_attributes(rows)
+        physical = new_physical(collection)
+        try:
+            coll = self._collection(physical, create=True)
+            metas = [
+                {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}
+                for r, attrs in zip(rows, values, strict=True)
+            ]
+            vecs = np.asarray(vectors, np.float32)
+            for i in range(0, len(rows), self.batch_size):
+                part = slice(i, i + self.batch_size)
+                coll.add(
+                    ids=[r["chunk_id"] for r in rows[part]],
+                    embeddings=vecs[part],
+                    documents=[r["text"] for r in rows[part]],
+                    metadatas=metas[part],
+                )
+            if coll.count() != len(rows):
+                raise RuntimeError(f"{collection}: Chroma holds {coll.count()} of {len(rows)} records")
+        except BaseException:
+            shutil.rmtree(Path(self.path) / physical, ignore_errors=True)
+            raise
+        previous = self._aliases.point(collection, physical, fields)
+        if previous:
+            self._drop(previous["physical"])
+        return len(rows)
+
+    def _drop(self, physical: str) -> None:
+        import shutil
+
+        folder = Path(self.path) / physical
+        with _BM25_LOCK:
+            _BM25.pop(str(folder), None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
+        def run(record):
+            coll = self._collection(record["physical"])
+            n = min(k, coll.count())
+            res = coll.query(
+                query_embeddings=np.asarray(vector, np.float32)[None, :],
+                n_results=n,
+                where=chroma_where(where),
+                include=["documents", "metadatas", "distances"],
+            )
+            return [
+                Hit(cid, meta["doc_id"], doc, 1.0 - float(dist))
+                for cid, meta, doc, dist in zip(
+                    res["ids"][0], res["metadatas"][0], res["documents"][0], res["distances"][0], strict=True
+                )
+            ]
+
+        return retry_on_swap(self._aliases, collection, run)
+
+    def _keyword_index(self, physical: str):
+        folder = str(Path(self.path) / physical)
+        with _BM25_LOCK:
+            if folder not in _BM25:
+                got = self._collection(physical).get(include=["documents", "metadatas"])
+                ids, docs = got["ids"], got["documents"]
+                _BM25[folder] = (ids, [m["doc_id"] for m in got["metadatas"]], docs, bm25.BM25Index(docs))
+            return _BM25[folder]
+
+    def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        def run(record):
+            ids, doc_ids, docs, index = self._keyword_index(record["physical"])
+            allowed = None
+            if where:  # idf stays over the whole build; the filter only restricts which texts rank
+                keep = set(self._collection(record["physical"]).get(where=chroma_where(where), include=[])["ids"])
+                allowed = {i for i, cid in enumerate(ids) if cid in keep}
+            return [Hit(ids[i], doc_ids[i], docs[i], s) for i, s in index.search(query, k, allowed)]
+
+        return retry_on_swap(self._aliases, collection, run)
+
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        record = self._aliases.get(collection)
+        if record is None:
+            raise LookupError(f"Chroma collection {collection!r} does not exist under {self.path}")
+        return record["fields"]
+
+    def delete(self, collection: str) -> None:
+        previous = self._aliases.remove(collection)
+        if previous:
+            self._drop(previous["physical"])
+
+    def info(self, collection: str) -> dict:
+        record = self._aliases.get(collection)
+        if record is None:
+            return {"exists": False, "count": 0, "backend": "chroma"}
+        count = retry_on_swap(self._aliases, collection, lambda rec: self._collection(rec["physical"]).count())
+        return {"exists": True, "count": count, "backend": "chroma", "path": str(Path(self.path) / record["physical"])}

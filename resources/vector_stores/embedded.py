@@ -1,0 +1,123 @@
+"""What the embedded (in-process, on-disk) stores share: an alias directory for atomic rebuilds and a
+per-process cache of clients for stores whose storage admits one client at a time.
+
+A collection is an alias: each build writes a new physical collection, and an alias file (replaced
+atomically) points readers at the finished one together with its filterable fields; the previous build is
+dropped afterwards. Readers never see a half-built index.
+
+Qdrant's local mode and Milvus Lite lock their storage to one client (one process). Each physical
+collection therefore gets its own storage path, so different index partitions never contend; a second
+process that opens the same index waits for the lock (up to `lock_timeout_s`), which serializes
+parallel steps over one index. Clients stay open for the process (opening one loads the collection), and
+are closed when a Dagster step ends (`teardown_after_execution`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class AliasDirectory:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _path(self, collection: str) -> Path:
+        return self.root / "_aliases" / f"{collection}.json"
+
+    def get(self, collection: str) -> dict | None:
+        """{'physical': name, 'fields': {name: type}} or None."""
+        path = self._path(collection)
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        # alias files written before filters existed name the table only
+        return {"physical": record.get("physical") or record["table"], "fields": record.get("fields") or {"doc_id": "str"}}
+
+    def point(self, collection: str, physical: str, fields: dict[str, str]) -> dict | None:
+        """Move the alias to `physical`; return the previous record."""
+        previous = self.get(collection)
+        path = self._path(collection)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+        tmp.write_text(json.dumps({"physical": physical, "fields": fields}))
+        os.replace(tmp, path)
+        return previous
+
+    def remove(self, collection: str) -> dict | None:
+        previous = self.get(collection)
+        self._path(collection).unlink(missing_ok=True)
+        return previous
+
+
+def new_physical(collection: str) -> str:
+    return f"{collection}__{uuid.uuid4().hex[:8]}"
+
+
+class ClientCache:
+    """One open client per storage path and process, opened with a wait for another process's lock."""
+
+    def __init__(self, name: str, is_locked: Callable[[Exception], bool]):
+        self.name, self._is_locked = name, is_locked
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.RLock()
+
+    def get(self, path: Path, open_client: Callable[[str], Any], timeout_s: float) -> Any:
+        key = str(path)
+        with self._lock:
+            if key in self._clients:
+                return self._clients[key]
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    client = open_client(key)
+                    break
+                except Exception as e:
+                    if not self._is_locked(e) or time.monotonic() > deadline:
+                        if self._is_locked(e):
+                            raise TimeoutError(
+                                f"{self.name} storage {key} stayed locked by another process for {timeout_s:.0f} s "
+                                "(embedded mode admits one process per index; use a server for parallel readers)"
+                            ) from e
+                        raise
+                    time.sleep(0.5)
+            self._clients[key] = client
+            return client
+
+    def close(self, path: Path) -> None:
+        with self._lock:
+            client = self._clients.pop(str(path), None)
+            if client is not None:
+                client.close()
+
+    def close_under(self, root: Path) -> None:
+        with self._lock:
+            for key in [k for k in self._clients if Path(k).is_relative_to(root)]:
+                self.close(Path(key))
+
+    def drop(self, path: Path) -> None:
+        """Close the client of `path` and remove its storage."""
+        self.close(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def retry_on_swap(aliases: AliasDirectory, collection: str, run: Callable[[dict], Any]) -> Any:
+    """Run a read against the collection's current build; if a concurrent rebuild dropped that build
+    mid-read, run it once more against the new one."""
+    record = aliases.get(collection)
+    if record is None:
+        raise LookupError(f"collection {collection!r} does not exist under {aliases.root}")
+    try:
+        return run(record)
+    except Exception:
+        latest = aliases.get(collection)
+        if latest is None or latest["physical"] == record["physical"]:
+            raise
+        return run(latest)

@@ -1,0 +1,172 @@
+"""Milvus Lite (the milvus-lite wheel behind `pymilvus.MilvusClient("<file>.db")`), no server.
+
+- Each build is its own folder holding one Milvus Lite file (a file admits one client, i.e. one
+  process); the collection name is an alias (embedded.AliasDirectory) moved to the finished build.
+- Schema: chunk_id (primary key), doc_id, text (analyzed), metadata (JSON string), a dense vector (FLAT
+  index, cosine: exact search) and a sparse vector filled by Milvus's own BM25 function over `text`.
+- Filterable metadata fields are dynamic fields; filters become Milvus boolean expressions
+  (`year >= 2000 and doc_id in ["a", "b"]`). Strong consistency: a search sees every insert.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import dagster as dg
+import numpy as np
+
+from rag_core.filters import filterable_attributes
+from resources.vector_stores.base import Conditions, Hit, VectorStore
+from resources.vector_stores.embedded import AliasDirectory, ClientCache, new_physical, retry_on_swap
+
+NAME = "chunks"
+FILE = "milvus.db"
+MAX_VARCHAR = 65535
+EXPR_OPS = {"$eq": "==", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+OUTPUT = ["chunk_id", "doc_id", "text"]
+
+
+def _locked(e: Exception) -> bool:
+    return "Open local milvus failed" in str(e)
+
+
+CLIENTS = ClientCache("Milvus Lite", _locked)
+
+
+def _open(folder: str):
+    from pymilvus import MilvusClient
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return MilvusClient(str(Path(folder) / FILE))
+
+
+def _literal(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return json.dumps(v)  # numbers as is, strings double-quoted with escapes
+
+
+def milvus_expr(where: Conditions) -> str:
+    parts = []
+    for c in where:
+        name = c.field  # dynamic fields are referenced by their bare names
+        if c.op == "$in":
+            parts.append(f"{name} in [{', '.join(_literal(v) for v in c.value)}]")
+        else:
+            parts.append(f"{name} {EXPR_OPS[c.op]} {_literal(c.value)}")
+    return " and ".join(parts)
+
+
+class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
+    backend: ClassVar[str] = "milvus"
+    path: str
+    lock_timeout_s: float = 600.0
+    batch_size: int = 500
+
+    @property
+    def _aliases(self) -> AliasDirectory:
+        return AliasDirectory(self.path)
+
+    def _client(self, physical: str):
+        return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
+
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+        from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+        fields, values = filterable_attributes(rows)
+        physical = new_physical(collection)
+        client = self._client(physical)
+        try:
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+            schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_VARCHAR, is_primary=True)
+            schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_VARCHAR)
+            schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True)
+            schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_VARCHAR)
+            schema.add_field("dense", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
+            schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(
+                Function(
+                    name="bm25",
+                    function_type=FunctionType.BM25,
+                    input_field_names=["text"],
+                    output_field_names=["sparse"],
+                )
+            )
+            index = client.prepare_index_params()
+            index.add_index("dense", index_type="FLAT", metric_type="COSINE")
+            index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+            client.create_collection(NAME, schema=schema, index_params=index, consistency_level="Strong")
+            records = [
+                {
+                    **{k: v for k, v in attrs.items() if k != "doc_id"},
+                    "chunk_id": r["chunk_id"],
+                    "doc_id": r["doc_id"],
+                    "text": r["text"],
+                    "metadata": r.get("metadata", "{}"),
+                    "dense": np.asarray(vec, np.float32).tolist(),
+                }
+                for r, vec, attrs in zip(rows, vectors, values, strict=True)
+            ]
+            for i in range(0, len(records), self.batch_size):
+                client.insert(NAME, records[i : i + self.batch_size])
+            count = self._count(client)
+            if count != len(rows):
+                raise RuntimeError(f"{collection}: Milvus Lite holds {count} of {len(rows)} rows")
+        except BaseException:
+            CLIENTS.drop(Path(self.path) / physical)
+            raise
+        previous = self._aliases.point(collection, physical, fields)
+        if previous:
+            CLIENTS.drop(Path(self.path) / previous["physical"])
+        return len(rows)
+
+    @staticmethod
+    def _count(client) -> int:
+        return int(client.query(NAME, filter="", output_fields=["count(*)"])[0]["count(*)"])
+
+    def _search(self, collection: str, data, field: str, k: int, where: Conditions, score) -> list[Hit]:
+        def run(record):
+            res = self._client(record["physical"]).search(
+                NAME, data=[data], anns_field=field, limit=k, filter=milvus_expr(where), output_fields=OUTPUT
+            )
+            return [
+                Hit(r["entity"]["chunk_id"], r["entity"]["doc_id"], r["entity"]["text"], score(r["distance"]))
+                for r in res[0]
+            ]
+
+        return retry_on_swap(self._aliases, collection, run)
+
+    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
+        # the COSINE metric reports the similarity itself
+        vec = np.asarray(vector, np.float32).tolist()
+        return self._search(collection, vec, "dense", k, where, float)
+
+    def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        if not query.strip():
+            return []
+        # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude
+        hits = self._search(collection, query, "sparse", k, where, lambda d: abs(float(d)))
+        return [h for h in hits if h.score > 0]
+
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        record = self._aliases.get(collection)
+        if record is None:
+            raise LookupError(f"Milvus Lite collection {collection!r} does not exist under {self.path}")
+        return record["fields"]
+
+    def delete(self, collection: str) -> None:
+        previous = self._aliases.remove(collection)
+        if previous:
+            CLIENTS.drop(Path(self.path) / previous["physical"])
+
+    def info(self, collection: str) -> dict:
+        record = self._aliases.get(collection)
+        if record is None:
+            return {"exists": False, "count": 0, "backend": "milvus"}
+        count = retry_on_swap(self._aliases, collection, lambda rec: self._count(self._client(rec["physical"])))
+        return {"exists": True, "count": count, "backend": "milvus", "path": str(Path(self.path) / record["physical"])}
+
+    def teardown_after_execution(self, context) -> None:
+        CLIENTS.close_under(Path(self.path))

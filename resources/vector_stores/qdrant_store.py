@@ -1,0 +1,160 @@
+"""Qdrant in local (embedded) mode: `QdrantClient(path=...)`, no server.
+
+- Each build is its own storage folder (local mode locks a folder to one client); the collection name is
+  an alias (embedded.AliasDirectory) moved to the finished build.
+- Points carry a dense `dense` vector (cosine) and a sparse `bm25` vector: BM25 term weights computed here
+  (rag_core/bm25.py) with Qdrant applying the idf (`Modifier.IDF`), which makes keyword search BM25.
+- Payload: chunk_id, doc_id, text, metadata (JSON) and the filterable metadata fields; filters become
+  `Filter(must=[FieldCondition(...)])` with MatchValue, MatchAny and Range.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import ClassVar
+
+import dagster as dg
+import numpy as np
+
+from rag_core import bm25
+from rag_core.filters import filterable_attributes
+from resources.vector_stores.base import Conditions, Hit, VectorStore
+from resources.vector_stores.embedded import AliasDirectory, ClientCache, new_physical, retry_on_swap
+
+NAME = "chunks"  # the collection inside each build's folder
+
+
+def _locked(e: Exception) -> bool:
+    return "already accessed by another instance" in str(e)
+
+
+CLIENTS = ClientCache("Qdrant", _locked)
+
+
+def _open(path: str):
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=path)
+
+
+def qdrant_filter(where: Conditions):
+    if not where:
+        return None
+    from qdrant_client import models
+
+    must = []
+    for c in where:
+        if c.op == "$eq":
+            must.append(models.FieldCondition(key=c.field, match=models.MatchValue(value=c.value)))
+        elif c.op == "$in":
+            must.append(models.FieldCondition(key=c.field, match=models.MatchAny(any=list(c.value))))
+        else:
+            bound = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}[c.op]
+            must.append(models.FieldCondition(key=c.field, range=models.Range(**{bound: c.value})))
+    return models.Filter(must=must)
+
+
+class QdrantStore(dg.ConfigurableResource, VectorStore):
+    backend: ClassVar[str] = "qdrant"
+    path: str
+    lock_timeout_s: float = 600.0
+    batch_size: int = 256
+
+    @property
+    def _aliases(self) -> AliasDirectory:
+        return AliasDirectory(self.path)
+
+    def _client(self, physical: str):
+        return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
+
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+        from qdrant_client import models
+
+        fields, values = filterable_attributes(rows)
+        physical = new_physical(collection)
+        client = self._client(physical)
+        try:
+            client.create_collection(
+                NAME,
+                vectors_config={
+                    "dense": models.VectorParams(size=int(vectors.shape[1]), distance=models.Distance.COSINE)
+                },
+                sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            )
+            tokens = [bm25.tokenize(r["text"]) for r in rows]
+            avg = sum(map(len, tokens)) / max(len(tokens), 1)
+            points = []
+            for row, vec, attrs, toks in zip(rows, vectors, values, tokens, strict=True):
+                weights = {bm25.term_id(t): w for t, w in bm25.term_weights(toks, avg).items()}
+                points.append(
+                    models.PointStruct(
+                        id=str(uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"])),
+                        vector={
+                            "dense": np.asarray(vec, np.float32).tolist(),
+                            "bm25": models.SparseVector(indices=list(weights), values=list(weights.values())),
+                        },
+                        payload={
+                            **attrs,
+                            "chunk_id": row["chunk_id"],
+                            "text": row["text"],
+                            "metadata": row.get("metadata", "{}"),
+                        },
+                    )
+                )
+            for i in range(0, len(points), self.batch_size):
+                client.upsert(NAME, points=points[i : i + self.batch_size])
+            count = client.count(NAME, exact=True).count
+            if count != len(rows):
+                raise RuntimeError(f"{collection}: Qdrant holds {count} of {len(rows)} points")
+        except BaseException:
+            CLIENTS.drop(Path(self.path) / physical)
+            raise
+        previous = self._aliases.point(collection, physical, fields)
+        if previous:
+            CLIENTS.drop(Path(self.path) / previous["physical"])
+        return len(rows)
+
+    def _query(self, collection: str, k: int, where: Conditions, **query) -> list[Hit]:
+        def run(record):
+            res = self._client(record["physical"]).query_points(
+                NAME, limit=k, query_filter=qdrant_filter(where), with_payload=True, **query
+            )
+            return [Hit(p.payload["chunk_id"], p.payload["doc_id"], p.payload["text"], p.score) for p in res.points]
+
+        return retry_on_swap(self._aliases, collection, run)
+
+    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
+        return self._query(collection, k, where, query=np.asarray(vector, np.float32).tolist(), using="dense")
+
+    def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        from qdrant_client import models
+
+        ids = sorted({bm25.term_id(t) for t in bm25.tokenize(query)})
+        if not ids:
+            return []
+        sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))
+        return [h for h in self._query(collection, k, where, query=sparse, using="bm25") if h.score > 0]
+
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        record = self._aliases.get(collection)
+        if record is None:
+            raise LookupError(f"Qdrant collection {collection!r} does not exist under {self.path}")
+        return record["fields"]
+
+    def delete(self, collection: str) -> None:
+        previous = self._aliases.remove(collection)
+        if previous:
+            CLIENTS.drop(Path(self.path) / previous["physical"])
+
+    def info(self, collection: str) -> dict:
+        record = self._aliases.get(collection)
+        if record is None:
+            return {"exists": False, "count": 0, "backend": "qdrant"}
+        count = retry_on_swap(
+            self._aliases, collection, lambda rec: self._client(rec["physical"]).count(NAME, exact=True).count
+        )
+        return {"exists": True, "count": count, "backend": "qdrant", "path": str(Path(self.path) / record["physical"])}
+
+    def teardown_after_execution(self, context) -> None:
+        CLIENTS.close_under(Path(self.path))
