@@ -96,21 +96,17 @@ def check_fields(conditions: tuple[Condition, ...], fields: dict[str, str]) -> N
 
 def matches(conditions: tuple[Condition, ...], record: dict[str, Any]) -> bool:
     """Reference semantics of a filter on one record (used by tests and by in-process filtering)."""
-    for c in conditions:
-        if c.field not in record or record[c.field] is None:
-            return False
-        v = record[c.field]
-        ok = {
-            "$eq": lambda: _same(v, c.value),
-            "$in": lambda: any(_same(v, x) for x in c.value),
-            "$gt": lambda: _number(v) and v > c.value,
-            "$gte": lambda: _number(v) and v >= c.value,
-            "$lt": lambda: _number(v) and v < c.value,
-            "$lte": lambda: _number(v) and v <= c.value,
-        }[c.op]()
-        if not ok:
-            return False
-    return True
+    return all(record.get(c.field) is not None and _holds(c, record[c.field]) for c in conditions)
+
+
+def _holds(c: Condition, v: Any) -> bool:
+    if c.op == "$eq":
+        return _same(v, c.value)
+    if c.op == "$in":
+        return any(_same(v, x) for x in c.value)
+    if not _number(v):
+        return False
+    return {"$gt": v > c.value, "$gte": v >= c.value, "$lt": v < c.value, "$lte": v <= c.value}[c.op]
 
 
 def _same(a: Any, b: Any) -> bool:

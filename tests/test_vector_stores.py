@@ -109,7 +109,9 @@ def test_filters_in_the_seeds_format(store):
     records = [{"doc_id": r["doc_id"], **META[i]} for i, r in enumerate(ROWS)]
     every_word = "cat cats dogs stock python mat"  # each text holds one of these words
     for where in FILTERS:
-        expected = {r["chunk_id"] for r, rec in zip(ROWS, records, strict=True) if matches(parse_filter(where), rec)}
+        expected = {
+            r["chunk_id"] for r, rec in zip(ROWS, records, strict=True) if matches(parse_filter(where), rec)
+        }
         got = {
             "vector": {h.chunk_id for h in store.vector_search(name, VECS[0], 6, where=where)},
             "bm25": {h.chunk_id for h in store.keyword_search(name, every_word, 6, where=where)},
@@ -118,7 +120,9 @@ def test_filters_in_the_seeds_format(store):
             },
         }
         for mode, ids in got.items():
-            assert ids == expected, f"{store.backend} {mode} {where}: got {sorted(ids)}, want {sorted(expected)}"
+            assert ids == expected, (
+                f"{store.backend} {mode} {where}: got {sorted(ids)}, want {sorted(expected)}"
+            )
     # the filtered vector ranking is the unfiltered one restricted to the matching rows
     full = [h.chunk_id for h in store.vector_search(name, VECS[0], 6)]
     part = [h.chunk_id for h in store.vector_search(name, VECS[0], 6, where={"year": {"$gte": 2001}})]

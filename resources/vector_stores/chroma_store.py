@@ -125,7 +125,9 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
             ids, doc_ids, docs, index = self._keyword_index(record["physical"])
             allowed = None
             if where:  # idf stays over the whole build; the filter only restricts which texts rank
-                keep = set(self._collection(record["physical"]).get(where=chroma_where(where), include=[])["ids"])
+                keep = set(
+                    self._collection(record["physical"]).get(where=chroma_where(where), include=[])["ids"]
+                )
                 allowed = {i for i, cid in enumerate(ids) if cid in keep}
             return [Hit(ids[i], doc_ids[i], docs[i], s) for i, s in index.search(query, k, allowed)]
 
@@ -146,5 +148,12 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
         record = self._aliases.get(collection)
         if record is None:
             return {"exists": False, "count": 0, "backend": "chroma"}
-        count = retry_on_swap(self._aliases, collection, lambda rec: self._collection(rec["physical"]).count())
-        return {"exists": True, "count": count, "backend": "chroma", "path": str(Path(self.path) / record["physical"])}
+        count = retry_on_swap(
+            self._aliases, collection, lambda rec: self._collection(rec["physical"]).count()
+        )
+        return {
+            "exists": True,
+            "count": count,
+            "backend": "chroma",
+            "path": str(Path(self.path) / record["physical"]),
+        }

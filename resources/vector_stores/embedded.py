@@ -39,7 +39,10 @@ class AliasDirectory:
             return None
         record = json.loads(path.read_text())
         # alias files written before filters existed name the table only
-        return {"physical": record.get("physical") or record["table"], "fields": record.get("fields") or {"doc_id": "str"}}
+        return {
+            "physical": record.get("physical") or record["table"],
+            "fields": record.get("fields") or {"doc_id": "str"},
+        }
 
     def point(self, collection: str, physical: str, fields: dict[str, str]) -> dict | None:
         """Move the alias to `physical`; return the previous record."""

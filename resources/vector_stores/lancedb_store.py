@@ -87,11 +87,15 @@ class LanceDBStore(dg.ConfigurableResource, VectorStore):
         return table.num_rows
 
     def _read(self, collection: str, run):
-        return retry_on_swap(self._aliases, collection, lambda rec: run(self._db().open_table(rec["physical"])))
+        return retry_on_swap(
+            self._aliases, collection, lambda rec: run(self._db().open_table(rec["physical"]))
+        )
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         def run(table):
-            q = table.search(np.asarray(vector, np.float32), vector_column_name="vector").distance_type("cosine")
+            q = table.search(np.asarray(vector, np.float32), vector_column_name="vector").distance_type(
+                "cosine"
+            )
             if where:
                 q = q.where(sql_where(where), prefilter=True)
             return q.limit(k).select(["chunk_id", "doc_id", "text", "_distance"]).to_list()

@@ -165,8 +165,15 @@ class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
         record = self._aliases.get(collection)
         if record is None:
             return {"exists": False, "count": 0, "backend": "milvus"}
-        count = retry_on_swap(self._aliases, collection, lambda rec: self._count(self._client(rec["physical"])))
-        return {"exists": True, "count": count, "backend": "milvus", "path": str(Path(self.path) / record["physical"])}
+        count = retry_on_swap(
+            self._aliases, collection, lambda rec: self._count(self._client(rec["physical"]))
+        )
+        return {
+            "exists": True,
+            "count": count,
+            "backend": "milvus",
+            "path": str(Path(self.path) / record["physical"]),
+        }
 
     def teardown_after_execution(self, context) -> None:
         CLIENTS.close_under(Path(self.path))

@@ -120,7 +120,10 @@ class QdrantStore(dg.ConfigurableResource, VectorStore):
             res = self._client(record["physical"]).query_points(
                 NAME, limit=k, query_filter=qdrant_filter(where), with_payload=True, **query
             )
-            return [Hit(p.payload["chunk_id"], p.payload["doc_id"], p.payload["text"], p.score) for p in res.points]
+            return [
+                Hit(p.payload["chunk_id"], p.payload["doc_id"], p.payload["text"], p.score)
+                for p in res.points
+            ]
 
         return retry_on_swap(self._aliases, collection, run)
 
@@ -154,7 +157,12 @@ class QdrantStore(dg.ConfigurableResource, VectorStore):
         count = retry_on_swap(
             self._aliases, collection, lambda rec: self._client(rec["physical"]).count(NAME, exact=True).count
         )
-        return {"exists": True, "count": count, "backend": "qdrant", "path": str(Path(self.path) / record["physical"])}
+        return {
+            "exists": True,
+            "count": count,
+            "backend": "qdrant",
+            "path": str(Path(self.path) / record["physical"]),
+        }
 
     def teardown_after_execution(self, context) -> None:
         CLIENTS.close_under(Path(self.path))
