@@ -45,7 +45,7 @@ def plan(sweep, artifacts, force: bool, backend: str = "lancedb") -> list[tuple[
     steps: list[tuple[str, str | None]] = [("corpus", None), ("qa_set", None)]
     stages = [
         ("chunksets", "chunk_key", "chunksets", lineage.chunk_fp),
-        ("embeddings", "index_key", "embeddings", lineage.index_fp),
+        ("embeddings", "embedding_key", "embeddings", lineage.embedding_fp),
         ("vector_index", "index_key", "indexes", lineage.store_fp),
         ("retrievals", "retrieval_key", "retrievals", lineage.retrieval_fp),
         ("rerankings", "rerank_key", "rerankings", lineage.rerank_fp),

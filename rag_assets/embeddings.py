@@ -18,14 +18,14 @@ from resources.embedders import EmbeddingService, fixed_size_vectors, vectors_fr
 
 def chunk_vectors(artifacts: ArtifactStore, lineage: Lineage, c: RagConfig) -> dict[str, np.ndarray]:
     """chunk_id -> vector of a config's embeddings partition (for MMR and context diversity)."""
-    emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {c.index_key}")
+    emb = artifacts.read("embeddings", lineage.embedding_fp(c), f"embeddings {c.embedding_key}")
     return dict(zip(emb["chunk_id"].to_list(), vectors_from_column(emb["vector"]), strict=True))
 
 
 def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
     @dg.asset(
-        partitions_def=parts.indexes,
-        deps=[dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_index)],
+        partitions_def=parts.embeddings,
+        deps=[dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_embedding)],
         group_name="indexing",
         kinds={"parquet"},
         automation_condition=EAGER,
@@ -35,8 +35,8 @@ def build(sweep: Sweep, parts: SweepPartitions) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, artifacts: ArtifactStore, embedder: EmbeddingService
     ) -> dg.MaterializeResult:
         lineage = Lineage(sweep)
-        c = sweep.first("index_key", context.partition_key)
-        fp = lineage.index_fp(c)
+        c = sweep.first("embedding_key", context.partition_key)
+        fp = lineage.embedding_fp(c)
         reused = artifacts.exists("embeddings", fp) and not forced(context)
         meta: dict = {}
         if not reused:

@@ -125,6 +125,8 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
     ) -> dg.MaterializeResult:
         lineage = Lineage(sweep, backend)
         c = sweep.first("config_key", context.partition_key)
+        # the store actually used, also when the config leaves it to the deployment
+        params = {**c.flat_params(), "index.store": lineage.backend_of(c)}
         fp = lineage.evaluation_fp(c)
         reused = artifacts.exists("evaluation_summaries", fp) and not forced(context)
         if reused:
@@ -171,7 +173,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 "n_rerank_fallbacks": float(ret["rerank_fallback"].sum()),
                 "n_context_compression_fallbacks": float(ans["context_fallbacks"].sum()),
             }
-            summary = {"config_key": c.config_key, "fingerprint": fp, **c.flat_params(), **metrics}
+            summary = {"config_key": c.config_key, "fingerprint": fp, **params, **metrics}
             artifacts.write("evaluations", fp, per_query)
             artifacts.write("evaluation_summaries", fp, pl.DataFrame([summary]))
         metrics = {k: v for k, v in summary.items() if isinstance(v, float) and "." not in k}
@@ -179,7 +181,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             experiment=sweep.name,
             run_name=c.config_key,
             fingerprint=fp,
-            params=c.flat_params(),
+            params=params,
             metrics=metrics,
             tags={
                 "sweep": sweep.name,

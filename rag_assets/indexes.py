@@ -1,4 +1,5 @@
-"""Vector index of one chunkset + embedding model: a collection in the configured vector store."""
+"""Vector index of one chunkset + embedding model in one store: the config's `index.store`, else the
+deployment's `vector_store` resource. Two stores over one embeddings partition reuse its vectors."""
 
 import dagster as dg
 import polars as pl
@@ -9,15 +10,18 @@ from rag_assets.partitions import SweepPartitions
 from rag_core.spec import Sweep
 from resources.artifacts import ArtifactStore
 from resources.embedders import vectors_from_column
-from resources.vector_stores import VectorStore
+from resources.vector_stores import VectorStore, VectorStoreCatalog, store_of
 
 
 def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
     @dg.asset(
         partitions_def=parts.indexes,
-        deps=["embeddings", dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_index)],
+        deps=[
+            dg.AssetDep("embeddings", partition_mapping=parts.embedding_to_index),
+            dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_index),
+        ],
         group_name="indexing",
-        kinds={"lancedb", "weaviate"},
+        kinds={backend, *(c.index.store for c in sweep.configs if c.index.store)},
         automation_condition=EAGER,
         description="One collection per partition holding chunk text, doc id and the precomputed vectors.",
     )
@@ -25,23 +29,25 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
         context: dg.AssetExecutionContext,
         artifacts: ArtifactStore,
         vector_store: dg.ResourceParam[VectorStore],
+        vector_stores: VectorStoreCatalog,
     ) -> dg.MaterializeResult:
         lineage = Lineage(sweep, backend)
         c = sweep.first("index_key", context.partition_key)
         fp = lineage.store_fp(c)
+        store = store_of(lineage.backend_of(c), vector_store, vector_stores)
         collection = lineage.collection(c)
         chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
-        info = vector_store.info(collection)
+        info = store.info(collection)
         reused = info["exists"] and info["count"] == chunks.height and not forced(context)
         if not reused:
-            emb = artifacts.read("embeddings", lineage.index_fp(c), f"embeddings {context.partition_key}")
+            emb = artifacts.read("embeddings", lineage.embedding_fp(c), f"embeddings {c.embedding_key}")
             if emb["chunk_id"].to_list() != chunks["chunk_id"].to_list():
                 raise ValueError(f"embeddings {fp[:12]} do not line up with chunkset {c.chunk_key}")
             rows = chunks.select(
                 "chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata"
             ).to_dicts()
-            n = vector_store.upsert(collection, rows, vectors_from_column(emb["vector"]))
-            info = vector_store.info(collection)
+            n = store.upsert(collection, rows, vectors_from_column(emb["vector"]))
+            info = store.info(collection)
             if info["count"] != n:
                 raise RuntimeError(f"{collection}: upserted {n} objects but the store holds {info['count']}")
         # A small marker artifact so cheap callers (the CLI) can tell the index exists for this content.
@@ -50,7 +56,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
             metadata={
                 **base_metadata(fp, artifacts.path("indexes", fp), reused),
                 "collection": collection,
-                "backend": backend,
+                "backend": store.backend,
                 "dagster/row_count": info["count"],
             },
             data_version=dg.DataVersion(fp),

@@ -24,7 +24,7 @@ METRICS_VERSION = 5
 @dataclass(frozen=True)
 class Lineage:
     sweep: Sweep
-    backend: str = "lancedb"  # the vector store: retrieval results depend on it, so it is in the fingerprint
+    backend: str = "lancedb"  # the deployment's vector store, for configs that do not name one
 
     @cached_property
     def corpus_fp(self) -> str:
@@ -37,12 +37,16 @@ class Lineage:
     def chunk_fp(self, c: RagConfig) -> str:
         return fingerprint("chunkset", self.corpus_fp, c.settings("chunk"), CHUNKER_VERSION)
 
-    def index_fp(self, c: RagConfig) -> str:
+    def embedding_fp(self, c: RagConfig) -> str:
         return fingerprint("index", self.chunk_fp(c), c.embedding.model_dump())
 
+    def backend_of(self, c: RagConfig) -> str:
+        """The vector store of a config: its `index.store`, else the deployment's."""
+        return c.index.store or self.backend
+
     def store_fp(self, c: RagConfig) -> str:
-        """The index as built in one vector-store backend."""
-        return fingerprint("store", self.index_fp(c), self.backend)
+        """The index as built in one vector-store backend (retrieval results depend on the store)."""
+        return fingerprint("store", self.embedding_fp(c), self.backend_of(c))
 
     def retrieval_fp(self, c: RagConfig) -> str:
         return fingerprint(

@@ -1,7 +1,9 @@
 """Partitions, declared once per sweep: each stage is keyed by exactly the settings that determine it.
 
     chunksets                 <chunking>                       recursive-512-64
-    embeddings, vector_index  <chunking>__<embedder>           recursive-512-64__all-minilm-l6-v2
+    embeddings                <chunking>__<embedder>           recursive-512-64__all-minilm-l6-v2
+    vector_index              <embeddings>[__<store>]          ...__all-minilm-l6-v2__qdrant (no suffix when
+                                                               the sweep leaves the store to the deployment)
     retrievals                <index>__<retrieval>             ...__hybrid-rrf-a0.5-k20
     rerankings                <retrieval>__<reranker>          ...__mmr-l0.5-c20-k5
     answers, evaluations      <reranking>__<generation>        ...__extractive
@@ -32,11 +34,14 @@ def _mapping(sweep: Sweep, upstream: str, downstream: str) -> dg.StaticPartition
 @dataclass(frozen=True)
 class SweepPartitions:
     chunks: dg.StaticPartitionsDefinition
+    embeddings: dg.StaticPartitionsDefinition
     indexes: dg.StaticPartitionsDefinition
     retrievals: dg.StaticPartitionsDefinition
     reranks: dg.StaticPartitionsDefinition
     configs: dg.StaticPartitionsDefinition
+    chunk_to_embedding: dg.StaticPartitionMapping
     chunk_to_index: dg.StaticPartitionMapping
+    embedding_to_index: dg.StaticPartitionMapping
     index_to_retrieval: dg.StaticPartitionMapping
     retrieval_to_rerank: dg.StaticPartitionMapping
     rerank_to_config: dg.StaticPartitionMapping
@@ -45,11 +50,14 @@ class SweepPartitions:
     def of(cls, sweep: Sweep) -> SweepPartitions:
         return cls(
             chunks=dg.StaticPartitionsDefinition(sweep.chunk_keys),
+            embeddings=dg.StaticPartitionsDefinition(sweep.embedding_keys),
             indexes=dg.StaticPartitionsDefinition(sweep.index_keys),
             retrievals=dg.StaticPartitionsDefinition(sweep.retrieval_keys),
             reranks=dg.StaticPartitionsDefinition(sweep.rerank_keys),
             configs=dg.StaticPartitionsDefinition(sweep.config_keys),
+            chunk_to_embedding=_mapping(sweep, "chunk_key", "embedding_key"),
             chunk_to_index=_mapping(sweep, "chunk_key", "index_key"),
+            embedding_to_index=_mapping(sweep, "embedding_key", "index_key"),
             index_to_retrieval=_mapping(sweep, "index_key", "retrieval_key"),
             retrieval_to_rerank=_mapping(sweep, "retrieval_key", "rerank_key"),
             rerank_to_config=_mapping(sweep, "rerank_key", "config_key"),

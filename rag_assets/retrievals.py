@@ -22,7 +22,7 @@ from rag_core.spec import RagConfig, Sweep
 from resources.artifacts import ArtifactStore
 from resources.embedders import EmbeddingService
 from resources.llm import NO_USAGE, LLMClient, usage
-from resources.vector_stores import Hit, VectorStore
+from resources.vector_stores import Hit, VectorStore, VectorStoreCatalog, store_of
 
 RETRIEVAL_SCHEMA = {
     "query_id": pl.String,
@@ -71,7 +71,7 @@ def search(
     r, k = c.retrieval, c.fetch_k
 
     def run(text: str, vector) -> list[Hit]:
-        return store.retrieve(collection, r.mode, text, vector, k, r.hybrid_alpha, r.fusion)
+        return store.retrieve(collection, r.mode, text, vector, k, r.hybrid_alpha, r.fusion, r.filter)
 
     if r.query_transform == "multi_query" and not fell_back:
         texts = [question, *queries]
@@ -103,6 +103,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
         artifacts: ArtifactStore,
         embedder: EmbeddingService,
         vector_store: dg.ResourceParam[VectorStore],
+        vector_stores: VectorStoreCatalog,
         llm: LLMClient,
     ) -> dg.MaterializeResult:
         lineage = Lineage(sweep, backend)
@@ -137,12 +138,13 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 return np.stack([cache[t] for t in texts])
 
             collection = lineage.collection(c)
+            store = store_of(lineage.backend_of(c), vector_store, vector_stores)
             rows = []
             for qid, question, (queries, fell_back, used) in zip(
                 qa["query_id"], questions, transformed, strict=True
             ):
                 t0 = time.perf_counter()
-                hits = search(vector_store, collection, c, question, queries, fell_back, embed)
+                hits = search(store, collection, c, question, queries, fell_back, embed)
                 rows.append(
                     {
                         "query_id": qid,
@@ -170,6 +172,7 @@ def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefini
                 "latency_p95_ms": round(percentile(lat, 95), 3),
                 "mean_hits": float(df["chunk_ids"].list.len().mean()),
                 "fetch_k": c.fetch_k,
+                "store": lineage.backend_of(c),
                 "transform_fallbacks": int(df["transform_fallback"].sum()),
                 **{
                     f"config/{k}": v for k, v in c.settings("retrieval")["retrieval"].items() if v is not None

@@ -8,6 +8,7 @@ retrieval, do not multiply configs). Errors name the file and the dotted field.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 from typing import Any, Literal
@@ -94,6 +95,16 @@ class EmbeddingConfig(_Strict):
         return slug(self.model.split("/")[-1])
 
 
+VECTOR_STORES = ("lancedb", "qdrant", "chroma", "milvus", "weaviate")
+
+
+class IndexConfig(_Strict):
+    """Where the index lives. `store` unset means the deployment's store ($RAG_VECTOR_STORE, LanceDB by
+    default); naming stores makes them a sweep dimension over one set of embeddings."""
+
+    store: Literal[VECTOR_STORES] | None = None
+
+
 class RetrievalConfig(_Strict):
     mode: Literal["vector", "bm25", "hybrid"]
     top_k: int = Field(gt=0, le=100)
@@ -103,6 +114,16 @@ class RetrievalConfig(_Strict):
     query_transform: Literal["none", "rewrite", "multi_query", "hyde"] = "none"
     query_model: str | None = None
     n_queries: int = Field(default=3, ge=1, le=10)
+    # A metadata filter applied to every search, in the seeds' format (rag_core/filters.py).
+    filter: dict[str, Any] | None = None
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_valid(cls, v: dict | None) -> dict | None:
+        from rag_core.filters import parse_filter
+
+        parse_filter(v)  # raises FilterError (a ValueError) naming the field and operator
+        return v or None
 
     @model_validator(mode="after")
     def _model_for_transform(self) -> RetrievalConfig:
@@ -120,6 +141,8 @@ class RetrievalConfig(_Strict):
             base += f"-mq{self.n_queries}-{slug(self.query_model)}"
         elif self.query_transform == "hyde":
             base += f"-hyde-{slug(self.query_model)}"
+        if self.filter:
+            base += f"-f{short_hash(fingerprint(self.filter), 6)}"
         return base
 
     def effective(self) -> RetrievalConfig:
@@ -227,7 +250,7 @@ class GenerationConfig(_Strict):
         return key
 
 
-STAGES = ("chunk", "index", "retrieval", "rerank", "config")
+STAGES = ("chunk", "embedding", "index", "retrieval", "rerank", "config")
 
 
 class RagConfig(_Strict):
@@ -235,6 +258,7 @@ class RagConfig(_Strict):
 
     chunking: ChunkingConfig
     embedding: EmbeddingConfig
+    index: IndexConfig = IndexConfig()
     retrieval: RetrievalConfig
     rerank: RerankConfig = RerankConfig()
     generation: GenerationConfig
@@ -252,8 +276,13 @@ class RagConfig(_Strict):
         return self.chunking.key
 
     @property
-    def index_key(self) -> str:
+    def embedding_key(self) -> str:
         return f"{self.chunk_key}__{self.embedding.key}"
+
+    @property
+    def index_key(self) -> str:
+        store = self.index.store
+        return f"{self.embedding_key}__{store}" if store else self.embedding_key
 
     @property
     def retrieval_key(self) -> str:
@@ -273,6 +302,9 @@ class RagConfig(_Strict):
         if stage == "chunk":
             return out
         out["embedding"] = self.embedding.model_dump()
+        if stage == "embedding":
+            return out
+        out["index"] = self.index.model_dump()
         if stage == "index":
             return out
         out["retrieval"] = {**self.retrieval.model_dump(exclude={"top_k"}), "fetch_k": self.fetch_k}
@@ -286,9 +318,12 @@ class RagConfig(_Strict):
 
     def flat_params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for stage in ("chunking", "embedding", "retrieval", "rerank", "generation"):
+        for stage in ("chunking", "embedding", "index", "retrieval", "rerank", "generation"):
             for name, value in getattr(self, stage).model_dump().items():
-                out[f"{stage}.{name}"] = value
+                # mappings (a retrieval filter) as canonical JSON: one type per column and MLflow param
+                out[f"{stage}.{name}"] = (
+                    json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+                )
         return out
 
 
@@ -323,6 +358,7 @@ class SweepFile(_Strict):
     embedding: dict[str, Any] | list[dict[str, Any]] = Field(
         default_factory=lambda: {"model": "all-MiniLM-L6-v2"}
     )
+    index: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=dict)
     retrieval: dict[str, Any] | list[dict[str, Any]]
     rerank: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"method": "none"})
     generation: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"model": "extractive"})
@@ -360,6 +396,10 @@ class Sweep(BaseModel):
     @property
     def chunk_keys(self) -> list[str]:
         return _unique(c.chunk_key for c in self.configs)
+
+    @property
+    def embedding_keys(self) -> list[str]:
+        return _unique(c.embedding_key for c in self.configs)
 
     @property
     def index_keys(self) -> list[str]:
@@ -446,6 +486,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
     try:
         chunkings = _expand(spec.chunking, ChunkingConfig, "chunking")
         embeddings = _expand(spec.embedding, EmbeddingConfig, "embedding")
+        indexes = _expand(spec.index, IndexConfig, "index")
         retrievals = _expand(spec.retrieval, RetrievalConfig, "retrieval")
         reranks = _expand(spec.rerank, RerankConfig, "rerank")
         generations = _expand(spec.generation, GenerationConfig, "generation")
@@ -455,11 +496,14 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         RagConfig(
             chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,
             embedding=e,
+            index=i,
             retrieval=r,
             rerank=rr,
             generation=g,
         )
-        for c, e, r, rr, g in itertools.product(chunkings, embeddings, retrievals, reranks, generations)
+        for c, e, i, r, rr, g in itertools.product(
+            chunkings, embeddings, indexes, retrievals, reranks, generations
+        )
     ]
     configs = _search(configs, spec.search)
     _check_keys_unique(configs, path)

@@ -12,17 +12,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def vector_store_from_env(data_dir: str):
-    """$RAG_VECTOR_STORE: `lancedb` (default, embedded) or `weaviate` (see resources/vector_stores)."""
+    """$RAG_VECTOR_STORE: lancedb (default), qdrant, chroma, milvus (embedded, under the data dir) or
+    weaviate (a server; see resources/vector_stores)."""
+    from resources.vector_stores import vector_store_for
+
     kind = os.environ.get("RAG_VECTOR_STORE", "lancedb").lower()
-    if kind == "lancedb":
-        from resources.vector_stores.lancedb_store import LanceDBStore
-
-        return LanceDBStore(uri=str(Path(data_dir) / "lancedb"))
-    if kind == "weaviate":
-        from resources.vector_stores.weaviate_store import WeaviateStore
-
-        return WeaviateStore.from_env()
-    raise ValueError(f"RAG_VECTOR_STORE={kind!r}: choose lancedb or weaviate")
+    try:
+        return vector_store_for(kind, data_dir)
+    except ValueError as e:
+        raise ValueError(f"RAG_VECTOR_STORE={kind!r}: {e}") from None
 
 
 def build_resources(data_dir: str) -> dict:
@@ -30,6 +28,7 @@ def build_resources(data_dir: str) -> dict:
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
     from resources.tracking import MlflowTracking
+    from resources.vector_stores import VectorStoreCatalog
 
     return {
         "artifacts": ArtifactStore(data_dir=data_dir),
@@ -38,6 +37,7 @@ def build_resources(data_dir: str) -> dict:
             api_base=os.environ.get("RAG_EMBEDDING_API_BASE"),
         ),
         "vector_store": vector_store_from_env(data_dir),
+        "vector_stores": VectorStoreCatalog(data_dir=data_dir),
         "llm": LLMClient(
             api_base=os.environ.get("RAG_LLM_API_BASE"), api_key=os.environ.get("RAG_LLM_API_KEY")
         ),

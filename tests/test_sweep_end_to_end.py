@@ -24,7 +24,7 @@ def test_every_partition_materialized(sweep_run):
     sweep, instance = sweep_run["sweep"], sweep_run["instance"]
     expected = {
         "chunksets": sweep.chunk_keys,
-        "embeddings": sweep.index_keys,
+        "embeddings": sweep.embedding_keys,
         "vector_index": sweep.index_keys,
         "retrievals": sweep.retrieval_keys,
         "rerankings": sweep.rerank_keys,
@@ -41,7 +41,7 @@ def test_every_partition_materialized(sweep_run):
 def test_embedding_partitions_are_unique_chunkings_and_calls_unique_texts(sweep_run):
     sweep, instance, data = sweep_run["sweep"], sweep_run["instance"], sweep_run["data"]
     # one embedding partition per (chunking, embedder) pair, not per config
-    assert len(sweep.index_keys) == 2 < len(sweep.configs)
+    assert len(sweep.embedding_keys) == 2 < len(sweep.configs)
     mats = _materializations(instance, "embeddings")
     assert len(mats) == 2
     calls = sum(m.metadata["embedding_calls"].value for m in mats)
