@@ -32,7 +32,7 @@ DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     corpus = pl.read_parquet(DATA / "corpus.parquet")

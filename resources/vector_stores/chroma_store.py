@@ -18,8 +18,8 @@ import numpy as np
 
 from rag_core import bm25
 from rag_core.filters import filterable_attributes
-from resources.vector_stores.base import Conditions, Hit, VectorStore
-from resources.vector_stores.embedded import AliasDirectory, new_physical, retry_on_swap
+from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.embedded import EmbeddedStore, new_physical
 
 NAME = "chunks"
 _BM25: dict[str, tuple[list[str], list[str], list[str], bm25.BM25Index]] = {}  # physical path -> index
@@ -33,14 +33,14 @@ def chroma_where(where: Conditions) -> dict | None:
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
-class ChromaStore(dg.ConfigurableResource, VectorStore):
+class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
     backend: ClassVar[str] = "chroma"
     path: str
     batch_size: int = 1000
 
     @property
-    def _aliases(self) -> AliasDirectory:
-        return AliasDirectory(self.path)
+    def _root(self) -> str:
+        return self.path
 
     def _collection(self, physical: str, create: bool = False):
         import chromadb
@@ -79,10 +79,11 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
         except BaseException:
             shutil.rmtree(Path(self.path) / physical, ignore_errors=True)
             raise
-        previous = self._aliases.point(collection, physical, fields)
-        if previous:
-            self._drop(previous["physical"])
+        self._publish(collection, physical, fields)
         return len(rows)
+
+    def _count(self, physical: str) -> int:
+        return self._collection(physical).count()
 
     def _drop(self, physical: str) -> None:
         import shutil
@@ -93,8 +94,8 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
         shutil.rmtree(folder, ignore_errors=True)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
-        def run(record):
-            coll = self._collection(record["physical"])
+        def run(physical):
+            coll = self._collection(physical)
             n = min(k, coll.count())
             res = coll.query(
                 query_embeddings=np.asarray(vector, np.float32)[None, :],
@@ -109,7 +110,7 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
                 )
             ]
 
-        return retry_on_swap(self._aliases, collection, run)
+        return self._read(collection, run)
 
     def _keyword_index(self, physical: str):
         folder = str(Path(self.path) / physical)
@@ -121,39 +122,12 @@ class ChromaStore(dg.ConfigurableResource, VectorStore):
             return _BM25[folder]
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
-        def run(record):
-            ids, doc_ids, docs, index = self._keyword_index(record["physical"])
+        def run(physical):
+            ids, doc_ids, docs, index = self._keyword_index(physical)
             allowed = None
             if where:  # idf stays over the whole build; the filter only restricts which texts rank
-                keep = set(
-                    self._collection(record["physical"]).get(where=chroma_where(where), include=[])["ids"]
-                )
+                keep = set(self._collection(physical).get(where=chroma_where(where), include=[])["ids"])
                 allowed = {i for i, cid in enumerate(ids) if cid in keep}
             return [Hit(ids[i], doc_ids[i], docs[i], s) for i, s in index.search(query, k, allowed)]
 
-        return retry_on_swap(self._aliases, collection, run)
-
-    def filter_fields(self, collection: str) -> dict[str, str]:
-        record = self._aliases.get(collection)
-        if record is None:
-            raise LookupError(f"Chroma collection {collection!r} does not exist under {self.path}")
-        return record["fields"]
-
-    def delete(self, collection: str) -> None:
-        previous = self._aliases.remove(collection)
-        if previous:
-            self._drop(previous["physical"])
-
-    def info(self, collection: str) -> dict:
-        record = self._aliases.get(collection)
-        if record is None:
-            return {"exists": False, "count": 0, "backend": "chroma"}
-        count = retry_on_swap(
-            self._aliases, collection, lambda rec: self._collection(rec["physical"]).count()
-        )
-        return {
-            "exists": True,
-            "count": count,
-            "backend": "chroma",
-            "path": str(Path(self.path) / record["physical"]),
-        }
+        return self._read(collection, run)

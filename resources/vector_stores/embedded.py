@@ -14,6 +14,7 @@ are closed when a Dagster step ends (`teardown_after_execution`).
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from resources.vector_stores.base import VectorStore
 
 
 class AliasDirectory:
@@ -124,3 +127,52 @@ def retry_on_swap(aliases: AliasDirectory, collection: str, run: Callable[[dict]
         if latest is None or latest["physical"] == record["physical"]:
             raise
         return run(latest)
+
+
+class EmbeddedStore(VectorStore):
+    """A store whose builds live under one local folder behind an AliasDirectory. Subclasses build
+    (then `_publish`), count and drop builds; filter fields, delete and info are the same for all."""
+
+    @property
+    @abc.abstractmethod
+    def _root(self) -> str:
+        """The folder holding the builds and the `_aliases` directory."""
+
+    @abc.abstractmethod
+    def _count(self, physical: str) -> int: ...
+
+    @abc.abstractmethod
+    def _drop(self, physical: str) -> None:
+        """Remove a build (and close what holds it open)."""
+
+    @property
+    def _aliases(self) -> AliasDirectory:
+        return AliasDirectory(self._root)
+
+    def _read(self, collection: str, run: Callable[[str], Any]) -> Any:
+        """`run(physical)` against the collection's current build (see retry_on_swap)."""
+        return retry_on_swap(self._aliases, collection, lambda record: run(record["physical"]))
+
+    def _publish(self, collection: str, physical: str, fields: dict[str, str]) -> None:
+        """Point the collection at a finished build, then drop the build it replaced."""
+        previous = self._aliases.point(collection, physical, fields)
+        if previous:
+            self._drop(previous["physical"])
+
+    def filter_fields(self, collection: str) -> dict[str, str]:
+        record = self._aliases.get(collection)
+        if record is None:
+            raise LookupError(f"{self.backend} collection {collection!r} does not exist under {self._root}")
+        return record["fields"]
+
+    def delete(self, collection: str) -> None:
+        previous = self._aliases.remove(collection)
+        if previous:
+            self._drop(previous["physical"])
+
+    def info(self, collection: str) -> dict:
+        record = self._aliases.get(collection)
+        if record is None:
+            return {"exists": False, "count": 0, "backend": self.backend}
+        count = self._read(collection, self._count)
+        return {"exists": True, "count": count, "backend": self.backend, "build": record["physical"]}

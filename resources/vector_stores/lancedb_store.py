@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from rag_core.filters import filterable_attributes
-from resources.vector_stores.base import Conditions, Hit, VectorStore
-from resources.vector_stores.embedded import AliasDirectory, new_physical, retry_on_swap
+from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.embedded import EmbeddedStore, new_physical
 
 ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -46,7 +46,7 @@ def sql_where(where: Conditions) -> str | None:
     return " AND ".join(parts) or None
 
 
-class LanceDBStore(dg.ConfigurableResource, VectorStore):
+class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
     backend: ClassVar[str] = "lancedb"
     uri: str
 
@@ -56,8 +56,8 @@ class LanceDBStore(dg.ConfigurableResource, VectorStore):
         return lancedb.connect(self.uri)
 
     @property
-    def _aliases(self) -> AliasDirectory:
-        return AliasDirectory(self.uri)
+    def _root(self) -> str:
+        return self.uri
 
     def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
         import lancedb
@@ -81,15 +81,17 @@ class LanceDBStore(dg.ConfigurableResource, VectorStore):
         physical = new_physical(collection)
         tbl = db.create_table(physical, table)
         tbl.create_index("text", config=lancedb.index.FTS())
-        previous = self._aliases.point(collection, physical, fields)
-        if previous:
-            db.drop_table(previous["physical"])
+        self._publish(collection, physical, fields)
         return table.num_rows
 
-    def _read(self, collection: str, run):
-        return retry_on_swap(
-            self._aliases, collection, lambda rec: run(self._db().open_table(rec["physical"]))
-        )
+    def _read_table(self, collection: str, run):
+        return self._read(collection, lambda physical: run(self._db().open_table(physical)))
+
+    def _count(self, physical: str) -> int:
+        return self._db().open_table(physical).count_rows()
+
+    def _drop(self, physical: str) -> None:
+        self._db().drop_table(physical)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         def run(table):
@@ -100,7 +102,7 @@ class LanceDBStore(dg.ConfigurableResource, VectorStore):
                 q = q.where(sql_where(where), prefilter=True)
             return q.limit(k).select(["chunk_id", "doc_id", "text", "_distance"]).to_list()
 
-        res = self._read(collection, run)
+        res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], 1.0 - float(r["_distance"])) for r in res]
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
@@ -114,23 +116,5 @@ class LanceDBStore(dg.ConfigurableResource, VectorStore):
                 q = q.where(sql_where(where), prefilter=True)
             return q.limit(k).select(["chunk_id", "doc_id", "text", "_score"]).to_list()
 
-        res = self._read(collection, run)
+        res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], float(r["_score"])) for r in res]
-
-    def filter_fields(self, collection: str) -> dict[str, str]:
-        record = self._aliases.get(collection)
-        if record is None:
-            raise LookupError(f"LanceDB collection {collection!r} does not exist under {self.uri}")
-        return record["fields"]
-
-    def delete(self, collection: str) -> None:
-        previous = self._aliases.remove(collection)
-        if previous:
-            self._db().drop_table(previous["physical"])
-
-    def info(self, collection: str) -> dict:
-        record = self._aliases.get(collection)
-        if record is None:
-            return {"exists": False, "count": 0, "backend": "lancedb"}
-        count = self._read(collection, lambda t: t.count_rows())
-        return {"exists": True, "count": count, "backend": "lancedb", "table": record["physical"]}

@@ -18,8 +18,8 @@ import dagster as dg
 import numpy as np
 
 from rag_core.filters import filterable_attributes
-from resources.vector_stores.base import Conditions, Hit, VectorStore
-from resources.vector_stores.embedded import AliasDirectory, ClientCache, new_physical, retry_on_swap
+from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.embedded import ClientCache, EmbeddedStore, new_physical
 
 NAME = "chunks"
 FILE = "milvus.db"
@@ -59,15 +59,15 @@ def milvus_expr(where: Conditions) -> str:
     return " and ".join(parts)
 
 
-class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
+class MilvusLiteStore(dg.ConfigurableResource, EmbeddedStore):
     backend: ClassVar[str] = "milvus"
     path: str
     lock_timeout_s: float = 600.0
     batch_size: int = 500
 
     @property
-    def _aliases(self) -> AliasDirectory:
-        return AliasDirectory(self.path)
+    def _root(self) -> str:
+        return self.path
 
     def _client(self, physical: str):
         return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
@@ -111,24 +111,25 @@ class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
             ]
             for i in range(0, len(records), self.batch_size):
                 client.insert(NAME, records[i : i + self.batch_size])
-            count = self._count(client)
+            count = self._count(physical)
             if count != len(rows):
                 raise RuntimeError(f"{collection}: Milvus Lite holds {count} of {len(rows)} rows")
         except BaseException:
             CLIENTS.drop(Path(self.path) / physical)
             raise
-        previous = self._aliases.point(collection, physical, fields)
-        if previous:
-            CLIENTS.drop(Path(self.path) / previous["physical"])
+        self._publish(collection, physical, fields)
         return len(rows)
 
-    @staticmethod
-    def _count(client) -> int:
-        return int(client.query(NAME, filter="", output_fields=["count(*)"])[0]["count(*)"])
+    def _count(self, physical: str) -> int:
+        rows = self._client(physical).query(NAME, filter="", output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
+    def _drop(self, physical: str) -> None:
+        CLIENTS.drop(Path(self.path) / physical)
 
     def _search(self, collection: str, data, field: str, k: int, where: Conditions, score) -> list[Hit]:
-        def run(record):
-            res = self._client(record["physical"]).search(
+        def run(physical):
+            res = self._client(physical).search(
                 NAME, data=[data], anns_field=field, limit=k, filter=milvus_expr(where), output_fields=OUTPUT
             )
             return [
@@ -136,7 +137,7 @@ class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
                 for r in res[0]
             ]
 
-        return retry_on_swap(self._aliases, collection, run)
+        return self._read(collection, run)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         # the COSINE metric reports the similarity itself
@@ -149,31 +150,6 @@ class MilvusLiteStore(dg.ConfigurableResource, VectorStore):
         # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude
         hits = self._search(collection, query, "sparse", k, where, lambda d: abs(float(d)))
         return [h for h in hits if h.score > 0]
-
-    def filter_fields(self, collection: str) -> dict[str, str]:
-        record = self._aliases.get(collection)
-        if record is None:
-            raise LookupError(f"Milvus Lite collection {collection!r} does not exist under {self.path}")
-        return record["fields"]
-
-    def delete(self, collection: str) -> None:
-        previous = self._aliases.remove(collection)
-        if previous:
-            CLIENTS.drop(Path(self.path) / previous["physical"])
-
-    def info(self, collection: str) -> dict:
-        record = self._aliases.get(collection)
-        if record is None:
-            return {"exists": False, "count": 0, "backend": "milvus"}
-        count = retry_on_swap(
-            self._aliases, collection, lambda rec: self._count(self._client(rec["physical"]))
-        )
-        return {
-            "exists": True,
-            "count": count,
-            "backend": "milvus",
-            "path": str(Path(self.path) / record["physical"]),
-        }
 
     def teardown_after_execution(self, context) -> None:
         CLIENTS.close_under(Path(self.path))

@@ -19,8 +19,8 @@ import numpy as np
 
 from rag_core import bm25
 from rag_core.filters import filterable_attributes
-from resources.vector_stores.base import Conditions, Hit, VectorStore
-from resources.vector_stores.embedded import AliasDirectory, ClientCache, new_physical, retry_on_swap
+from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.embedded import ClientCache, EmbeddedStore, new_physical
 
 NAME = "chunks"  # the collection inside each build's folder
 
@@ -55,15 +55,15 @@ def qdrant_filter(where: Conditions):
     return models.Filter(must=must)
 
 
-class QdrantStore(dg.ConfigurableResource, VectorStore):
+class QdrantStore(dg.ConfigurableResource, EmbeddedStore):
     backend: ClassVar[str] = "qdrant"
     path: str
     lock_timeout_s: float = 600.0
     batch_size: int = 256
 
     @property
-    def _aliases(self) -> AliasDirectory:
-        return AliasDirectory(self.path)
+    def _root(self) -> str:
+        return self.path
 
     def _client(self, physical: str):
         return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
@@ -110,14 +110,18 @@ class QdrantStore(dg.ConfigurableResource, VectorStore):
         except BaseException:
             CLIENTS.drop(Path(self.path) / physical)
             raise
-        previous = self._aliases.point(collection, physical, fields)
-        if previous:
-            CLIENTS.drop(Path(self.path) / previous["physical"])
+        self._publish(collection, physical, fields)
         return len(rows)
 
+    def _count(self, physical: str) -> int:
+        return self._client(physical).count(NAME, exact=True).count
+
+    def _drop(self, physical: str) -> None:
+        CLIENTS.drop(Path(self.path) / physical)
+
     def _query(self, collection: str, k: int, where: Conditions, **query) -> list[Hit]:
-        def run(record):
-            res = self._client(record["physical"]).query_points(
+        def run(physical):
+            res = self._client(physical).query_points(
                 NAME, limit=k, query_filter=qdrant_filter(where), with_payload=True, **query
             )
             return [
@@ -125,7 +129,7 @@ class QdrantStore(dg.ConfigurableResource, VectorStore):
                 for p in res.points
             ]
 
-        return retry_on_swap(self._aliases, collection, run)
+        return self._read(collection, run)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         return self._query(collection, k, where, query=np.asarray(vector, np.float32).tolist(), using="dense")
@@ -138,31 +142,6 @@ class QdrantStore(dg.ConfigurableResource, VectorStore):
             return []
         sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))
         return [h for h in self._query(collection, k, where, query=sparse, using="bm25") if h.score > 0]
-
-    def filter_fields(self, collection: str) -> dict[str, str]:
-        record = self._aliases.get(collection)
-        if record is None:
-            raise LookupError(f"Qdrant collection {collection!r} does not exist under {self.path}")
-        return record["fields"]
-
-    def delete(self, collection: str) -> None:
-        previous = self._aliases.remove(collection)
-        if previous:
-            CLIENTS.drop(Path(self.path) / previous["physical"])
-
-    def info(self, collection: str) -> dict:
-        record = self._aliases.get(collection)
-        if record is None:
-            return {"exists": False, "count": 0, "backend": "qdrant"}
-        count = retry_on_swap(
-            self._aliases, collection, lambda rec: self._client(rec["physical"]).count(NAME, exact=True).count
-        )
-        return {
-            "exists": True,
-            "count": count,
-            "backend": "qdrant",
-            "path": str(Path(self.path) / record["physical"]),
-        }
 
     def teardown_after_execution(self, context) -> None:
         CLIENTS.close_under(Path(self.path))
