@@ -190,3 +190,28 @@ def test_dead_weaviate_fails_fast_naming_the_url():
     with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}"):
         WeaviateStore(url=f"http://127.0.0.1:{port}", grpc_port=free_port()).info("X")
     assert time.perf_counter() - t0 < 10
+
+
+def test_single_client_stores_release_their_files_when_a_step_ends(tmp_path):
+    """Qdrant local mode and Milvus Lite admit one client per storage path. When a Dagster step ends
+    (teardown) the file is released: another process can open it, and this process reopens it later, also
+    after pymilvus's 30 s idle threshold (a shared pymilvus connection fails its health check then)."""
+    import subprocess
+    import sys
+
+    stores = [QdrantStore(path=str(tmp_path / "qdrant")), MilvusLiteStore(path=str(tmp_path / "milvus"))]
+    for store in stores:
+        store.upsert("Rag_release", ROWS, VECS)
+        store.teardown_after_execution(None)
+    code = (
+        "import sys; from resources.vector_stores import vector_store_for; "
+        "print([vector_store_for(b, sys.argv[1]).info('Rag_release')['count'] for b in ('qdrant', 'milvus')])"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert other.stdout.strip().splitlines()[-1] == "[6, 6]", other.stderr[-2000:]
+    time.sleep(31)
+    for store in stores:
+        assert [h.chunk_id for h in store.vector_search("Rag_release", VECS[2], 1)] == ["c2"], store.backend
+        store.delete("Rag_release")

@@ -35,11 +35,32 @@ def _locked(e: Exception) -> bool:
 CLIENTS = ClientCache("Milvus Lite", _locked)
 
 
-def _open(folder: str):
-    from pymilvus import MilvusClient
+class _LiteClient:
+    """A MilvusClient on a connection of its own, whose `close` also stops the file's in-process Milvus
+    Lite server, which releases the file for other processes. (A shared pymilvus connection outlives
+    `close`, and after 30 s idle its health check fails against Milvus Lite and the reopen with it.)"""
 
+    def __init__(self, db: str):
+        from pymilvus import MilvusClient
+
+        self.db = db
+        self.client = MilvusClient(db, dedicated=True)
+        if self.client.has_collection(NAME):  # a restarted server starts with collections released
+            self.client.load_collection(NAME)
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        from milvus_lite.server_manager import server_manager_instance
+
+        self.client.close()
+        server_manager_instance.release_server(self.db)
+
+
+def _open(folder: str) -> _LiteClient:
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return MilvusClient(str(Path(folder) / FILE))
+    return _LiteClient(str(Path(folder) / FILE))
 
 
 def _literal(v) -> str:
