@@ -35,15 +35,20 @@ def term_weights(tokens: list[str], avg_len: float) -> dict[str, float]:
     return {t: tf * (K1 + 1) / (tf + norm) for t, tf in Counter(tokens).items()}
 
 
+def document_weights(texts: list[str]) -> list[dict[str, float]]:
+    """term -> BM25 term weight of each text, length-normalised against the texts' average length."""
+    docs = [tokenize(t) for t in texts]
+    avg = sum(map(len, docs)) / len(docs) if docs else 0.0
+    return [term_weights(d, avg) for d in docs]
+
+
 class BM25Index:
     """BM25 over a fixed list of texts; `search` returns (position, score) best first, scores > 0 only."""
 
     def __init__(self, texts: list[str]):
-        docs = [tokenize(t) for t in texts]
-        avg = sum(map(len, docs)) / len(docs) if docs else 0.0
-        self._weights = [term_weights(d, avg) for d in docs]
+        self._weights = document_weights(texts)
         df = Counter(t for w in self._weights for t in w)
-        self._idf = {t: idf(len(docs), n) for t, n in df.items()}
+        self._idf = {t: idf(len(texts), n) for t, n in df.items()}
 
     def search(self, query: str, k: int, allowed: set[int] | None = None) -> list[tuple[int, float]]:
         terms = set(tokenize(query)) & self._idf.keys()

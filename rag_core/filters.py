@@ -95,7 +95,7 @@ def check_fields(conditions: tuple[Condition, ...], fields: dict[str, str]) -> N
 
 
 def matches(conditions: tuple[Condition, ...], record: dict[str, Any]) -> bool:
-    """Reference semantics of a filter on one record (used by tests and by in-process filtering)."""
+    """Reference semantics of a filter on one record (the tests' reference; Chroma's in-process BM25)."""
     return all(record.get(c.field) is not None and _holds(c, record[c.field]) for c in conditions)
 
 

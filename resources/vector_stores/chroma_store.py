@@ -3,7 +3,8 @@
 - Each build is its own persistent folder; the collection name is an alias (embedded.AliasDirectory)
   moved to the finished build. Vectors are self-provided (no embedding function), HNSW with cosine space.
 - Chroma's embedded client has no keyword index (sparse/BM25 indexes are Chroma Cloud only), so keyword
-  search ranks the build's texts with rag_core.bm25 in process; the index is read once per build.
+  search ranks the build's texts with rag_core.bm25 in process (filters there with rag_core.filters'
+  `matches`); the texts are read once per build and process.
 - Filters map onto Chroma's own `where` (the same operator names); ranges are split into `$and`.
 """
 
@@ -17,12 +18,13 @@ import dagster as dg
 import numpy as np
 
 from rag_core import bm25
-from rag_core.filters import filterable_attributes
+from rag_core.filters import filterable_attributes, matches
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore, new_physical
 
 NAME = "chunks"
-_BM25: dict[str, tuple[list[str], list[str], list[str], bm25.BM25Index]] = {}  # physical path -> index
+# build folder -> (ids, metadatas, texts, index) of the build, read once per process
+_BM25: dict[str, tuple[list[str], list[dict], list[str], bm25.BM25Index]] = {}
 _BM25_LOCK = threading.Lock()
 
 
@@ -55,8 +57,6 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
         return client.get_collection(NAME, embedding_function=None)
 
     def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
-        import shutil
-
         fields, values = filterable_attributes(rows)
         physical = new_physical(collection)
         try:
@@ -77,7 +77,7 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             if coll.count() != len(rows):
                 raise RuntimeError(f"{collection}: Chroma holds {coll.count()} of {len(rows)} records")
         except BaseException:
-            shutil.rmtree(Path(self.path) / physical, ignore_errors=True)
+            self._drop(physical)  # nothing half-built is left behind
             raise
         self._publish(collection, physical, fields)
         return len(rows)
@@ -95,11 +95,9 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         def run(physical):
-            coll = self._collection(physical)
-            n = min(k, coll.count())
-            res = coll.query(
+            res = self._collection(physical).query(
                 query_embeddings=np.asarray(vector, np.float32)[None, :],
-                n_results=n,
+                n_results=k,
                 where=chroma_where(where),
                 include=["documents", "metadatas", "distances"],
             )
@@ -117,17 +115,16 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
         with _BM25_LOCK:
             if folder not in _BM25:
                 got = self._collection(physical).get(include=["documents", "metadatas"])
-                ids, docs = got["ids"], got["documents"]
-                _BM25[folder] = (ids, [m["doc_id"] for m in got["metadatas"]], docs, bm25.BM25Index(docs))
+                docs = got["documents"]
+                _BM25[folder] = (got["ids"], got["metadatas"], docs, bm25.BM25Index(docs))
             return _BM25[folder]
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         def run(physical):
-            ids, doc_ids, docs, index = self._keyword_index(physical)
-            allowed = None
-            if where:  # idf stays over the whole build; the filter only restricts which texts rank
-                keep = set(self._collection(physical).get(where=chroma_where(where), include=[])["ids"])
-                allowed = {i for i, cid in enumerate(ids) if cid in keep}
-            return [Hit(ids[i], doc_ids[i], docs[i], s) for i, s in index.search(query, k, allowed)]
+            ids, metas, docs, index = self._keyword_index(physical)
+            # idf stays over the whole build; the filter (applied to the metadata read with the texts)
+            # only restricts which texts rank
+            allowed = {i for i, m in enumerate(metas) if matches(where, m)} if where else None
+            return [Hit(ids[i], metas[i]["doc_id"], docs[i], s) for i, s in index.search(query, k, allowed)]
 
         return self._read(collection, run)

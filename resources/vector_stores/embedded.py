@@ -86,13 +86,13 @@ class ClientCache:
                     client = open_client(key)
                     break
                 except Exception as e:
-                    if not self._is_locked(e) or time.monotonic() > deadline:
-                        if self._is_locked(e):
-                            raise TimeoutError(
-                                f"{self.name} storage {key} stayed locked by another process for {timeout_s:.0f} s "
-                                "(embedded mode admits one process per index; use a server for parallel readers)"
-                            ) from e
+                    if not self._is_locked(e):
                         raise
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{self.name} storage {key} stayed locked by another process for {timeout_s:.0f} s "
+                            "(embedded mode admits one process per index; use a server for parallel readers)"
+                        ) from e
                     time.sleep(0.5)
             self._clients[key] = client
             return client
@@ -112,21 +112,6 @@ class ClientCache:
         """Close the client of `path` and remove its storage."""
         self.close(path)
         shutil.rmtree(path, ignore_errors=True)
-
-
-def retry_on_swap(aliases: AliasDirectory, collection: str, run: Callable[[dict], Any]) -> Any:
-    """Run a read against the collection's current build; if a concurrent rebuild dropped that build
-    mid-read, run it once more against the new one."""
-    record = aliases.get(collection)
-    if record is None:
-        raise LookupError(f"collection {collection!r} does not exist under {aliases.root}")
-    try:
-        return run(record)
-    except Exception:
-        latest = aliases.get(collection)
-        if latest is None or latest["physical"] == record["physical"]:
-            raise
-        return run(latest)
 
 
 class EmbeddedStore(VectorStore):
@@ -149,9 +134,23 @@ class EmbeddedStore(VectorStore):
     def _aliases(self) -> AliasDirectory:
         return AliasDirectory(self._root)
 
+    def _record(self, collection: str) -> dict:
+        record = self._aliases.get(collection)
+        if record is None:
+            raise LookupError(f"{self.backend} collection {collection!r} does not exist under {self._root}")
+        return record
+
     def _read(self, collection: str, run: Callable[[str], Any]) -> Any:
-        """`run(physical)` against the collection's current build (see retry_on_swap)."""
-        return retry_on_swap(self._aliases, collection, lambda record: run(record["physical"]))
+        """`run(physical)` against the collection's current build; if a concurrent rebuild dropped that
+        build mid-read, run it once more against the new one."""
+        physical = self._record(collection)["physical"]
+        try:
+            return run(physical)
+        except Exception:
+            latest = self._aliases.get(collection)
+            if latest is None or latest["physical"] == physical:
+                raise
+            return run(latest["physical"])
 
     def _publish(self, collection: str, physical: str, fields: dict[str, str]) -> None:
         """Point the collection at a finished build, then drop the build it replaced."""
@@ -160,10 +159,7 @@ class EmbeddedStore(VectorStore):
             self._drop(previous["physical"])
 
     def filter_fields(self, collection: str) -> dict[str, str]:
-        record = self._aliases.get(collection)
-        if record is None:
-            raise LookupError(f"{self.backend} collection {collection!r} does not exist under {self._root}")
-        return record["fields"]
+        return self._record(collection)["fields"]
 
     def delete(self, collection: str) -> None:
         previous = self._aliases.remove(collection)

@@ -70,13 +70,12 @@ def _literal(v) -> str:
 
 
 def milvus_expr(where: Conditions) -> str:
-    parts = []
+    parts = []  # dynamic fields are referenced by their bare names, like schema fields
     for c in where:
-        name = c.field  # dynamic fields are referenced by their bare names
         if c.op == "$in":
-            parts.append(f"{name} in [{', '.join(_literal(v) for v in c.value)}]")
+            parts.append(f"{c.field} in [{', '.join(_literal(v) for v in c.value)}]")
         else:
-            parts.append(f"{name} {EXPR_OPS[c.op]} {_literal(c.value)}")
+            parts.append(f"{c.field} {EXPR_OPS[c.op]} {_literal(c.value)}")
     return " and ".join(parts)
 
 
@@ -136,7 +135,7 @@ class MilvusLiteStore(dg.ConfigurableResource, EmbeddedStore):
             if count != len(rows):
                 raise RuntimeError(f"{collection}: Milvus Lite holds {count} of {len(rows)} rows")
         except BaseException:
-            CLIENTS.drop(Path(self.path) / physical)
+            self._drop(physical)  # nothing half-built is left behind
             raise
         self._publish(collection, physical, fields)
         return len(rows)

@@ -82,11 +82,10 @@ class QdrantStore(dg.ConfigurableResource, EmbeddedStore):
                 },
                 sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
             )
-            tokens = [bm25.tokenize(r["text"]) for r in rows]
-            avg = sum(map(len, tokens)) / max(len(tokens), 1)
+            doc_weights = bm25.document_weights([r["text"] for r in rows])
             points = []
-            for row, vec, attrs, toks in zip(rows, vectors, values, tokens, strict=True):
-                weights = {bm25.term_id(t): w for t, w in bm25.term_weights(toks, avg).items()}
+            for row, vec, attrs, terms in zip(rows, vectors, values, doc_weights, strict=True):
+                weights = {bm25.term_id(t): w for t, w in terms.items()}
                 points.append(
                     models.PointStruct(
                         id=str(uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"])),
@@ -104,11 +103,11 @@ class QdrantStore(dg.ConfigurableResource, EmbeddedStore):
                 )
             for i in range(0, len(points), self.batch_size):
                 client.upsert(NAME, points=points[i : i + self.batch_size])
-            count = client.count(NAME, exact=True).count
+            count = self._count(physical)
             if count != len(rows):
                 raise RuntimeError(f"{collection}: Qdrant holds {count} of {len(rows)} points")
         except BaseException:
-            CLIENTS.drop(Path(self.path) / physical)
+            self._drop(physical)  # nothing half-built is left behind
             raise
         self._publish(collection, physical, fields)
         return len(rows)
