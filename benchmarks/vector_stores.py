@@ -25,7 +25,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from resources.vector_stores import vector_store_for  # noqa: E402
+from resources.vector_stores import VectorStores  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
@@ -51,7 +51,7 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
-            store = vector_store_for(backend, tmp)
+            store = VectorStores(data_dir=tmp).get(backend)
             name = f"Rag_bench_{backend}"
             rounds: dict[str, list[float]] = {"build_s": [], "vector_ms": [], "bm25_ms": [], "hybrid_ms": []}
             for _ in range(args.repeat):

@@ -3,9 +3,10 @@
     rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--force]
     rag-sweep validate SPEC
 
-Stages run in order, one partition at a time, into a persistent Dagster instance under
-`<data-dir>/dagster_home` (so `dagster dev` can show them). A partition whose artifact already exists for
-the same content fingerprint is skipped, so re-running an unchanged spec recomputes nothing.
+The input files are observed and snapshotted, then the plan's stages run in order, one partition at a time,
+into a persistent Dagster instance under `<data-dir>/dagster_home` (so `dagster dev` can show them). A
+partition whose latest materialization already holds the artifact these snapshots give is skipped, so
+re-running an unchanged spec recomputes nothing; a killed run resumes from what is complete.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -26,6 +28,8 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def _instance(data_dir: Path):
+    """$DAGSTER_HOME's instance, else `<data-dir>/dagster_home`, created with the repo's dagster.yaml (the
+    same run queue and pools as `dagster dev` from the repo root)."""
     import dagster as dg
 
     if os.environ.get("DAGSTER_HOME"):
@@ -33,34 +37,53 @@ def _instance(data_dir: Path):
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        (home / "dagster.yaml").write_text((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
     return dg.DagsterInstance.from_config(str(home))
 
 
-def plan(sweep, artifacts, force: bool, backend: str = "lancedb") -> list[tuple[str, str | None]]:
-    """(asset, partition) steps in dependency order, leaving out partitions whose artifact exists."""
-    from rag_assets.lineage import Lineage
+class SweepRun(NamedTuple):
+    board: Any  # the leaderboard (polars DataFrame)
+    defs: Any
+    instance: Any
+    plan: Any  # rag_core.plan.Plan
+    data: Path
 
-    lineage = Lineage(sweep, backend)
-    steps: list[tuple[str, str | None]] = [("corpus", None), ("qa_set", None)]
-    stages = [
-        ("chunksets", "chunk_key", "chunksets", lineage.chunk_fp),
-        ("embeddings", "embedding_key", "embeddings", lineage.embedding_fp),
-        ("vector_index", "index_key", "indexes", lineage.store_fp),
-        ("retrievals", "retrieval_key", "retrievals", lineage.retrieval_fp),
-        ("rerankings", "rerank_key", "rerankings", lineage.rerank_fp),
-        ("answers", "config_key", "answers", lineage.answers_fp),
-        # evaluations always run: cheap, and they make sure the MLflow store holds each config's run
-        ("evaluations", "config_key", None, lineage.evaluation_fp),
-    ]
-    for asset, attr, stage, fp_of in stages:
-        keys = dict.fromkeys(getattr(c, attr) for c in sweep.configs)
+    def artifact(self, stage: str, key: str | None = None, part: str | None = None):
+        """The rows of a stage's artifact as its latest materialization recorded it."""
+        from rag_assets.sweep_defs import prefix_of
+        from resources.artifacts import ArtifactRef, latest_fingerprint
+
+        asset = dg_key(prefix_of(self.plan.sweep.name), stage)
+        fp = latest_fingerprint(self.instance, asset, key)
+        if fp is None:
+            raise KeyError(f"{asset.to_user_string()}[{key}] is not materialized")
+        return ArtifactRef(self.data, stage, fp, key).read(part)
+
+
+def dg_key(prefix: str, stage: str):
+    import dagster as dg
+
+    return dg.AssetKey([prefix, stage])
+
+
+def steps(plan, instance, force: bool) -> list[tuple[str, str]]:
+    """(stage, partition) steps in dependency order after the input snapshots: partitions whose latest
+    materialization already holds the artifact these inputs give are left out (evaluations always run:
+    cheap, and they make sure the MLflow store holds each config's run)."""
+    from rag_assets.sweep_defs import prefix_of
+    from rag_core.stages import CONFIG_STAGE
+    from resources.artifacts import latest_fingerprint
+
+    prefix = prefix_of(plan.sweep.name)
+    inputs = {s: latest_fingerprint(instance, dg_key(prefix, s), None) for s in ("corpus", "qa_set")}
+    expected = plan.fingerprints(inputs)
+    out = []
+    for stage, keys in plan.partitions.items():
         for key in keys:
-            c = sweep.first(attr, key)
-            if force or stage is None or not artifacts.exists(stage, fp_of(c)):
-                steps.append((asset, key))
-    steps.append(("leaderboard", None))
-    return steps
+            done = latest_fingerprint(instance, dg_key(prefix, stage), key) == expected[(stage, key)]
+            if force or stage == CONFIG_STAGE or not done:
+                out.append((stage, key))
+    return out
 
 
 def run_sweep(
@@ -70,45 +93,67 @@ def run_sweep(
     verbose: bool = False,
     progress: bool = True,
     resources: dict | None = None,
-):
-    """Materialize every stage of the sweep; return (leaderboard, definitions, instance, sweep, data dir).
-    `resources` overrides the configured ones (e.g. an LLM client pointed at another server)."""
+    store: str | None = None,
+) -> SweepRun:
+    """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
+    client pointed at another server); `store` is the vector store of configs that name none (default
+    $RAG_VECTOR_STORE, else lancedb)."""
     import dagster as dg
     import polars as pl
     from tqdm import tqdm
 
-    from rag_assets.common import FORCE_TAG
     from rag_assets.definitions import build_definitions
     from rag_assets.leaderboard import leaderboard_path
+    from rag_assets.lib.rag_sweep import deployment_store
+    from rag_assets.stage_asset import FORCE_TAG
+    from rag_assets.sweep_defs import prefix_of
+    from rag_core.plan import Plan
     from rag_core.spec import load_sweep
-    from resources.artifacts import ArtifactStore, default_data_dir
 
-    sweep = load_sweep(spec)
-    data = Path(data_dir or default_data_dir()).resolve()
-    defs = build_definitions(sweep, str(data), resources)
+    plan = Plan.resolve(load_sweep(spec), store or deployment_store())
+    data = Path(data_dir or os.environ.get("RAG_DATA_DIR") or Path.cwd() / ".rag_data").resolve()
+    defs = build_definitions([plan], str(data), resources)
     instance = _instance(data)
-    artifacts = ArtifactStore(data_dir=str(data))
+    prefix = prefix_of(plan.sweep.name)
     assets = list(defs.assets)
-    resources = defs.resources
-    steps = plan(sweep, artifacts, force, resources["vector_store"].backend)
-    tags = {"sweep": sweep.name, **({FORCE_TAG: "true"} if force else {})}
-    bar = tqdm(steps, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
-    for asset, key in bar:
-        bar.set_description(f"{asset}{'[' + key + ']' if key else ''}"[:70])
+    tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
+    config = {} if verbose else QUIET_LOGS
+
+    def materialize(stage: str, key: str | None = None) -> None:
         result = dg.materialize(
             assets,
-            selection=[asset],
+            selection=[dg_key(prefix, stage)],
             partition_key=key,
             instance=instance,
-            resources=resources,
+            resources=defs.resources,
             tags=tags,
-            run_config={} if verbose else QUIET_LOGS,
+            run_config=config,
             raise_on_error=True,
         )
-        if not result.success:  # pragma: no cover - raise_on_error raises first
-            raise RuntimeError(f"{asset} {key} failed")
-    board = pl.read_parquet(leaderboard_path(artifacts, sweep))
-    return board, defs, instance, sweep, data
+        for check in result.get_asset_check_evaluations():
+            if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
+                where = f"{stage}[{key}]" if key else stage
+                raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
+
+    from dagster._core.definitions.observe import observe  # not re-exported at the top level
+
+    sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+    observe(
+        sources, instance=instance, run_config=config
+    )  # the input files' content hashes, as the UI would observe them
+    for stage in ("corpus", "qa_set"):
+        materialize(stage)
+    todo = [*steps(plan, instance, force), ("leaderboard", None)]
+    bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
+    for stage, key in bar:
+        bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
+        materialize(stage, key)
+    board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
+    return SweepRun(board, defs, instance, plan, data)
+
+
+class CheckFailed(RuntimeError):
+    """A blocking asset check failed with severity ERROR: the sweep stops before bad data spreads."""
 
 
 def _print_board(board) -> None:
@@ -162,14 +207,21 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "validate":
-            sweep = load_sweep(args.spec)
-            print(f"{sweep.name}: {len(sweep.configs)} configs, {len(sweep.index_keys)} indexes")
-            for key in sweep.config_keys:
+            from rag_assets.lib.rag_sweep import deployment_store
+            from rag_core.plan import Plan
+
+            plan = Plan.resolve(load_sweep(args.spec), deployment_store())
+            print(
+                f"{plan.sweep.name}: {len(plan.configs)} configs, "
+                + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
+            )
+            for key in plan.config_keys:
                 print(f"  {key}")
             return 0
         t0 = time.perf_counter()
-        board, _, _, sweep, data = run_sweep(args.spec, args.data_dir, args.force, args.verbose)
-    except (SpecError, DatasetError) as e:
+        board, _, _, plan, data = run_sweep(args.spec, args.data_dir, args.force, args.verbose)
+        sweep = plan.sweep
+    except (SpecError, DatasetError, CheckFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(

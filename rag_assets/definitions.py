@@ -1,7 +1,9 @@
-"""Dagster Definitions of one sweep: assets, resources, jobs, schedule and sensors.
+"""The deployment's Definitions: every sweep of `defs/` (a `RagSweep` component instance each), the
+shared resources and the automation sensor.
 
-`dagster dev` loads `defs` for the sweep named by $RAG_SWEEP (default: the example sweep); artifacts go to
-$RAG_DATA_DIR (default `./.rag_data`) and the vector store is chosen by $RAG_VECTOR_STORE.
+`$RAG_SWEEP` (a sweep file) replaces the `defs/` folder with that one sweep, as `rag-sweep run` prints it;
+artifacts go to `$RAG_DATA_DIR` (default `./.rag_data`); configs that name no vector store use
+`$RAG_VECTOR_STORE` (default lancedb).
 """
 
 from __future__ import annotations
@@ -13,61 +15,37 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm/
 
 import dagster as dg  # noqa: E402
 
-from rag_assets import (  # noqa: E402
-    answers,
-    chunksets,
-    embeddings,
-    evaluations,
-    indexes,
-    inputs,
-    jobs,
-    leaderboard,
-    rerankings,
-    retrievals,
-)
-from rag_assets.partitions import SweepPartitions  # noqa: E402
-from rag_core.spec import Sweep, load_sweep  # noqa: E402
-from resources import build_resources  # noqa: E402
-from resources.artifacts import default_data_dir  # noqa: E402
-from sensors import build_sensors_and_schedules  # noqa: E402
+from rag_core.plan import Plan  # noqa: E402
+from resources import build_resources, default_data_dir  # noqa: E402
+from sensors import automation_sensor  # noqa: E402
 
-EXAMPLE_SWEEP = Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "example.yaml"
-
-
-def build_assets(sweep: Sweep, backend: str) -> list[dg.AssetsDefinition]:
-    """`backend` names the vector store; artifacts from the index on are fingerprinted with it."""
-    parts = SweepPartitions.of(sweep)
-    return [
-        *inputs.build(sweep),
-        chunksets.build(sweep, parts),
-        embeddings.build(sweep, parts),
-        indexes.build(sweep, parts, backend),
-        retrievals.build(sweep, parts, backend),
-        rerankings.build(sweep, parts, backend),
-        answers.build(sweep, parts, backend),
-        evaluations.build(sweep, parts, backend),
-        leaderboard.build(sweep, backend),
-    ]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_definitions(
-    sweep: Sweep, data_dir: str | None = None, resources: dict | None = None
+    plans: list[Plan], data_dir: str | None = None, resources: dict | None = None
 ) -> dg.Definitions:
-    parts = SweepPartitions.of(sweep)
-    job_defs = jobs.build(parts)
-    schedules, sensors = build_sensors_and_schedules(sweep, job_defs)
-    all_resources = {**build_resources(data_dir or default_data_dir()), **(resources or {})}
-    return dg.Definitions(
-        assets=build_assets(sweep, all_resources["vector_store"].backend),
-        jobs=list(job_defs.values()),
-        schedules=schedules,
-        sensors=sensors,
-        resources=all_resources,
+    """Definitions of the given sweeps with the shared resources (`resources` overrides some)."""
+    from rag_assets.sweep_defs import sweep_definitions
+
+    return dg.Definitions.merge(
+        *(sweep_definitions(p) for p in plans),
+        deployment_definitions(data_dir, resources),
     )
 
 
-def _load() -> dg.Definitions:
-    return build_definitions(load_sweep(os.environ.get("RAG_SWEEP", str(EXAMPLE_SWEEP))))
+def deployment_definitions(data_dir: str | None = None, resources: dict | None = None) -> dg.Definitions:
+    return dg.Definitions(
+        sensors=[automation_sensor()],
+        resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
+    )
 
 
-defs = _load()
+@dg.definitions
+def defs() -> dg.Definitions:
+    if os.environ.get("RAG_SWEEP"):
+        from rag_assets.lib.rag_sweep import RagSweep
+
+        plan = RagSweep(sweep=os.environ["RAG_SWEEP"]).plan(Path.cwd())
+        return build_definitions([plan])
+    return dg.Definitions.merge(dg.load_from_defs_folder(project_root=PROJECT_ROOT), deployment_definitions())

@@ -1,65 +1,66 @@
-"""Vector index of one chunkset + embedding model in one store: the config's `index.store`, else the
-deployment's `vector_store` resource. Two stores over one embeddings partition reuse its vectors."""
+"""Vector index of one chunkset + embedding model in one store (the plan names the store of every index
+partition). Several stores over one embeddings partition reuse its vectors. The artifact is a one-row
+marker (collection, store, count); the index itself lives in the store."""
+
+from __future__ import annotations
 
 import dagster as dg
 import polars as pl
 
-from rag_assets.common import EAGER, base_metadata, forced
-from rag_assets.lineage import Lineage
-from rag_assets.partitions import SweepPartitions
-from rag_core.spec import Sweep
-from resources.artifacts import ArtifactStore
+from rag_assets.stage_asset import Check, StageLogic, StageRun
 from resources.embedders import vectors_from_column
-from resources.vector_stores import VectorStore, VectorStoreCatalog, store_of
 
 
-def build(sweep: Sweep, parts: SweepPartitions, backend: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        partitions_def=parts.indexes,
-        deps=[
-            dg.AssetDep("embeddings", partition_mapping=parts.embedding_to_index),
-            dg.AssetDep("chunksets", partition_mapping=parts.chunk_to_index),
-        ],
-        group_name="indexing",
-        kinds={backend, *(c.index.store for c in sweep.configs if c.index.store)},
-        automation_condition=EAGER,
-        description="One collection per partition holding chunk text, doc id and the precomputed vectors.",
-    )
-    def vector_index(
-        context: dg.AssetExecutionContext,
-        artifacts: ArtifactStore,
-        vector_store: dg.ResourceParam[VectorStore],
-        vector_stores: VectorStoreCatalog,
-    ) -> dg.MaterializeResult:
-        lineage = Lineage(sweep, backend)
-        c = sweep.first("index_key", context.partition_key)
-        fp = lineage.store_fp(c)
-        store = store_of(lineage.backend_of(c), vector_store, vector_stores)
-        collection = lineage.collection(c)
-        chunks = artifacts.read("chunksets", lineage.chunk_fp(c), f"chunkset {c.chunk_key}")
-        info = store.info(collection)
-        reused = info["exists"] and info["count"] == chunks.height and not forced(context)
-        if not reused:
-            emb = artifacts.read("embeddings", lineage.embedding_fp(c), f"embeddings {c.embedding_key}")
-            if emb["chunk_id"].to_list() != chunks["chunk_id"].to_list():
-                raise ValueError(f"embeddings {fp[:12]} do not line up with chunkset {c.chunk_key}")
-            rows = chunks.select(
-                "chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata"
-            ).to_dicts()
-            n = store.upsert(collection, rows, vectors_from_column(emb["vector"]))
-            info = store.info(collection)
-            if info["count"] != n:
-                raise RuntimeError(f"{collection}: upserted {n} objects but the store holds {info['count']}")
-        # A small marker artifact so cheap callers (the CLI) can tell the index exists for this content.
-        artifacts.write("indexes", fp, pl.DataFrame({"collection": [collection], "count": [info["count"]]}))
-        return dg.MaterializeResult(
-            metadata={
-                **base_metadata(fp, artifacts.path("indexes", fp), reused),
-                "collection": collection,
-                "backend": store.backend,
-                "dagster/row_count": info["count"],
-            },
-            data_version=dg.DataVersion(fp),
-        )
+def collection_name(partition_key: str, fp: str) -> str:
+    """A valid Weaviate class name (letter first, [A-Za-z0-9_]) that stays readable and changes with the
+    content."""
+    readable = "".join(ch if ch.isalnum() else "_" for ch in partition_key)[:60]
+    return f"Rag_{readable}_{fp[:10]}"
 
-    return vector_index
+
+class VectorIndex(StageLogic):
+    description = "One collection per partition holding chunk text, doc id and the precomputed vectors."
+    resources = ("vector_stores",)
+    checks = (Check("row_count_matches_chunkset", "The index holds one object per chunk.", True),)
+
+    def kinds(self, plan) -> set[str]:
+        return set(plan.stores)
+
+    def _store(self, run: StageRun):
+        return run.resources.vector_stores.get(run.config.index.store)
+
+    def reusable(self, run: StageRun, ref) -> bool:
+        if not ref.exists():
+            return False
+        info = self._store(run).info(collection_name(run.context.partition_key, ref.fp))
+        return info["exists"] and info["count"] == ref.read()["count"][0]
+
+    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+        chunks, emb = run.read("chunksets"), run.read("embeddings")
+        if emb["chunk_id"].to_list() != chunks["chunk_id"].to_list():
+            raise dg.Failure(
+                f"embeddings {run.inputs['embeddings'].fp[:12]} do not line up with their chunkset"
+            )
+        collection = collection_name(run.context.partition_key, ref.fp)
+        store = self._store(run)
+        rows = chunks.select("chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata").to_dicts()
+        n = store.upsert(collection, rows, vectors_from_column(emb["vector"]))
+        return pl.DataFrame({"collection": [collection], "store": [store.backend], "count": [n]})
+
+    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        return {
+            "collection": frame["collection"][0],
+            "store": frame["store"][0],
+            "dagster/row_count": int(frame["count"][0]),
+        }
+
+    def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
+        info = self._store(run).info(frame["collection"][0])
+        chunks = run.read("chunksets").height
+        return [
+            dg.AssetCheckResult(
+                check_name="row_count_matches_chunkset",
+                passed=bool(info["exists"]) and info["count"] == chunks,
+                metadata={"index_rows": int(info["count"]), "chunkset_rows": chunks},
+            )
+        ]

@@ -1,92 +1,87 @@
-"""Leaderboard: every evaluated config of the sweep ranked by weighted overall score (unpartitioned)."""
+"""Leaderboard: every evaluated config of the sweep ranked by weighted overall score (unpartitioned).
+Besides its content-addressed artifact it writes `<data_dir>/leaderboards/<sweep>.parquet` and `.png`."""
+
+from __future__ import annotations
 
 import base64
 
 import dagster as dg
 import polars as pl
 
-from rag_assets.common import EAGER
-from rag_assets.lineage import Lineage
+from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_configs, score_plot_png, to_markdown
-from rag_core.spec import Sweep
-from resources.artifacts import ArtifactStore, atomic_write_parquet
-from resources.tracking import MlflowTracking
+from resources.artifacts import atomic_write_parquet
 
 
-def leaderboard_path(artifacts: ArtifactStore, sweep: Sweep):
-    return artifacts.root / "leaderboards" / f"{sweep.name}.parquet"
+def leaderboard_path(data_dir, sweep_name: str):
+    from pathlib import Path
+
+    return Path(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
 
 
-def collect_summaries(
-    artifacts: ArtifactStore, sweep: Sweep, backend: str
-) -> tuple[pl.DataFrame | None, dict[str, pl.DataFrame], list[str]]:
-    """Summaries and per-query metrics of every evaluated config, and the keys not evaluated yet."""
-    lineage = Lineage(sweep, backend)
-    frames, per_query, missing = [], {}, []
-    for c in sweep.configs:
-        fp = lineage.evaluation_fp(c)
-        if artifacts.exists("evaluation_summaries", fp):
-            frames.append(artifacts.read("evaluation_summaries", fp, "evaluation summary"))
-            per_query[c.config_key] = artifacts.read("evaluations", fp, "evaluation")
-        else:
-            missing.append(c.config_key)
-    return (pl.concat(frames, how="diagonal_relaxed") if frames else None), per_query, missing
+class Leaderboard(StageLogic):
+    description = "Configs ranked by weighted overall score with 95% intervals and ties vs the leader."
+    resources = ("tracking",)
+    checks = (Check("complete", "Every config of the sweep is evaluated and on the board."),)
 
+    def kinds(self, plan) -> set[str]:
+        return {"parquet", "mlflow"}
 
-def build(sweep: Sweep, backend: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        deps=[dg.AssetDep("evaluations", partition_mapping=dg.AllPartitionMapping())],
-        group_name="evaluation",
-        kinds={"parquet", "mlflow"},
-        automation_condition=EAGER,
-        description=f"Configs of sweep {sweep.name} ranked by weighted score {sweep.weights}; "
-        "ties broken by cost, then latency.",
-    )
-    def leaderboard(
-        context: dg.AssetExecutionContext, artifacts: ArtifactStore, tracking: MlflowTracking
-    ) -> dg.MaterializeResult:
-        summaries, per_query, missing = collect_summaries(artifacts, sweep, backend)
-        if summaries is None:
-            raise dg.Failure(f"no evaluation of sweep {sweep.name} is materialized yet")
+    def identity(self, run: StageRun):
+        return run.plan.sweep.weights
+
+    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+        refs = run.inputs["evaluations"]
+        if not refs:
+            raise dg.Failure(f"no evaluation of sweep {run.plan.sweep.name} is materialized yet")
+        missing = [k for k in run.plan.config_keys if k not in refs]
         if missing:
-            context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
-        board = compare_to_leader(rank_configs(summaries, sweep.weights), per_query, sweep.weights)
-        path = atomic_write_parquet(board, leaderboard_path(artifacts, sweep))
-        png = score_plot_png(board)
-        path.with_suffix(".png").write_bytes(png)
-        markdown = to_markdown(board)
-        tracking.log_leaderboard(sweep.name, board, markdown, png)
-        cols = [c for c in DISPLAY_COLUMNS if c in board.columns]
-        return dg.MaterializeResult(
-            metadata={
-                "leaderboard": dg.MetadataValue.md(markdown),
-                "table": dg.MetadataValue.table(
-                    records=[dg.TableRecord(r) for r in board.select(cols).to_dicts()],
-                    schema=dg.TableSchema(
-                        columns=[
-                            dg.TableColumn(
-                                c,
-                                "int"
-                                if c == "rank"
-                                else "float"
-                                if board[c].dtype == pl.Float64
-                                else "string",
-                            )
-                            for c in cols
-                        ]
-                    ),
-                ),
-                "plot": dg.MetadataValue.md(
-                    f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"
-                ),
-                "path": dg.MetadataValue.path(str(path)),
-                "dagster/row_count": board.height,
-                "configs_missing": len(missing),
-                "best_config": board["config_key"][0],
-                "best_score": float(board["overall_score"][0]),
-                "tied_with_leader": int(board["tied_with_leader"].sum()) - 1,
-                "weights": dg.MetadataValue.json(sweep.weights),
-            }
-        )
+            run.context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
+        keys = [k for k in run.plan.config_keys if k in refs]
+        summaries = pl.concat([refs[k].read() for k in keys], how="diagonal_relaxed")
+        per_query = {k: refs[k].read("per_query") for k in keys}
+        weights = run.plan.sweep.weights
+        return compare_to_leader(rank_configs(summaries, weights), per_query, weights)
 
-    return leaderboard
+    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        sweep = run.plan.sweep
+        path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
+        png = score_plot_png(frame)
+        path.with_suffix(".png").write_bytes(png)
+        markdown = to_markdown(frame)
+        if not reused:  # one leaderboard run per content: an unchanged rerun logs none
+            run.resources.tracking.log_leaderboard(sweep.name, frame, markdown, png)
+        cols = [c for c in DISPLAY_COLUMNS if c in frame.columns]
+        kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
+        return {
+            "leaderboard": dg.MetadataValue.md(markdown),
+            "table": dg.MetadataValue.table(
+                records=[dg.TableRecord(r) for r in frame.select(cols).to_dicts()],
+                schema=dg.TableSchema(
+                    columns=[dg.TableColumn(c, kind.get(frame[c].dtype, "string")) for c in cols]
+                ),
+            ),
+            "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"),
+            "board_path": dg.MetadataValue.path(str(path)),
+            "dagster/row_count": frame.height,
+            "configs_missing": len(run.plan.config_keys) - frame.height,
+            "best_config": frame["config_key"][0],
+            "best_score": float(frame["overall_score"][0]),
+            "tied_with_leader": int(frame["tied_with_leader"].sum()) - 1,
+            "weights": dg.MetadataValue.json(sweep.weights),
+        }
+
+    def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
+        missing = sorted(set(run.plan.config_keys) - set(frame["config_key"].to_list()))
+        return [
+            dg.AssetCheckResult(
+                check_name="complete",
+                passed=not missing,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={
+                    "configs": len(run.plan.config_keys),
+                    "missing": len(missing),
+                    "examples": ", ".join(missing[:3]),
+                },
+            )
+        ]

@@ -1,4 +1,4 @@
-"""Reranking of retrieved candidates (pure functions; the model calls live in the assets/resources).
+"""Reranking of retrieved candidates (pure: models and LLMs are passed in).
 
 - mmr: Maximal Marginal Relevance (Carbonell & Goldstein, 1998): greedily pick the candidate maximizing
   lambda · sim(query, d) − (1 − lambda) · max_{s in selected} sim(d, s), cosine similarities.
@@ -9,9 +9,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import polars as pl
+
+from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.spec import RagConfig
 
 
 def mmr(query: np.ndarray, candidates: np.ndarray, k: int, lam: float = 0.5) -> list[int]:
@@ -62,3 +69,103 @@ def parse_ordering(reply: str, n: int) -> list[int] | None:
     if not listed:
         return None
     return listed + [i for i in range(n) if i not in listed]
+
+
+# ---- reranking one config's retrievals --------------------------------------------------------------
+
+RERANK_COLUMNS = ("chunk_ids", "doc_ids", "scores", "titles", "texts")  # the per-candidate lists
+RERANK_EXTRA_SCHEMA = {
+    "rerank_fallback": pl.Boolean,
+    "rerank_ms": pl.Float64,
+    "rerank_tokens": pl.Int64,
+    "rerank_cost_usd": pl.Float64,
+}
+
+_CROSS_ENCODERS: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def cross_encoder(path: str):
+    """A sentence-transformers CrossEncoder from a local folder, loaded once per process."""
+    with _LOCK:
+        if path not in _CROSS_ENCODERS:
+            from sentence_transformers import CrossEncoder
+
+            _CROSS_ENCODERS[path] = CrossEncoder(path, device="cpu")
+        return _CROSS_ENCODERS[path]
+
+
+def orders(
+    c: RagConfig,
+    rows: list[dict],
+    questions: dict[str, str],
+    llm: Completer | None,
+    vectors: Callable[[dict], tuple[np.ndarray, np.ndarray]] | None,
+) -> list[tuple[list[int], bool, dict]]:
+    """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms)."""
+    method, k = c.rerank.method, c.retrieval.top_k
+    model = cross_encoder(c.rerank.model) if method == "cross_encoder" else None
+
+    def one(r: dict) -> tuple[list[int], bool, dict]:
+        t0 = time.perf_counter()
+        n = len(r["texts"] or [])
+        if method == "none" or n == 0:
+            return list(range(n)), False, NO_USAGE
+        if method == "mmr":
+            q, cands = vectors(r)
+            order = mmr(q, cands, k, c.rerank.mmr_lambda)
+        elif method == "cross_encoder":
+            scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
+            order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
+        else:  # llm
+            reply = llm.complete(
+                c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
+            )
+            parsed = None if reply.error else parse_ordering(reply.text, n)
+            return (
+                (parsed, False, usage(reply)) if parsed is not None else (list(range(n)), True, usage(reply))
+            )
+        return order, False, {**NO_USAGE, "ms": (time.perf_counter() - t0) * 1000}
+
+    if method != "llm":
+        return [one(r) for r in rows]
+    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
+        return list(pool.map(one, rows))
+
+
+def rerank(
+    c: RagConfig,
+    retrieved: pl.DataFrame,
+    qa: pl.DataFrame,
+    llm: Completer | None,
+    chunk_vectors: Callable[[], dict[str, np.ndarray]],
+    embed: Callable[[list[str]], np.ndarray],
+) -> pl.DataFrame:
+    """The retrieval rows cut to the reranker's top_k (`none` keeps the first top_k), with the fallback,
+    time, tokens and cost of each query's reranking. `chunk_vectors` is called only for MMR."""
+    questions = dict(zip(qa["query_id"], qa["question"], strict=True))
+    rows = list(retrieved.iter_rows(named=True))
+    vectors = None
+    if c.rerank.method == "mmr":
+        chunk_vec = chunk_vectors()
+        qids = [r["query_id"] for r in rows]
+        qvec = dict(zip(qids, embed([questions[q] for q in qids]), strict=True))
+
+        def vectors(r: dict):
+            ids = r["chunk_ids"]
+            return qvec[r["query_id"]], np.stack([chunk_vec[x] for x in ids]) if ids else np.zeros((0, 1))
+
+    out = []
+    for r, (order, fell_back, used) in zip(rows, orders(c, rows, questions, llm, vectors), strict=True):
+        keep = order[: c.retrieval.top_k]
+        out.append(
+            {
+                **r,
+                **{col: [r[col][i] for i in keep] for col in RERANK_COLUMNS},
+                "rerank_fallback": fell_back,
+                "rerank_ms": used["ms"],
+                "rerank_tokens": used["tokens"],
+                "rerank_cost_usd": used["cost_usd"],
+            }
+        )
+    return pl.DataFrame(out, schema={**retrieved.schema, **RERANK_EXTRA_SCHEMA})

@@ -250,9 +250,6 @@ class GenerationConfig(_Strict):
         return key
 
 
-STAGES = ("chunk", "embedding", "index", "retrieval", "rerank", "config")
-
-
 class RagConfig(_Strict):
     """One point of the sweep: a setting for every stage."""
 
@@ -269,52 +266,6 @@ class RagConfig(_Strict):
         if self.rerank.method == "none":
             return self.retrieval.top_k
         return max(self.retrieval.top_k, self.rerank.candidates)
-
-    # Partition keys: each stage is keyed by exactly the settings that determine it.
-    @property
-    def chunk_key(self) -> str:
-        return self.chunking.key
-
-    @property
-    def embedding_key(self) -> str:
-        return f"{self.chunk_key}__{self.embedding.key}"
-
-    @property
-    def index_key(self) -> str:
-        store = self.index.store
-        return f"{self.embedding_key}__{store}" if store else self.embedding_key
-
-    @property
-    def retrieval_key(self) -> str:
-        return f"{self.index_key}__{self.retrieval.key}-k{self.fetch_k}"
-
-    @property
-    def rerank_key(self) -> str:
-        return f"{self.retrieval_key}__{self.rerank.key}-k{self.retrieval.top_k}"
-
-    @property
-    def config_key(self) -> str:
-        return f"{self.rerank_key}__{self.generation.key}"
-
-    def settings(self, stage: str) -> dict[str, Any]:
-        """Everything that determines a stage's output, up to and including the stage (JSON-able)."""
-        out: dict[str, Any] = {"chunking": self.chunking.model_dump()}
-        if stage == "chunk":
-            return out
-        out["embedding"] = self.embedding.model_dump()
-        if stage == "embedding":
-            return out
-        out["index"] = self.index.model_dump()
-        if stage == "index":
-            return out
-        out["retrieval"] = {**self.retrieval.model_dump(exclude={"top_k"}), "fetch_k": self.fetch_k}
-        if stage == "retrieval":
-            return out
-        out["rerank"] = {**self.rerank.model_dump(), "top_k": self.retrieval.top_k}
-        if stage == "rerank":
-            return out
-        out["generation"] = self.generation.model_dump()
-        return out
 
     def flat_params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -393,43 +344,8 @@ class Sweep(BaseModel):
     configs: tuple[RagConfig, ...]
     judge_model: str | None = None
 
-    @property
-    def chunk_keys(self) -> list[str]:
-        return _unique(c.chunk_key for c in self.configs)
-
-    @property
-    def embedding_keys(self) -> list[str]:
-        return _unique(c.embedding_key for c in self.configs)
-
-    @property
-    def index_keys(self) -> list[str]:
-        return _unique(c.index_key for c in self.configs)
-
-    @property
-    def retrieval_keys(self) -> list[str]:
-        return _unique(c.retrieval_key for c in self.configs)
-
-    @property
-    def rerank_keys(self) -> list[str]:
-        return _unique(c.rerank_key for c in self.configs)
-
-    @property
-    def config_keys(self) -> list[str]:
-        return _unique(c.config_key for c in self.configs)
-
-    def first(self, attr: str, key: str) -> RagConfig:
-        """The first config whose partition key `attr` equals `key` (its prefix settings are shared)."""
-        for c in self.configs:
-            if getattr(c, attr) == key:
-                return c
-        raise KeyError(f"no config of sweep {self.name!r} has {attr} {key!r}")
-
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
-
-
-def _unique(items) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 def _expand(section: dict[str, Any] | list, model: type[BaseModel], where: str) -> list:
@@ -506,7 +422,6 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         )
     ]
     configs = _search(configs, spec.search)
-    _check_keys_unique(configs, path)
     base = path.parent
     return Sweep(
         name=spec.name,
@@ -518,20 +433,6 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
     )
-
-
-def _check_keys_unique(configs: list[RagConfig], path: Path) -> None:
-    """Two different settings must never share a partition key (e.g. models `a/x` and `b/x`)."""
-    for stage in STAGES:
-        attr = f"{stage}_key"
-        seen: dict[str, dict] = {}
-        for c in configs:
-            settings = c.settings(stage)
-            if seen.setdefault(getattr(c, attr), settings) != settings:
-                raise SpecError(
-                    f"{path}: two different settings map to the partition key {getattr(c, attr)!r}; "
-                    "rename a model so their last path components differ"
-                )
 
 
 def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:

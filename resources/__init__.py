@@ -1,4 +1,4 @@
-"""Dagster resources: artifact store, embedders, vector stores, LLM client, MLflow tracking.
+"""Dagster resources: the artifact IO manager, embedders, vector stores, the LLM client, MLflow tracking.
 
 `build_resources` picks each implementation from configuration (environment variables), in one place.
 """
@@ -11,33 +11,24 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-def vector_store_from_env(data_dir: str):
-    """$RAG_VECTOR_STORE: lancedb (default), qdrant, chroma, milvus (embedded, under the data dir) or
-    weaviate (a server; see resources/vector_stores)."""
-    from resources.vector_stores import vector_store_for
-
-    kind = os.environ.get("RAG_VECTOR_STORE", "lancedb").lower()
-    try:
-        return vector_store_for(kind, data_dir)
-    except ValueError as e:
-        raise ValueError(f"RAG_VECTOR_STORE={kind!r}: {e}") from None
+def default_data_dir() -> str:
+    return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
 
 
 def build_resources(data_dir: str) -> dict:
-    from resources.artifacts import ArtifactStore
+    from resources.artifacts import ArtifactIOManager
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
     from resources.tracking import MlflowTracking
-    from resources.vector_stores import VectorStoreCatalog
+    from resources.vector_stores import VectorStores
 
     return {
-        "artifacts": ArtifactStore(data_dir=data_dir),
+        "artifacts": ArtifactIOManager(data_dir=data_dir),
         "embedder": EmbeddingService(
             cache_dir=str(Path(data_dir) / "embedding_cache"),
             api_base=os.environ.get("RAG_EMBEDDING_API_BASE"),
         ),
-        "vector_store": vector_store_from_env(data_dir),
-        "vector_stores": VectorStoreCatalog(data_dir=data_dir),
+        "vector_stores": VectorStores.from_env(data_dir),
         "llm": LLMClient(
             api_base=os.environ.get("RAG_LLM_API_BASE"), api_key=os.environ.get("RAG_LLM_API_KEY")
         ),

@@ -1,21 +1,24 @@
-"""Where artifacts live: one data directory, Parquet files keyed by stage and content fingerprint.
+"""Content-addressed Parquet artifacts, written and read by one IO manager.
 
-Writes are atomic (temp file in the same directory, then rename), so a crashed run never leaves a file
-that a later run would trust.
+Every stage's artifact is `<data_dir>/<stage>/<fingerprint>.parquet`; the fingerprint is the asset
+materialization's data version. An asset returns an `Artifact` (its reference and, when it computed it,
+the frame); the IO manager writes it atomically (temp file + rename; side tables first, the main file
+last, so a main file's presence means the artifact is complete). Inputs come from what upstream
+*materialized*: the IO manager reads the upstream partition's latest data version from the instance and
+hands the asset an `ArtifactRef`, read only when the asset needs its rows. A changed input file therefore
+never changes what a downstream step reads until its snapshot is materialized again.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
-
-
-def default_data_dir() -> str:
-    return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
+from dagster._core.definitions.data_version import extract_data_version_from_entry
 
 
 def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
@@ -31,8 +34,52 @@ def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
     return path
 
 
-class ArtifactStore(dg.ConfigurableResource):
-    """The data directory; every stage's artifacts sit under `<data_dir>/<stage>/<fingerprint>.parquet`."""
+@dataclass(frozen=True)
+class ArtifactRef:
+    """One stage's artifact: `<root>/<stage>/<fp>.parquet`, plus optional side tables `<fp>.<part>.parquet`."""
+
+    root: Path
+    stage: str
+    fp: str
+    partition: str | None = None
+
+    def path(self, part: str | None = None) -> Path:
+        return self.root / self.stage / (f"{self.fp}.{part}.parquet" if part else f"{self.fp}.parquet")
+
+    def exists(self) -> bool:
+        return self.path().exists()
+
+    def read(self, part: str | None = None) -> pl.DataFrame:
+        path = self.path(part)
+        if not path.exists():
+            where = f"{self.stage}[{self.partition}]" if self.partition else self.stage
+            raise dg.Failure(
+                f"{where}: artifact {path} is missing (deleted since it was materialized?): "
+                f"materialize {where} again"
+            )
+        return pl.read_parquet(path)
+
+
+@dataclass
+class Artifact:
+    """An asset's output: its reference, and the frames to write when it was computed (None: reused)."""
+
+    ref: ArtifactRef
+    frame: pl.DataFrame | None = None
+    parts: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+
+def latest_fingerprint(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None) -> str | None:
+    """The data version (= artifact fingerprint) of the latest materialization of an asset partition."""
+    record = instance.get_latest_data_version_record(key, is_source=False, partition_key=partition)
+    if record is None:
+        return None
+    version = extract_data_version_from_entry(record.event_log_entry)
+    return version.value if version else None
+
+
+class ArtifactIOManager(dg.ConfigurableIOManager):
+    """Stores every stage's artifacts under `data_dir`; see the module docstring."""
 
     data_dir: str
 
@@ -40,17 +87,42 @@ class ArtifactStore(dg.ConfigurableResource):
     def root(self) -> Path:
         return Path(self.data_dir)
 
-    def path(self, stage: str, fp: str) -> Path:
-        return self.root / stage / f"{fp}.parquet"
+    def ref(self, stage: str, fp: str, partition: str | None = None) -> ArtifactRef:
+        return ArtifactRef(self.root, stage, fp, partition)
 
-    def exists(self, stage: str, fp: str) -> bool:
-        return self.path(stage, fp).exists()
+    def handle_output(self, context: dg.OutputContext, obj: Artifact) -> None:
+        if obj.frame is None:  # reused: the artifact is already on disk
+            return
+        for part, frame in obj.parts.items():
+            atomic_write_parquet(frame, obj.ref.path(part))
+        atomic_write_parquet(obj.frame, obj.ref.path())
 
-    def write(self, stage: str, fp: str, df: pl.DataFrame) -> Path:
-        return atomic_write_parquet(df, self.path(stage, fp))
+    def load_input(self, context: dg.InputContext) -> ArtifactRef | dict[str, ArtifactRef]:
+        key = context.asset_key
+        stage = key.path[-1]
+        if not context.has_asset_partitions:
+            return self._upstream(context.instance, key, stage, None, required=True)
+        if not (context.definition_metadata or {}).get("all_partitions"):
+            (partition,) = context.asset_partition_keys  # every stage reads one upstream partition
+            return self._upstream(context.instance, key, stage, partition, required=True)
+        # the leaderboard: every partition materialized so far
+        refs = {
+            k: self._upstream(context.instance, key, stage, k, False) for k in context.asset_partition_keys
+        }
+        return {k: r for k, r in refs.items() if r is not None}
 
-    def read(self, stage: str, fp: str, what: str) -> pl.DataFrame:
-        path = self.path(stage, fp)
-        if not path.exists():
-            raise FileNotFoundError(f"{what} is not materialized yet ({path} missing): materialize it first")
-        return pl.read_parquet(path)
+    def _upstream(
+        self,
+        instance: dg.DagsterInstance,
+        key: dg.AssetKey,
+        stage: str,
+        partition: str | None,
+        required: bool,
+    ) -> ArtifactRef | None:
+        fp = latest_fingerprint(instance, key, partition)
+        if fp is None:
+            if not required:
+                return None
+            where = f"{key.to_user_string()}[{partition}]" if partition else key.to_user_string()
+            raise dg.Failure(f"{where} is not materialized yet: materialize it first")
+        return self.ref(stage, fp, partition)

@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 import dagster as dg
 
+from rag_core.completion import NO_USAGE, Completion, usage  # noqa: F401  (re-exported)
+
 # litellm fetches a remote cost map at import and deadlocks with mlflow without this (shared/notes/stack.md).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-@dataclass
-class Completion:
-    text: str
-    error: str | None
-    attempts: int
-    latency_ms: float
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
 
 
 class LLMClient(dg.ConfigurableResource):
@@ -78,11 +68,3 @@ class LLMClient(dg.ConfigurableResource):
         return Completion(
             text="", error=error, attempts=self.max_retries + 1, latency_ms=(time.perf_counter() - t0) * 1000
         )
-
-
-NO_USAGE = {"tokens": 0, "cost_usd": 0.0, "ms": 0.0}
-
-
-def usage(c: Completion) -> dict:
-    """Tokens, cost and latency of one LLM call, for the per-stage cost metrics."""
-    return {"tokens": c.prompt_tokens + c.completion_tokens, "cost_usd": c.cost_usd, "ms": c.latency_ms}

@@ -1,24 +1,24 @@
-"""Nightly re-evaluation of every config of the sweep."""
+"""Nightly re-evaluation of every config of a sweep."""
 
 import dagster as dg
 
-from rag_assets.common import FORCE_TAG
-from rag_core.spec import Sweep
+from rag_assets.stage_asset import FORCE_TAG
+from rag_core.plan import Plan
 
 
-def build_nightly(sweep: Sweep, evaluate_job) -> dg.ScheduleDefinition:
+def nightly_reevaluation(plan: Plan, evaluate_job, cron: str) -> dg.ScheduleDefinition:
     @dg.schedule(
-        name="nightly_reevaluation",
+        name=f"{evaluate_job.name}_nightly",
         job=evaluate_job,
-        cron_schedule="0 2 * * *",
+        cron_schedule=cron,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Every night, re-answer and re-evaluate every config (forced: LLMs and providers drift); "
-        "the leaderboard follows through the automation sensor.",
+        description="Re-answer and re-evaluate every config (forced: LLMs and providers drift); the "
+        "leaderboard follows through the automation sensor. Steps read the materialized input snapshots.",
     )
-    def nightly_reevaluation(context: dg.ScheduleEvaluationContext):
+    def _nightly(context: dg.ScheduleEvaluationContext):
         stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-        for key in sweep.config_keys:
+        for key in plan.config_keys:
             yield dg.RunRequest(run_key=f"{stamp}:{key}", partition_key=key, tags={FORCE_TAG: "true"})
 
-    return nightly_reevaluation
+    return _nightly

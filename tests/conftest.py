@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ.pop("RAG_VECTOR_STORE", None)
 
+import signal  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import polars as pl  # noqa: E402
@@ -74,11 +75,33 @@ def sweep_run(slice_sweep, tmp_path_factory):
     from rag_assets.cli import run_sweep
 
     data_dir = tmp_path_factory.mktemp("data")
-    board, defs, instance, sweep, data = run_sweep(str(slice_sweep), str(data_dir), progress=False)
-    return {"board": board, "defs": defs, "instance": instance, "sweep": sweep, "data": data}
+    run = run_sweep(str(slice_sweep), str(data_dir), progress=False)
+    return {
+        "board": run.board,
+        "defs": run.defs,
+        "instance": run.instance,
+        "plan": run.plan,
+        "data": run.data,
+        "run": run,
+    }
 
 
 # ---- real servers (see tests/servers.py), started once per session ------------------------------
+
+SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that starts a real server belongs to the `stack` tier, whatever file it is in."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
+
+
+def pytest_configure(config):
+    # SIGTERM (a CI time-out, a killed job) becomes KeyboardInterrupt, so pytest runs the session
+    # fixtures' teardown and stops the servers instead of orphaning them.
+    signal.signal(signal.SIGTERM, lambda signum, frame: signal.default_int_handler(signum, frame))
 
 STARTUP_TIMES: dict[str, float] = {}
 

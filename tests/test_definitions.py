@@ -1,51 +1,96 @@
-"""The Dagster definitions load, and partitions carry real lineage through their mappings."""
+"""The Dagster definitions: the project's sweeps load side by side, every asset declares what it reads,
+and partitions carry real lineage through their mappings."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from rag_assets.definitions import build_definitions
+from rag_core.plan import Plan
 from rag_core.spec import load_sweep
+from rag_core.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = "hotpotqa_example"
 
 
-def _defs(tmp_path):
-    return build_definitions(load_sweep(ROOT / "examples" / "sweeps" / "example.yaml"), str(tmp_path))
+def _defs(tmp_path, *names: str):
+    plans = [
+        Plan.resolve(load_sweep(ROOT / "examples" / "sweeps" / f"{n}.yaml")) for n in names or ("example",)
+    ]
+    return build_definitions(plans, str(tmp_path))
 
 
 def test_definitions_load(tmp_path):
     defs = _defs(tmp_path)
     dg.Definitions.validate_loadable(defs)
-    keys = {a.key.to_user_string() for a in defs.assets}
-    assert keys == {
-        "corpus",
-        "qa_set",
-        "chunksets",
-        "embeddings",
-        "vector_index",
-        "retrievals",
-        "rerankings",
-        "answers",
-        "evaluations",
-        "leaderboard",
-    }
-    assert {s.name for s in defs.sensors} == {"input_change_sensor", "rag_automation_sensor"}
-    assert [s.name for s in defs.schedules] == ["nightly_reevaluation"]
+    keys = {a.key.to_user_string() for a in defs.resolve_all_asset_specs()}
+    assert keys == {f"{EXAMPLE}/{s.name}" for s in STAGES} | {f"{EXAMPLE}/corpus_file", f"{EXAMPLE}/qa_file"}
+    assert {s.name for s in defs.sensors} == {"rag_automation_sensor"}
+    assert [s.name for s in defs.schedules] == [f"{EXAMPLE}__evaluate_nightly"]
 
 
-def test_workspace_module_loads():
-    import importlib
+def test_every_asset_declares_every_artifact_it_reads(tmp_path):
+    """The registry's reads are the assets' declared upstream; StageRun.read only serves declared inputs,
+    and the end-to-end test records what each step really read (test_sweep_end_to_end)."""
+    graph = _defs(tmp_path).resolve_asset_graph()
+    for s in STAGES:
+        parents = {k.path[-1] for k in graph.get(dg.AssetKey([EXAMPLE, s.name])).parent_keys}
+        sources = {"corpus": {"corpus_file"}, "qa_set": {"qa_file"}}.get(s.name, set())
+        assert parents == set(s.reads) | sources, s.name
 
-    mod = importlib.import_module("rag_assets.definitions")
-    assert isinstance(mod.defs, dg.Definitions)
+
+def test_two_sweeps_load_side_by_side(tmp_path):
+    defs = _defs(tmp_path, "example", "every_stage")
+    dg.Definitions.validate_loadable(defs)
+    prefixes = {a.key.path[0] for a in defs.resolve_all_asset_specs()}
+    assert prefixes == {EXAMPLE, "hotpotqa_every_stage"}
+
+
+def test_workspace_module_loads_the_defs_folder():
+    env = {k: v for k, v in os.environ.items() if k != "RAG_SWEEP"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from rag_assets.definitions import defs; d = defs(); "
+            "print(sorted({a.key.path[0] for a in d.resolve_all_asset_specs()}))",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "['hotpotqa_every_stage', 'hotpotqa_example']"
+
+
+@pytest.mark.parametrize("command", [["check", "defs"], ["list", "defs", "--json"]])
+def test_dg_cli_on_the_project(command):
+    bindir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "RAG_SWEEP"} | {"VIRTUAL_ENV": str(bindir.parent)}
+    out = subprocess.run([str(bindir / "dg"), *command], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    if command[0] == "list":
+        listed = json.loads(out.stdout)
+        keys = {a["asset_key"] for a in listed["assets"]}
+        assert {f"{EXAMPLE}/leaderboard", "hotpotqa_every_stage/leaderboard"} <= keys
+        checks = {
+            c["key"] if isinstance(c, dict) and "key" in c else str(c) for c in listed.get("asset_checks", [])
+        }
+        assert any("row_count_matches_chunkset" in c for c in checks), checks
 
 
 def _upstream(defs, asset: str, upstream: str, key: str) -> set[str]:
     graph = defs.resolve_asset_graph()
-    node = graph.get(dg.AssetKey(asset))
-    up = graph.get(dg.AssetKey(upstream))
-    mapping = node.assets_def.get_partition_mapping(dg.AssetKey(upstream))
+    node = graph.get(dg.AssetKey([EXAMPLE, asset]))
+    up = graph.get(dg.AssetKey([EXAMPLE, upstream]))
+    mapping = node.assets_def.get_partition_mapping(dg.AssetKey([EXAMPLE, upstream]))
     result = mapping.get_upstream_mapped_partitions_result_for_partitions(
         node.partitions_def.subset_with_partition_keys([key]), node.partitions_def, up.partitions_def
     )
@@ -54,15 +99,16 @@ def _upstream(defs, asset: str, upstream: str, key: str) -> set[str]:
 
 def test_each_partition_maps_to_its_real_upstream_partition(tmp_path):
     defs = _defs(tmp_path)
-    cfg = "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5__none-k5__extractive"
-    rerank = "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5__none-k5"
+    index = "recursive-384-48__all-minilm-l6-v2__lancedb"
+    retrieval = f"{index}__hybrid-rrf-a0.5-k5"
+    rerank = f"{retrieval}__none-k5"
+    cfg = f"{rerank}__extractive"
     assert _upstream(defs, "answers", "rerankings", cfg) == {rerank}
-    assert _upstream(defs, "rerankings", "retrievals", rerank) == {
-        "recursive-384-48__all-minilm-l6-v2__hybrid-rrf-a0.5-k5"
-    }
-    assert _upstream(defs, "retrievals", "vector_index", "paragraph-1024-0__all-minilm-l6-v2__bm25-k2") == {
-        "paragraph-1024-0__all-minilm-l6-v2"
-    }
+    assert _upstream(defs, "evaluations", "answers", cfg) == {cfg}
+    assert _upstream(defs, "evaluations", "embeddings", cfg) == {"recursive-384-48__all-minilm-l6-v2"}
+    assert _upstream(defs, "rerankings", "retrievals", rerank) == {retrieval}
+    assert _upstream(defs, "retrievals", "vector_index", retrieval) == {index}
+    assert _upstream(defs, "retrievals", "chunksets", retrieval) == {"recursive-384-48"}
     assert _upstream(defs, "embeddings", "chunksets", "recursive-384-48__all-minilm-l6-v2") == {
         "recursive-384-48"
     }
@@ -71,16 +117,9 @@ def test_each_partition_maps_to_its_real_upstream_partition(tmp_path):
 def test_partition_counts_snapshot(tmp_path):
     graph = _defs(tmp_path).resolve_asset_graph()
     counts = {
-        k: len(graph.get(dg.AssetKey(k)).partitions_def.get_partition_keys())
-        for k in (
-            "chunksets",
-            "embeddings",
-            "vector_index",
-            "retrievals",
-            "rerankings",
-            "answers",
-            "evaluations",
-        )
+        s.name: len(graph.get(dg.AssetKey([EXAMPLE, s.name])).partitions_def.get_partition_keys())
+        for s in STAGES
+        if s.partitioned
     }
     assert counts == {
         "chunksets": 2,
@@ -91,3 +130,11 @@ def test_partition_counts_snapshot(tmp_path):
         "answers": 12,
         "evaluations": 12,
     }
+
+
+def test_the_deployment_store_is_in_every_index_key():
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "example.yaml")
+    for store in ("lancedb", "qdrant"):
+        plan = Plan.resolve(sweep, store)
+        assert all(k.endswith(f"__{store}") for k in plan.keys("vector_index"))
+        assert all(c.index.store == store for c in plan.configs)

@@ -9,6 +9,7 @@ import pytest
 
 from rag_core.bm25 import BM25Index, idf, term_weights, tokenize
 from rag_core.filters import FilterError, filterable_attributes, matches, parse_filter
+from rag_core.plan import Plan
 from rag_core.spec import SpecError, sweep_from_dict
 
 
@@ -114,5 +115,8 @@ def test_sweep_spec_validates_filters_and_stores(tmp_path):
         },
         tmp_path / "s.yaml",
     )
-    assert len(sweep.configs) == 4 and len(sweep.embedding_keys) == 1 and len(sweep.index_keys) == 2
-    assert len(set(sweep.retrieval_keys)) == 4
+    plan = Plan.resolve(sweep)
+    assert (
+        len(sweep.configs) == 4 and len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 2
+    )
+    assert len(plan.keys("retrievals")) == 4

@@ -92,7 +92,7 @@ def test_sweep_with_llm_generation_keeps_failed_queries(slice_data, tmp_path):
 
 
 def test_llm_judge_parses_verdicts_and_counts_failures():
-    from rag_assets.evaluations import judge
+    from rag_core.evaluation import judge
     from rag_core.judge import JUDGE_PROMPT_VERSION, parse_verdict
     from rag_core.metrics import evaluate_queries, summarize
 

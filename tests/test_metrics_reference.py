@@ -9,10 +9,8 @@ import polars as pl
 import pytest
 from ranx import Qrels, Run, evaluate
 
-from rag_assets.lineage import Lineage
 from rag_core.metrics import bleu, citation_accuracy, exact_match, rouge_l, token_f1
 from rag_core.metrics.retrieval import context_diversity, dedupe, retrieval_scores
-from resources.artifacts import ArtifactStore
 
 RANX = {
     "precision_at_k": "precision@{k}",
@@ -33,14 +31,13 @@ def _as_run(doc_ids: list[str]) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_retrieval_metrics_equal_ranx_per_query_and_mean(sweep_run):
-    sweep, data = sweep_run["sweep"], sweep_run["data"]
-    artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
-    qa = artifacts.read("qa", lineage.qa_fp, "qa")
+    plan, done = sweep_run["plan"], sweep_run["run"]
+    qa = done.artifact("qa_set")
     checked = 0
-    for c in sweep.configs:
+    for c in plan.configs:
         k = c.retrieval.top_k
-        per_query = artifacts.read("evaluations", lineage.evaluation_fp(c), "evaluation").sort("query_id")
-        ret = artifacts.read("retrievals", lineage.retrieval_fp(c), "retrievals")
+        per_query = done.artifact("evaluations", plan.key_of(c), "per_query").sort("query_id")
+        ret = done.artifact("retrievals", plan.key_of(c, "retrievals"))
         runs = {r["query_id"]: _as_run(r["doc_ids"]) for r in ret.iter_rows(named=True)}
         with_gold = qa.filter(pl.col("relevant_doc_ids").list.len() > 0).sort("query_id")
         qids = with_gold["query_id"].to_list()
@@ -55,11 +52,11 @@ def test_retrieval_metrics_equal_ranx_per_query_and_mean(sweep_run):
             mine = ours[metric].to_list()
             assert len(ref) == len(mine) == len(qids)
             for q, a, b in zip(qids, mine, ref, strict=True):
-                assert a == pytest.approx(float(b), abs=1e-9), (c.config_key, metric, q)
+                assert a == pytest.approx(float(b), abs=1e-9), (plan.key_of(c), metric, q)
             mean_ref = evaluate(qrels, run, name.format(k=k), make_comparable=True)
             assert sum(mine) / len(mine) == pytest.approx(float(mean_ref), abs=1e-9)
             checked += len(qids)
-    assert checked == len(sweep.configs) * len(RANX) * 20
+    assert checked == len(plan.configs) * len(RANX) * 20
 
 
 def test_graded_ndcg_and_map_equal_ranx():

@@ -13,11 +13,9 @@ import polars as pl
 import pytest
 
 from rag_assets.cli import run_sweep
-from rag_assets.lineage import Lineage
 from rag_core.context import apply_budget, parse_compressed, word_count
 from rag_core.query_transform import parse_reply
 from rag_core.rerank import mmr, parse_ordering
-from resources.artifacts import ArtifactStore
 from resources.llm import LLMClient
 from tests.conftest import write_sweep
 from tests.openai_stub import OpenAIStub
@@ -87,7 +85,7 @@ def tiny_cross_encoder(tmp_path_factory) -> str:
 def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
     from sentence_transformers import CrossEncoder
 
-    from rag_assets.rerankings import orders
+    from rag_core.rerank import orders
     from rag_core.spec import RagConfig
 
     c = RagConfig(
@@ -163,15 +161,15 @@ def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_
     )
     with OpenAIStub(respond) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
-        board, _, instance, sweep, data = run_sweep(
-            str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm}
-        )
-    assert len(sweep.configs) == 16 and board.height == 16
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    board, instance, plan = run.board, run.instance, run.plan
+    assert len(plan.configs) == 16 and board.height == 16
     # reuse: the three rerankers with 6 candidates share one retrieval per transform
-    assert len(sweep.retrieval_keys) == 8 and len(sweep.rerank_keys) == 16
-    for key in sweep.retrieval_keys:
+    assert len(plan.keys("retrievals")) == 8 and len(plan.keys("rerankings")) == 16
+    for key in plan.keys("retrievals"):
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("retrievals"), asset_partitions=[key]), limit=10
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["stages", "retrievals"]), asset_partitions=[key]),
+            limit=10,
         ).records
         assert len(records) == 1, key
     rows = {r["config_key"]: r for r in board.iter_rows(named=True)}
@@ -191,19 +189,18 @@ def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_
         )
     assert sum(r["n_context_compression_fallbacks"] for r in rows.values()) > 0  # the failing compressions
     # answers carry their citations mapped to doc ids of the blocks they saw
-    artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
-    c = sweep.configs[0]
-    answers = artifacts.read("answers", lineage.answers_fp(c), "answers")
+    c = plan.configs[0]
+    answers = run.artifact("answers", plan.key_of(c))
     cited = answers.filter(pl.col("citations").list.len() > 0)
     assert cited.height >= 19
     for r in cited.iter_rows(named=True):
         assert r["citations"] == [r["context_doc_ids"][0]]
     # the rerankers really reorder: llm "2, 1" swaps the first two candidates
     llm_cfg = next(
-        c for c in sweep.configs if c.rerank.method == "llm" and c.retrieval.query_transform == "none"
+        c for c in plan.configs if c.rerank.method == "llm" and c.retrieval.query_transform == "none"
     )
-    ret = artifacts.read("retrievals", lineage.retrieval_fp(llm_cfg), "r").row(0, named=True)
-    rr = artifacts.read("rerankings", lineage.rerank_fp(llm_cfg), "rr").row(0, named=True)
+    ret = run.artifact("retrievals", plan.key_of(llm_cfg, "retrievals")).row(0, named=True)
+    rr = run.artifact("rerankings", plan.key_of(llm_cfg, "rerankings")).row(0, named=True)
     assert rr["chunk_ids"][:2] == [ret["chunk_ids"][1], ret["chunk_ids"][0]] and len(rr["chunk_ids"]) == 3
     assert any(re.search(r"QUERIES:$", r["body"]["messages"][0]["content"]) for r in stub.requests)
 
@@ -224,15 +221,15 @@ def test_sweep_over_new_chunkers(slice_data, tmp_path):
         retrieval={"mode": "bm25", "top_k": 3},
         generation=[{"model": "extractive"}, {"model": "extractive", "context_expand": "parent"}],
     )
-    board, _, _, sweep, data = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
-    assert sweep.chunk_keys == [
+    run = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+    board, plan, data = run.board, run.plan, run.data
+    assert plan.keys("chunksets") == [
         "recursive-96t-16t-all-minilm-l6-v2",
         "semantic-600-0-p80-all-minilm-l6-v2",
         "markdown-500-0",
     ]
     assert board.height == 6 and board["recall_at_k"].min() > 0.2
-    artifacts, lineage = ArtifactStore(data_dir=str(data)), Lineage(sweep)
-    chunks = {c.chunk_key: artifacts.read("chunksets", lineage.chunk_fp(c), "c") for c in sweep.configs}
+    chunks = {key: run.artifact("chunksets", key) for key in plan.keys("chunksets")}
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
     tokens = embedder.token_offsets(
         "all-MiniLM-L6-v2", chunks["recursive-96t-16t-all-minilm-l6-v2"]["text"].to_list()
@@ -252,12 +249,12 @@ def test_sweep_over_new_chunkers(slice_data, tmp_path):
     assert semantic["doc_id"].n_unique() < semantic.height
     # parent/child: the token-sized chunks were retrieved, the generator saw whole documents (once each)
     small, parent = (
-        next(c for c in sweep.configs if c.chunking.unit == "tokens" and c.generation.context_expand == e)
+        next(c for c in plan.configs if c.chunking.unit == "tokens" and c.generation.context_expand == e)
         for e in ("none", "parent")
     )
-    a_small = artifacts.read("answers", lineage.answers_fp(small), "a")
-    a_parent = artifacts.read("answers", lineage.answers_fp(parent), "a")
-    corpus = artifacts.read("corpus", lineage.corpus_fp, "corpus")
+    a_small = run.artifact("answers", plan.key_of(small))
+    a_parent = run.artifact("answers", plan.key_of(parent))
+    corpus = run.artifact("corpus")
     full = set(corpus["text"].str.strip_chars().to_list())
     assert all(t in full for texts in a_parent["context_texts"] for t in texts)
     assert all(len(set(d)) == len(d) for d in a_parent["context_doc_ids"])

@@ -13,10 +13,8 @@ import psycopg2
 import pytest
 
 from rag_assets.cli import run_sweep
-from rag_assets.lineage import Lineage
 from resources.tracking import MlflowTracking
-from resources.vector_stores import LanceDBStore
-from resources.vector_stores.weaviate_store import WeaviateStore
+from resources.vector_stores import VectorStores
 from tests.conftest import write_sweep
 from tests.servers import mlflow_tracking
 
@@ -58,13 +56,15 @@ def stack_run(spec, postgres_server, mlflow_server, weaviate_server, tmp_path_fa
     with pytest.MonkeyPatch.context() as mp:
         postgres_home(postgres_server, tmp, mp)
         resources = {
-            "vector_store": WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port),
+            "vector_stores": VectorStores(
+                data_dir=str(tmp / "data"),
+                weaviate_url=weaviate_server.url,
+                weaviate_grpc_port=weaviate_server.grpc_port,
+            ),
             "tracking": MlflowTracking(tracking_uri=mlflow_server.url, default_dir=str(tmp)),
         }
-        board, defs, instance, sweep, data = run_sweep(
-            str(spec), str(tmp / "data"), progress=False, resources=resources
-        )
-        yield {"board": board, "instance": instance, "sweep": sweep, "data": data, "db": instance.run_storage}
+        run = run_sweep(str(spec), str(tmp / "data"), progress=False, resources=resources, store="weaviate")
+        yield {"board": run.board, "instance": run.instance, "plan": run.plan, "data": run.data, "run": run}
 
 
 def test_dagster_runs_events_and_partitions_are_in_postgres(stack_run, postgres_server):
@@ -72,7 +72,7 @@ def test_dagster_runs_events_and_partitions_are_in_postgres(stack_run, postgres_
     assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 2
-    sweep = stack_run["sweep"]
+    plan = stack_run["plan"]
     url = instance.run_storage.postgres_url.replace("postgresql+psycopg2", "postgresql")
     with psycopg2.connect(url) as conn, conn.cursor() as cur:
         cur.execute("select count(*), count(*) filter (where status = 'SUCCESS') from runs")
@@ -83,23 +83,28 @@ def test_dagster_runs_events_and_partitions_are_in_postgres(stack_run, postgres_
             "where dagster_event_type = 'ASSET_MATERIALIZATION' group by asset_key"
         )
         partitions = {k: n for k, n in cur.fetchall()}
-    assert partitions['["retrievals"]'] == len(sweep.retrieval_keys) == 3
-    assert partitions['["evaluations"]'] == 3
-    assert instance.get_materialized_partitions(dg.AssetKey("vector_index")) == set(sweep.index_keys)
+    assert partitions['["prod_slice", "retrievals"]'] == len(plan.keys("retrievals")) == 3
+    assert partitions['["prod_slice", "evaluations"]'] == 3
+    assert instance.get_materialized_partitions(dg.AssetKey(["prod_slice", "vector_index"])) == set(
+        plan.keys("vector_index")
+    )
 
 
 def test_mlflow_server_holds_one_run_per_config(stack_run, mlflow_server, tmp_path):
-    sweep = stack_run["sweep"]
+    plan = stack_run["plan"]
     with mlflow_tracking(mlflow_server.url):
-        runs = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.config_key != ''")
-        assert sorted(runs["tags.config_key"]) == sorted(sweep.config_keys)
+        runs = mlflow.search_runs(experiment_names=[plan.sweep.name], filter_string="tags.config_key != ''")
+        assert sorted(runs["tags.config_key"]) == sorted(plan.config_keys)
+        assert set(runs["params.index.store"]) == {"weaviate"}
         assert set(runs["params.retrieval.mode"]) == {"vector", "bm25", "hybrid"}
         assert runs["metrics.recall_at_k"].between(0, 1).all()
         local = mlflow.artifacts.download_artifacts(
             run_id=runs["run_id"][0], artifact_path="per_query.parquet", dst_path=str(tmp_path)
         )
         assert pl.read_parquet(local).height == 20
-        boards = mlflow.search_runs(experiment_names=[sweep.name], filter_string="tags.kind = 'leaderboard'")
+        boards = mlflow.search_runs(
+            experiment_names=[plan.sweep.name], filter_string="tags.kind = 'leaderboard'"
+        )
         assert len(boards) == 1
 
 
@@ -108,23 +113,18 @@ def test_weaviate_and_embedded_store_agree(stack_run, spec, tmp_path):
     weav = stack_run["board"]
     data = tmp_path / "lance"
     shutil.copytree(stack_run["data"] / "embedding_cache", data / "embedding_cache")  # embed nothing twice
-    lance, *_ = run_sweep(
-        str(spec),
-        str(data),
-        progress=False,
-        resources={"vector_store": LanceDBStore(uri=str(data / "lancedb"))},
-    )
+    lance = run_sweep(str(spec), str(data), progress=False, store="lancedb")
     metrics = ["precision_at_k", "recall_at_k", "mrr", "ndcg_at_k", "hit_rate_at_k"]
-    key = next(k for k in stack_run["sweep"].config_keys if "__vector-" in k)
+    key = next(k for k in stack_run["plan"].config_keys if "__vector-" in k)
+    twin = key.replace("__weaviate__", "__lancedb__")
     a = weav.filter(pl.col("config_key") == key).select(metrics).row(0)
-    b = lance.filter(pl.col("config_key") == key).select(metrics).row(0)
+    b = lance.board.filter(pl.col("config_key") == twin).select(metrics).row(0)
     assert a == pytest.approx(b, abs=1e-9)
     # per query top-k chunk ids agree (scores equal to float tolerance, so ties aside)
-    sweep = stack_run["sweep"]
-    config = next(c for c in sweep.configs if c.config_key == key)
+    retrieval = key.rsplit("__", 2)[0]
     ret = {
-        backend: pl.read_parquet(d / "retrievals" / f"{Lineage(sweep, backend).retrieval_fp(config)}.parquet")
-        for backend, d in (("weaviate", stack_run["data"]), ("lancedb", data))
+        "weaviate": stack_run["run"].artifact("retrievals", retrieval),
+        "lancedb": lance.artifact("retrievals", retrieval.replace("__weaviate__", "__lancedb__")),
     }
     same = sum(
         x == y

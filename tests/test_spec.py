@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from rag_core.fingerprint import fingerprint
+from rag_core.plan import Plan
 from rag_core.spec import SpecError, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +26,9 @@ def write(tmp_path, spec, name="s.yaml") -> Path:
 def test_example_sweep_expands_to_twelve_configs():
     sweep = load_sweep(ROOT / "examples" / "sweeps" / "example.yaml")
     assert len(sweep.configs) == 12
-    assert sweep.chunk_keys == ["paragraph-1024-0", "recursive-384-48"]
-    assert len(sweep.index_keys) == 2
+    plan = Plan.resolve(sweep)
+    assert plan.keys("chunksets") == ["paragraph-1024-0", "recursive-384-48"]
+    assert len(plan.keys("vector_index")) == 2
     assert sweep.corpus_path.exists() and sweep.qa_path.exists()
 
 
@@ -34,7 +36,8 @@ def test_irrelevant_settings_do_not_multiply_configs(tmp_path):
     sweep = load_sweep(write(tmp_path, BASE))
     # 4 chunkings x (vector 2 + bm25 2 + hybrid 2 alphas x 2 k = 8) retrievals
     assert len(sweep.configs) == 4 * 8
-    assert "fixed-100-10__all-minilm-l6-v2__hybrid-rrf-a0.3-k3__none-k3__extractive" in sweep.config_keys
+    keys = Plan.resolve(sweep).config_keys
+    assert "fixed-100-10__all-minilm-l6-v2__lancedb__hybrid-rrf-a0.3-k3__none-k3__extractive" in keys
 
 
 def test_list_of_mappings_pairs_settings(tmp_path):
@@ -45,7 +48,8 @@ def test_list_of_mappings_pairs_settings(tmp_path):
             {"method": "sentence", "chunk_size": 300, "chunk_overlap": 20},
         ],
     )
-    assert load_sweep(write(tmp_path, spec)).chunk_keys == ["fixed-100-0", "sentence-300-20"]
+    plan = Plan.resolve(load_sweep(write(tmp_path, spec)))
+    assert plan.keys("chunksets") == ["fixed-100-0", "sentence-300-20"]
 
 
 def test_fingerprint_independent_of_yaml_key_order(tmp_path):
@@ -83,8 +87,8 @@ def test_fingerprint_is_stable_across_processes():
 
 def test_random_search_is_seeded(tmp_path):
     spec = dict(BASE, search={"strategy": "random", "max_trials": 5, "seed": 7})
-    a = load_sweep(write(tmp_path, spec, "a.yaml")).config_keys
-    b = load_sweep(write(tmp_path, spec, "b.yaml")).config_keys
+    a = Plan.resolve(load_sweep(write(tmp_path, spec, "a.yaml"))).config_keys
+    b = Plan.resolve(load_sweep(write(tmp_path, spec, "b.yaml"))).config_keys
     assert a == b and len(a) == 5
 
 
@@ -126,4 +130,4 @@ def test_missing_file_and_bad_yaml(tmp_path):
 def test_colliding_partition_keys_are_rejected(tmp_path):
     spec = dict(BASE, embedding={"model": ["org-a/model-x", "org-b/model-x"]})
     with pytest.raises(SpecError, match="partition key"):
-        load_sweep(write(tmp_path, spec))
+        Plan.resolve(load_sweep(write(tmp_path, spec)))

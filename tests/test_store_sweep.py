@@ -15,9 +15,7 @@ import polars as pl
 import pytest
 
 from rag_assets.cli import run_sweep
-from rag_assets.lineage import Lineage
 from rag_core.filters import matches, parse_filter
-from resources.artifacts import ArtifactStore
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow
@@ -56,34 +54,35 @@ def store_sweep(slice_data, tmp_path_factory):
             {"mode": "vector", "top_k": 5, "filter": FILTER},
         ],
     )
-    board, _, instance, sweep, data = run_sweep(str(spec), str(tmp / "data"), progress=False)
-    artifacts = ArtifactStore(data_dir=str(data))
-    lineage = Lineage(sweep)
+    run = run_sweep(str(spec), str(tmp / "data"), progress=False)
 
     def retrievals(store: str, mode: str, filtered: bool) -> pl.DataFrame:
         c = next(
             c
-            for c in sweep.configs
+            for c in run.plan.configs
             if c.index.store == store and c.retrieval.mode == mode and bool(c.retrieval.filter) == filtered
         )
-        return artifacts.read("retrievals", lineage.retrieval_fp(c), c.retrieval_key)
+        return run.artifact("retrievals", run.plan.key_of(c, "retrievals"))
 
     return {
-        "board": board,
-        "instance": instance,
-        "sweep": sweep,
+        "board": run.board,
+        "instance": run.instance,
+        "plan": run.plan,
         "retrievals": retrievals,
-        "artifacts": artifacts,
+        "run": run,
     }
 
 
 def test_stores_share_one_embeddings_partition(store_sweep):
-    sweep, instance = store_sweep["sweep"], store_sweep["instance"]
-    assert len(sweep.configs) == 12 and len(sweep.embedding_keys) == 1
-    assert sweep.index_keys == [f"{sweep.embedding_keys[0]}__{s}" for s in STORES]
-    emb = instance.fetch_materializations(dg.AssetKey("embeddings"), limit=10).records
+    plan, instance = store_sweep["plan"], store_sweep["instance"]
+    (embeddings,) = plan.keys("embeddings")
+    assert len(plan.configs) == 12
+    assert plan.keys("vector_index") == [f"{embeddings}__{s}" for s in STORES]
+    emb = instance.fetch_materializations(dg.AssetKey(["stores", "embeddings"]), limit=10).records
     assert len(emb) == 1  # embedded once for four stores
-    assert instance.get_materialized_partitions(dg.AssetKey("vector_index")) == set(sweep.index_keys)
+    assert instance.get_materialized_partitions(dg.AssetKey(["stores", "vector_index"])) == set(
+        plan.keys("vector_index")
+    )
     board = store_sweep["board"]
     assert board.height == 12 and sorted(set(board["index.store"])) == sorted(STORES)
 
@@ -110,7 +109,7 @@ def test_qdrant_bm25_equals_the_in_process_bm25(store_sweep):
 
 
 def test_the_retrieval_filter_holds_on_every_store(store_sweep):
-    corpus = store_sweep["artifacts"].read("corpus", Lineage(store_sweep["sweep"]).corpus_fp, "corpus")
+    corpus = store_sweep["run"].artifact("corpus")
     meta = {r["doc_id"]: json.loads(r["metadata"]) for r in corpus.iter_rows(named=True)}
     conditions = parse_filter(FILTER)
     results = {s: store_sweep["retrievals"](s, "vector", True) for s in STORES}

@@ -7,50 +7,61 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from rag_assets.cli import plan, run_sweep
-from rag_assets.lineage import Lineage
+from rag_assets.cli import run_sweep, steps
+from rag_assets.stage_asset import StageRun
 from rag_core.metrics import SCORABLE_METRICS
-from resources.artifacts import ArtifactStore
+from rag_core.stages import PARTITIONED
 
 pytestmark = pytest.mark.slow
+PREFIX = "slice"
 
 
-def _materializations(instance, asset: str) -> list:
-    records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+def _key(stage: str) -> dg.AssetKey:
+    return dg.AssetKey([PREFIX, stage])
+
+
+def _materializations(instance, stage: str) -> list:
+    records = instance.fetch_materializations(_key(stage), limit=1000).records
     return [r.asset_materialization for r in records]
 
 
 def test_every_partition_materialized(sweep_run):
-    sweep, instance = sweep_run["sweep"], sweep_run["instance"]
-    expected = {
-        "chunksets": sweep.chunk_keys,
-        "embeddings": sweep.embedding_keys,
-        "vector_index": sweep.index_keys,
-        "retrievals": sweep.retrieval_keys,
-        "rerankings": sweep.rerank_keys,
-        "answers": sweep.config_keys,
-        "evaluations": sweep.config_keys,
-    }
-    assert len(sweep.configs) == 4
-    for asset, keys in expected.items():
-        done = instance.get_materialized_partitions(dg.AssetKey(asset))
-        assert done == set(keys), asset
+    plan, instance = sweep_run["plan"], sweep_run["instance"]
+    assert len(plan.configs) == 4
+    for s in PARTITIONED:
+        assert instance.get_materialized_partitions(_key(s.name)) == set(plan.keys(s.name)), s.name
     assert _materializations(instance, "leaderboard")
 
 
+def test_every_asset_check_passed(sweep_run):
+    instance = sweep_run["instance"]
+    seen = set()
+    for event in instance.get_event_records(
+        dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION), limit=1000
+    ):
+        evaluation = event.event_log_entry.dagster_event.event_specific_data
+        seen.add(evaluation.check_name)
+        assert evaluation.passed, (evaluation.asset_key, evaluation.check_name, evaluation.metadata)
+    assert seen == {
+        "gold_docs_in_corpus",
+        "aligned_with_chunks",
+        "row_count_matches_chunkset",
+        "error_rate",
+        "judge_failures",
+        "complete",
+    }
+
+
 def test_embedding_partitions_are_unique_chunkings_and_calls_unique_texts(sweep_run):
-    sweep, instance, data = sweep_run["sweep"], sweep_run["instance"], sweep_run["data"]
+    plan, instance, run = sweep_run["plan"], sweep_run["instance"], sweep_run["run"]
     # one embedding partition per (chunking, embedder) pair, not per config
-    assert len(sweep.embedding_keys) == 2 < len(sweep.configs)
+    assert len(plan.keys("embeddings")) == 2 < len(plan.configs)
     mats = _materializations(instance, "embeddings")
     assert len(mats) == 2
     calls = sum(m.metadata["embedding_calls"].value for m in mats)
-    artifacts = ArtifactStore(data_dir=str(data))
-    lineage = Lineage(sweep)
     texts = set()
-    for key in sweep.chunk_keys:
-        chunks = artifacts.read("chunksets", lineage.chunk_fp(sweep.first("chunk_key", key)), key)
-        texts |= set(chunks["index_text"].to_list())
+    for key in plan.keys("chunksets"):
+        texts |= set(run.artifact("chunksets", key)["index_text"].to_list())
     assert calls == len(texts)
     # the two chunkings share texts (short documents are one chunk in both), embedded once
     total = sum(m.metadata["texts"].value for m in mats)
@@ -58,8 +69,8 @@ def test_embedding_partitions_are_unique_chunkings_and_calls_unique_texts(sweep_
 
 
 def test_leaderboard_has_one_row_per_config_with_metrics_in_unit_interval(sweep_run):
-    board, sweep = sweep_run["board"], sweep_run["sweep"]
-    assert sorted(board["config_key"].to_list()) == sorted(sweep.config_keys)
+    board, plan = sweep_run["board"], sweep_run["plan"]
+    assert sorted(board["config_key"].to_list()) == sorted(plan.config_keys)
     present = [m for m in SCORABLE_METRICS if m in board.columns]
     assert set(SCORABLE_METRICS) - set(present) == {"faithfulness_judge"}  # no judge model configured
     for m in (*present, "overall_score", "answer_coverage", "chunk_cohesion", "chunk_separation"):
@@ -68,20 +79,22 @@ def test_leaderboard_has_one_row_per_config_with_metrics_in_unit_interval(sweep_
     assert board["overall_score"].is_sorted(descending=True)
     assert board["recall_at_k"].max() > 0.3  # real retrieval finds gold paragraphs
     assert board["rank"].to_list() == list(range(1, 5))
+    assert set(board["index.store"]) == {"lancedb"}  # the deployment's store, named in every config
 
 
 def test_mlflow_holds_one_run_per_config(sweep_run):
-    sweep, data = sweep_run["sweep"], sweep_run["data"]
+    plan, data = sweep_run["plan"], sweep_run["data"]
     client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(sweep.name)
+    exp = client.get_experiment_by_name(plan.sweep.name)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
-    assert sorted(r.data.tags["config_key"] for r in runs) == sorted(sweep.config_keys)
+    assert sorted(r.data.tags["config_key"] for r in runs) == sorted(plan.config_keys)
     for r in runs:
-        c = next(c for c in sweep.configs if c.config_key == r.data.tags["config_key"])
+        c = plan.config(r.data.tags["config_key"])
         assert r.data.params["retrieval.mode"] == c.retrieval.mode
         assert r.data.params["chunking.chunk_size"] == str(c.chunking.chunk_size)
+        assert r.data.params["index.store"] == "lancedb"
         assert 0.0 <= r.data.metrics["ndcg_at_k"] <= 1.0
-        assert r.data.tags["sweep"] == sweep.name and r.data.tags["partition_key"] == c.config_key
+        assert r.data.tags["sweep"] == plan.sweep.name and r.data.tags["partition_key"] == plan.key_of(c)
         assert r.data.tags["dagster_run_id"]
         artifacts = [a.path for a in client.list_artifacts(r.info.run_id)]
         assert "per_query.parquet" in artifacts
@@ -89,17 +102,35 @@ def test_mlflow_holds_one_run_per_config(sweep_run):
         assert pl.read_parquet(local).height == 20
 
 
-def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep):
-    sweep, data, instance = sweep_run["sweep"], sweep_run["data"], sweep_run["instance"]
-    artifacts = ArtifactStore(data_dir=str(data))
-    steps = plan(sweep, artifacts, force=False)
-    # only the always-cheap steps remain: inputs snapshot, evaluations (MLflow check) and the leaderboard
-    assert {a for a, _ in steps} == {"corpus", "qa_set", "evaluations", "leaderboard"}
+def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
+    plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
+    # only evaluations (the MLflow check) remain after the input snapshots
+    assert {s for s, _ in steps(plan, instance, force=False)} == {"evaluations"}
     before = len(_materializations(instance, "embeddings"))
-    board, *_ = run_sweep(str(slice_sweep), str(data), progress=False)
+    # every step reads only what its asset declares (the asset graph is the UI's lineage)
+    graph = sweep_run["defs"].resolve_asset_graph()
+    reads: dict[str, set[str]] = {}
+    original = StageRun.read
+
+    def recording(self, name):
+        reads.setdefault(self.context.asset_key.path[-1], set()).add(name)
+        return original(self, name)
+
+    monkeypatch.setattr(StageRun, "read", recording)
+    run = run_sweep(str(slice_sweep), str(data), progress=False)
+    for stage, names in reads.items():
+        declared = {k.path[-1] for k in graph.get(_key(stage)).parent_keys}
+        assert names <= declared, stage
     assert len(_materializations(instance, "embeddings")) == before
-    assert board.drop("rank").equals(sweep_run["board"].drop("rank"))
+    assert run.board.drop("rank").equals(sweep_run["board"].drop("rank"))
     client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(sweep.name)
+    exp = client.get_experiment_by_name(plan.sweep.name)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
-    assert len(runs) == len(sweep.configs)  # a reused evaluation is not logged twice
+    assert len(runs) == len(plan.configs)  # a reused evaluation is not logged twice
+    boards = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    assert len(boards) == 1  # an unchanged rerun logs no second leaderboard run
+
+
+def test_forced_rerun_plans_every_partition(sweep_run):
+    plan, instance = sweep_run["plan"], sweep_run["instance"]
+    assert len(steps(plan, instance, force=True)) == sum(len(plan.keys(s.name)) for s in PARTITIONED)

@@ -44,7 +44,7 @@ VECS = np.random.default_rng(0).normal(size=(len(TEXTS), 16)).astype(np.float32)
 VECS /= np.linalg.norm(VECS, axis=1, keepdims=True)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.stack) if b == "weaviate" else b for b in BACKENDS])
 def store(request, tmp_path):
     if request.param == "weaviate":
         server = request.getfixturevalue("weaviate_server")
@@ -204,8 +204,8 @@ def test_single_client_stores_release_their_files_when_a_step_ends(tmp_path):
         store.upsert("Rag_release", ROWS, VECS)
         store.teardown_after_execution(None)
     code = (
-        "import sys; from resources.vector_stores import vector_store_for; "
-        "print([vector_store_for(b, sys.argv[1]).info('Rag_release')['count'] for b in ('qdrant', 'milvus')])"
+        "import sys; from resources.vector_stores import VectorStores; "
+        "print([VectorStores(data_dir=sys.argv[1]).get(b).info('Rag_release')['count'] for b in ('qdrant', 'milvus')])"
     )
     other = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300

@@ -18,26 +18,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_assets.lineage import Lineage
-from rag_core.spec import load_sweep
+from rag_core.stages import STAGES
 from resources.vector_stores.weaviate_store import WeaviateStore
 from tests.conftest import write_sweep
 from tests.servers import _stop, free_port, mlflow_tracking, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
-ASSETS = [
-    "corpus",
-    "qa_set",
-    "chunksets",
-    "embeddings",
-    "vector_index",
-    "retrievals",
-    "rerankings",
-    "answers",
-    "evaluations",
-    "leaderboard",
-]
+PREFIX = "stack_slice"
 
 LAUNCH = """
 mutation($params: LaunchBackfillParams!) {
@@ -131,7 +119,7 @@ def test_backfill_through_webserver_and_daemon(
             LAUNCH,
             {
                 "params": {
-                    "assetSelection": [{"path": [a]} for a in ASSETS],
+                    "assetSelection": [{"path": [PREFIX, s.name]} for s in STAGES],
                     "allPartitions": True,
                     "title": "stack test",
                 }
@@ -154,9 +142,9 @@ def test_backfill_through_webserver_and_daemon(
     board = pl.read_parquet(data / "leaderboards" / "stack-slice.parquet")
     assert board.height == 2 and board["recall_at_k"].min() > 0.3
     # the index lives in Weaviate and the runs in the MLflow server
-    sweep = load_sweep(spec)
     store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
-    info = store.info(Lineage(sweep, "weaviate").collection(sweep.configs[0]))
+    (marker,) = (data / "vector_index").glob("*.parquet")  # one index: its collection lives in Weaviate
+    info = store.info(pl.read_parquet(marker)["collection"][0])
     assert info["exists"] and info["count"] > 100
     import mlflow
 

@@ -1,11 +1,12 @@
 """Vector stores behind one interface (see base.VectorStore); LanceDB is the embedded default.
 
-`vector_store_for` names every store a sweep (`index.store`) or $RAG_VECTOR_STORE can choose: the four
+`VectorStores` gives every store a plan names (`index.store`, else the deployment's $RAG_VECTOR_STORE): the four
 embedded ones keep their data under the data dir; Weaviate is a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -21,38 +22,44 @@ from resources.vector_stores.weaviate_store import WeaviateStore
 BACKENDS = VECTOR_STORES
 
 
-def vector_store_for(backend: str, data_dir: str) -> VectorStore:
-    """The store named `backend`; embedded stores live in `<data_dir>/<backend>`."""
-    root = Path(data_dir)
-    makers = {
-        "lancedb": lambda: LanceDBStore(uri=str(root / "lancedb")),
-        "qdrant": lambda: QdrantStore(path=str(root / "qdrant")),
-        "chroma": lambda: ChromaStore(path=str(root / "chroma")),
-        "milvus": lambda: MilvusLiteStore(path=str(root / "milvus")),
-        "weaviate": WeaviateStore.from_env,
-    }
-    if backend not in makers:
-        raise ValueError(f"unknown vector store {backend!r}; choose one of {', '.join(makers)}")
-    return makers[backend]()
-
-
-class VectorStoreCatalog(dg.ConfigurableResource):
-    """The stores a sweep names in `index.store`, built on demand next to the artifacts. Configs that
-    name no store (or the deployment's own) use the `vector_store` resource instead."""
+class VectorStores(dg.ConfigurableResource):
+    """Every vector store a plan names, by name: the four embedded ones keep their data under `data_dir`
+    (`<data_dir>/<store>`); Weaviate is a server (`weaviate_url`, `weaviate_grpc_port`, `weaviate_api_key`)."""
 
     data_dir: str
+    weaviate_url: str = "http://127.0.0.1:8080"
+    weaviate_grpc_port: int = 50051
+    weaviate_api_key: str | None = None
+
+    @classmethod
+    def from_env(cls, data_dir: str) -> VectorStores:
+        """WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY configure the Weaviate server."""
+        return cls(
+            data_dir=data_dir,
+            weaviate_url=os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
+            weaviate_grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
+            weaviate_api_key=os.environ.get("WEAVIATE_API_KEY") or None,
+        )
 
     def get(self, backend: str) -> VectorStore:
-        return vector_store_for(backend, self.data_dir)
+        root = Path(self.data_dir)
+        makers = {
+            "lancedb": lambda: LanceDBStore(uri=str(root / "lancedb")),
+            "qdrant": lambda: QdrantStore(path=str(root / "qdrant")),
+            "chroma": lambda: ChromaStore(path=str(root / "chroma")),
+            "milvus": lambda: MilvusLiteStore(path=str(root / "milvus")),
+            "weaviate": lambda: WeaviateStore(
+                url=self.weaviate_url, grpc_port=self.weaviate_grpc_port, api_key=self.weaviate_api_key
+            ),
+        }
+        if backend not in makers:
+            raise ValueError(f"unknown vector store {backend!r}; choose one of {', '.join(makers)}")
+        return makers[backend]()
 
     def teardown_after_execution(self, context) -> None:
         # release the embedded stores' single-client locks when a step ends
         for backend in ("qdrant", "milvus"):
             self.get(backend).teardown_after_execution(context)
-
-
-def store_of(backend: str, default: VectorStore, catalog: VectorStoreCatalog) -> VectorStore:
-    return default if backend == default.backend else catalog.get(backend)
 
 
 __all__ = [
@@ -63,8 +70,6 @@ __all__ = [
     "MilvusLiteStore",
     "QdrantStore",
     "VectorStore",
-    "VectorStoreCatalog",
+    "VectorStores",
     "WeaviateStore",
-    "store_of",
-    "vector_store_for",
 ]

@@ -10,22 +10,14 @@ fields, and each backend translates the parsed conditions into its own filter la
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 
 import numpy as np
 
 from rag_core.filters import Condition, check_fields, parse_filter
 from rag_core.fusion import fuse
+from rag_core.retrieval import Hit  # noqa: F401  (re-exported for the backends)
 
 Conditions = tuple[Condition, ...]
-
-
-@dataclass(frozen=True)
-class Hit:
-    chunk_id: str
-    doc_id: str
-    text: str
-    score: float
 
 
 class VectorStore(abc.ABC):

@@ -18,9 +18,9 @@ import dagster as dg
 import numpy as np
 
 from rag_core import bm25
-from rag_core.filters import filterable_attributes, matches
+from rag_core.filters import matches
 from resources.vector_stores.base import Conditions, Hit
-from resources.vector_stores.embedded import EmbeddedStore, new_physical
+from resources.vector_stores.embedded import EmbeddedStore
 
 NAME = "chunks"
 # build folder -> (ids, metadatas, texts, index) of the build, read once per process
@@ -56,31 +56,21 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             )
         return client.get_collection(NAME, embedding_function=None)
 
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
-        fields, values = filterable_attributes(rows)
-        physical = new_physical(collection)
-        try:
-            coll = self._collection(physical, create=True)
-            metas = [
-                {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}
-                for r, attrs in zip(rows, values, strict=True)
-            ]
-            vecs = np.asarray(vectors, np.float32)
-            for i in range(0, len(rows), self.batch_size):
-                part = slice(i, i + self.batch_size)
-                coll.add(
-                    ids=[r["chunk_id"] for r in rows[part]],
-                    embeddings=vecs[part],
-                    documents=[r["text"] for r in rows[part]],
-                    metadatas=metas[part],
-                )
-            if coll.count() != len(rows):
-                raise RuntimeError(f"{collection}: Chroma holds {coll.count()} of {len(rows)} records")
-        except BaseException:
-            self._drop(physical)  # nothing half-built is left behind
-            raise
-        self._publish(collection, physical, fields)
-        return len(rows)
+    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
+        coll = self._collection(physical, create=True)
+        metas = [
+            {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}
+            for r, attrs in zip(rows, values, strict=True)
+        ]
+        vecs = np.asarray(vectors, np.float32)
+        for i in range(0, len(rows), self.batch_size):
+            part = slice(i, i + self.batch_size)
+            coll.add(
+                ids=[r["chunk_id"] for r in rows[part]],
+                embeddings=vecs[part],
+                documents=[r["text"] for r in rows[part]],
+                metadatas=metas[part],
+            )
 
     def _count(self, physical: str) -> int:
         return self._collection(physical).count()

@@ -23,8 +23,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import dagster as dg
+
+from rag_core.filters import filterable_attributes
 from resources.vector_stores.base import VectorStore
 
 
@@ -115,8 +118,29 @@ class ClientCache:
 
 
 class EmbeddedStore(VectorStore):
-    """A store whose builds live under one local folder behind an AliasDirectory. Subclasses build
-    (then `_publish`), count and drop builds; filter fields, delete and info are the same for all."""
+    """A store whose builds live under one local folder behind an AliasDirectory. Subclasses build, count
+    and drop builds; the upsert template (build, verify the count, drop on failure, publish), filter
+    fields, delete and info are the same for all."""
+
+    def upsert(self, collection: str, rows: list[dict], vectors) -> int:
+        fields, values = filterable_attributes(rows)
+        physical = new_physical(collection)
+        try:
+            self._build(physical, rows, vectors, fields, values)
+            count = self._count(physical)
+            if count != len(rows):
+                raise RuntimeError(f"{collection}: {self.backend} holds {count} of {len(rows)} rows")
+        except BaseException:
+            self._drop(physical)  # nothing half-built is left behind
+            raise
+        self._publish(collection, physical, fields)
+        return len(rows)
+
+    @abc.abstractmethod
+    def _build(
+        self, physical: str, rows: list[dict], vectors, fields: dict[str, str], values: list[dict]
+    ) -> None:
+        """Write a new build: every row with its vector, and the filterable `fields` (typed `values`)."""
 
     @property
     @abc.abstractmethod
@@ -172,3 +196,28 @@ class EmbeddedStore(VectorStore):
             return {"exists": False, "count": 0, "backend": self.backend}
         count = self._read(collection, self._count)
         return {"exists": True, "count": count, "backend": self.backend, "build": record["physical"]}
+
+
+class SingleClientStore(dg.ConfigurableResource, EmbeddedStore):
+    """An embedded store whose storage admits one client (one process): each build gets its own folder
+    under `path`, opened through the class's ClientCache (waiting up to `lock_timeout_s` for another
+    process's lock), and closed when a Dagster step ends."""
+
+    path: str
+    lock_timeout_s: float = 600.0
+
+    CLIENTS: ClassVar[ClientCache]
+    open_client: ClassVar[Callable[[str], Any]]  # opens the client of one build folder
+
+    @property
+    def _root(self) -> str:
+        return self.path
+
+    def _client(self, physical: str):
+        return self.CLIENTS.get(Path(self.path) / physical, self.open_client, self.lock_timeout_s)
+
+    def _drop(self, physical: str) -> None:
+        self.CLIENTS.drop(Path(self.path) / physical)
+
+    def teardown_after_execution(self, context) -> None:
+        self.CLIENTS.close_under(Path(self.path))

@@ -14,9 +14,8 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from rag_core.filters import filterable_attributes
 from resources.vector_stores.base import Conditions, Hit
-from resources.vector_stores.embedded import EmbeddedStore, new_physical
+from resources.vector_stores.embedded import EmbeddedStore
 
 ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -59,12 +58,10 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
     def _root(self) -> str:
         return self.uri
 
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
         import lancedb
 
-        db = self._db()
         dim = vectors.shape[1]
-        fields, values = filterable_attributes(rows)
         columns = {
             "chunk_id": pa.array([r["chunk_id"] for r in rows], pa.string()),
             "doc_id": pa.array([r["doc_id"] for r in rows], pa.string()),
@@ -77,12 +74,8 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         for name, kind in fields.items():
             if name != "doc_id":
                 columns[name] = pa.array([v.get(name) for v in values], ARROW_TYPES[kind])
-        table = pa.table(columns)
-        physical = new_physical(collection)
-        tbl = db.create_table(physical, table)
+        tbl = self._db().create_table(physical, pa.table(columns))
         tbl.create_index("text", config=lancedb.index.FTS())
-        self._publish(collection, physical, fields)
-        return table.num_rows
 
     def _read_table(self, collection: str, run):
         return self._read(collection, lambda physical: run(self._db().open_table(physical)))
@@ -91,7 +84,8 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         return self._db().open_table(physical).count_rows()
 
     def _drop(self, physical: str) -> None:
-        self._db().drop_table(physical)
+        if physical in self._db().table_names():  # a build that failed before its table existed
+            self._db().drop_table(physical)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         def run(table):

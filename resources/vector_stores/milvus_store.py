@@ -14,12 +14,10 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
-import dagster as dg
 import numpy as np
 
-from rag_core.filters import filterable_attributes
 from resources.vector_stores.base import Conditions, Hit
-from resources.vector_stores.embedded import ClientCache, EmbeddedStore, new_physical
+from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
 NAME = "chunks"
 FILE = "milvus.db"
@@ -79,73 +77,52 @@ def milvus_expr(where: Conditions) -> str:
     return " and ".join(parts)
 
 
-class MilvusLiteStore(dg.ConfigurableResource, EmbeddedStore):
+class MilvusLiteStore(SingleClientStore):
     backend: ClassVar[str] = "milvus"
-    path: str
-    lock_timeout_s: float = 600.0
+    CLIENTS: ClassVar[ClientCache] = CLIENTS
+    open_client: ClassVar = staticmethod(_open)
     batch_size: int = 500
 
-    @property
-    def _root(self) -> str:
-        return self.path
-
-    def _client(self, physical: str):
-        return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
-
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
         from pymilvus import DataType, Function, FunctionType, MilvusClient
 
-        fields, values = filterable_attributes(rows)
-        physical = new_physical(collection)
         client = self._client(physical)
-        try:
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
-            schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_VARCHAR, is_primary=True)
-            schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_VARCHAR)
-            schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True)
-            schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_VARCHAR)
-            schema.add_field("dense", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
-            schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-            schema.add_function(
-                Function(
-                    name="bm25",
-                    function_type=FunctionType.BM25,
-                    input_field_names=["text"],
-                    output_field_names=["sparse"],
-                )
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_VARCHAR, is_primary=True)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True)
+        schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(
+            Function(
+                name="bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["text"],
+                output_field_names=["sparse"],
             )
-            index = client.prepare_index_params()
-            index.add_index("dense", index_type="FLAT", metric_type="COSINE")
-            index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-            client.create_collection(NAME, schema=schema, index_params=index, consistency_level="Strong")
-            records = [
-                {
-                    **{k: v for k, v in attrs.items() if k != "doc_id"},
-                    "chunk_id": r["chunk_id"],
-                    "doc_id": r["doc_id"],
-                    "text": r["text"],
-                    "metadata": r.get("metadata", "{}"),
-                    "dense": np.asarray(vec, np.float32).tolist(),
-                }
-                for r, vec, attrs in zip(rows, vectors, values, strict=True)
-            ]
-            for i in range(0, len(records), self.batch_size):
-                client.insert(NAME, records[i : i + self.batch_size])
-            count = self._count(physical)
-            if count != len(rows):
-                raise RuntimeError(f"{collection}: Milvus Lite holds {count} of {len(rows)} rows")
-        except BaseException:
-            self._drop(physical)  # nothing half-built is left behind
-            raise
-        self._publish(collection, physical, fields)
-        return len(rows)
+        )
+        index = client.prepare_index_params()
+        index.add_index("dense", index_type="FLAT", metric_type="COSINE")
+        index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        client.create_collection(NAME, schema=schema, index_params=index, consistency_level="Strong")
+        records = [
+            {
+                **{k: v for k, v in attrs.items() if k != "doc_id"},
+                "chunk_id": r["chunk_id"],
+                "doc_id": r["doc_id"],
+                "text": r["text"],
+                "metadata": r.get("metadata", "{}"),
+                "dense": np.asarray(vec, np.float32).tolist(),
+            }
+            for r, vec, attrs in zip(rows, vectors, values, strict=True)
+        ]
+        for i in range(0, len(records), self.batch_size):
+            client.insert(NAME, records[i : i + self.batch_size])
 
     def _count(self, physical: str) -> int:
         rows = self._client(physical).query(NAME, filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
-
-    def _drop(self, physical: str) -> None:
-        CLIENTS.drop(Path(self.path) / physical)
 
     def _search(self, collection: str, data, field: str, k: int, where: Conditions, score) -> list[Hit]:
         def run(physical):
@@ -170,6 +147,3 @@ class MilvusLiteStore(dg.ConfigurableResource, EmbeddedStore):
         # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude
         hits = self._search(collection, query, "sparse", k, where, lambda d: abs(float(d)))
         return [h for h in hits if h.score > 0]
-
-    def teardown_after_execution(self, context) -> None:
-        CLIENTS.close_under(Path(self.path))

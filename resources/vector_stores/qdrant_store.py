@@ -11,16 +11,13 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import ClassVar
 
-import dagster as dg
 import numpy as np
 
 from rag_core import bm25
-from rag_core.filters import filterable_attributes
 from resources.vector_stores.base import Conditions, Hit
-from resources.vector_stores.embedded import ClientCache, EmbeddedStore, new_physical
+from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
 NAME = "chunks"  # the collection inside each build's folder
 
@@ -55,68 +52,47 @@ def qdrant_filter(where: Conditions):
     return models.Filter(must=must)
 
 
-class QdrantStore(dg.ConfigurableResource, EmbeddedStore):
+class QdrantStore(SingleClientStore):
     backend: ClassVar[str] = "qdrant"
-    path: str
-    lock_timeout_s: float = 600.0
+    CLIENTS: ClassVar[ClientCache] = CLIENTS
+    open_client: ClassVar = staticmethod(_open)
     batch_size: int = 256
 
-    @property
-    def _root(self) -> str:
-        return self.path
-
-    def _client(self, physical: str):
-        return CLIENTS.get(Path(self.path) / physical, _open, self.lock_timeout_s)
-
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
         from qdrant_client import models
 
-        fields, values = filterable_attributes(rows)
-        physical = new_physical(collection)
         client = self._client(physical)
-        try:
-            client.create_collection(
-                NAME,
-                vectors_config={
-                    "dense": models.VectorParams(size=int(vectors.shape[1]), distance=models.Distance.COSINE)
-                },
-                sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            )
-            doc_weights = bm25.document_weights([r["text"] for r in rows])
-            points = []
-            for row, vec, attrs, terms in zip(rows, vectors, values, doc_weights, strict=True):
-                weights = {bm25.term_id(t): w for t, w in terms.items()}
-                points.append(
-                    models.PointStruct(
-                        id=str(uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"])),
-                        vector={
-                            "dense": np.asarray(vec, np.float32).tolist(),
-                            "bm25": models.SparseVector(indices=list(weights), values=list(weights.values())),
-                        },
-                        payload={
-                            **attrs,
-                            "chunk_id": row["chunk_id"],
-                            "text": row["text"],
-                            "metadata": row.get("metadata", "{}"),
-                        },
-                    )
+        client.create_collection(
+            NAME,
+            vectors_config={
+                "dense": models.VectorParams(size=int(vectors.shape[1]), distance=models.Distance.COSINE)
+            },
+            sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
+        doc_weights = bm25.document_weights([r["text"] for r in rows])
+        points = []
+        for row, vec, attrs, terms in zip(rows, vectors, values, doc_weights, strict=True):
+            weights = {bm25.term_id(t): w for t, w in terms.items()}
+            points.append(
+                models.PointStruct(
+                    id=str(uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"])),
+                    vector={
+                        "dense": np.asarray(vec, np.float32).tolist(),
+                        "bm25": models.SparseVector(indices=list(weights), values=list(weights.values())),
+                    },
+                    payload={
+                        **attrs,
+                        "chunk_id": row["chunk_id"],
+                        "text": row["text"],
+                        "metadata": row.get("metadata", "{}"),
+                    },
                 )
-            for i in range(0, len(points), self.batch_size):
-                client.upsert(NAME, points=points[i : i + self.batch_size])
-            count = self._count(physical)
-            if count != len(rows):
-                raise RuntimeError(f"{collection}: Qdrant holds {count} of {len(rows)} points")
-        except BaseException:
-            self._drop(physical)  # nothing half-built is left behind
-            raise
-        self._publish(collection, physical, fields)
-        return len(rows)
+            )
+        for i in range(0, len(points), self.batch_size):
+            client.upsert(NAME, points=points[i : i + self.batch_size])
 
     def _count(self, physical: str) -> int:
         return self._client(physical).count(NAME, exact=True).count
-
-    def _drop(self, physical: str) -> None:
-        CLIENTS.drop(Path(self.path) / physical)
 
     def _query(self, collection: str, k: int, where: Conditions, **query) -> list[Hit]:
         def run(physical):
@@ -141,6 +117,3 @@ class QdrantStore(dg.ConfigurableResource, EmbeddedStore):
             return []
         sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))
         return [h for h in self._query(collection, k, where, query=sparse, using="bm25") if h.score > 0]
-
-    def teardown_after_execution(self, context) -> None:
-        CLIENTS.close_under(Path(self.path))

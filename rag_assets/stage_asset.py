@@ -1,0 +1,181 @@
+"""One asset skeleton for every stage of the registry (rag_core/stages.py).
+
+The skeleton declares the stage's inputs (every artifact it reads, with the plan's partition mappings),
+its partitions, code version, pool and checks; at run time it computes the artifact's fingerprint from its
+own settings and the fingerprints of what it read, reuses the artifact when it exists (unless the run is
+forced) and otherwise calls the stage's logic. Each stage module supplies only a `StageLogic`: what to
+compute, what to report and which checks to run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import dagster as dg
+import polars as pl
+
+from rag_core.plan import Partition, Plan
+from rag_core.spec import RagConfig
+from rag_core.stages import Stage, artifact_fingerprint, stage
+from resources.artifacts import Artifact, ArtifactRef
+
+FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
+EAGER = dg.AutomationCondition.eager()
+# Output(data_version=...) is how an asset states its own data version (the artifact fingerprint).
+warnings.filterwarnings(
+    "ignore", message="Parameter `data_version`", category=dg.BetaWarning
+)  # downstream stages follow their inputs (see sensors/)
+
+
+@dataclass
+class StageRun:
+    """What a stage's logic sees: the step's context, its plan partition and its inputs."""
+
+    context: dg.AssetExecutionContext
+    plan: Plan
+    partition: Partition | None
+    inputs: dict[str, Any]  # read stage -> ArtifactRef (the leaderboard: partition -> ArtifactRef)
+    _frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)  # what compute tells report (e.g. timings)
+    ref: ArtifactRef | None = None  # this step's own artifact
+    output: Artifact | None = None  # what this step returns (its frames when it computed them)
+
+    @property
+    def config(self) -> RagConfig:
+        return self.partition.config
+
+    @property
+    def resources(self):
+        return self.context.resources
+
+    def read(self, name: str) -> pl.DataFrame:
+        """The rows of an input artifact (read once per step)."""
+        if name not in self._frames:
+            self._frames[name] = self.inputs[name].read()
+        return self._frames[name]
+
+
+@dataclass(frozen=True)
+class Check:
+    """An asset check of a stage; blocking checks stop downstream steps of the run when they fail."""
+
+    name: str
+    description: str
+    blocking: bool = False
+
+
+class StageLogic:
+    """A stage's work. Subclasses set `description` and implement `compute`; the rest is optional."""
+
+    description: ClassVar[str] = ""
+    resources: ClassVar[tuple[str, ...]] = ()
+    checks: ClassVar[tuple[Check, ...]] = ()
+    deps: ClassVar[tuple[str, ...]] = ()  # source assets it follows without reading them as artifacts
+
+    def kinds(self, plan: Plan) -> set[str]:
+        return {"parquet"}
+
+    def identity(self, run: StageRun) -> Any:
+        """The stage's own part of the fingerprint: its settings (an input snapshot: the file's hash)."""
+        return run.partition.own
+
+    def reusable(self, run: StageRun, ref: ArtifactRef) -> bool:
+        return ref.exists()
+
+    def compute(self, run: StageRun, ref: ArtifactRef) -> pl.DataFrame | Artifact:
+        raise NotImplementedError
+
+    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        """Materialization metadata, from the artifact's rows (computed or reused)."""
+        return {"dagster/row_count": frame.height}
+
+    def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
+        return []
+
+
+def forced(context: dg.AssetExecutionContext) -> bool:
+    return context.run.tags.get(FORCE_TAG, "").lower() == "true"
+
+
+def asset_key(prefix: str, name: str) -> dg.AssetKey:
+    return dg.AssetKey([prefix, name])
+
+
+def _input(plan: Plan, prefix: str, upstream: Stage, downstream: Stage) -> dg.AssetIn:
+    key = asset_key(prefix, upstream.name)
+    if upstream.partitioned and not downstream.partitioned:  # the leaderboard reads every evaluation
+        return dg.AssetIn(
+            key=key, partition_mapping=dg.AllPartitionMapping(), metadata={"all_partitions": True}
+        )
+    return dg.AssetIn(key=key, partition_mapping=_partition_mapping(plan, upstream, downstream))
+
+
+def _partition_mapping(plan: Plan, upstream: Stage, downstream: Stage):
+    if not upstream.partitioned:
+        return None  # an unpartitioned input: every partition reads it whole
+    mapping = plan.mapping(upstream.name, downstream.name)
+    if all(up in keys and len(keys) == 1 for up, keys in mapping.items()):
+        return dg.IdentityPartitionMapping()
+    return dg.StaticPartitionMapping(mapping)
+
+
+def _fingerprint(value: ArtifactRef | dict[str, ArtifactRef]):
+    return value.fp if isinstance(value, ArtifactRef) else {k: r.fp for k, r in sorted(value.items())}
+
+
+def stage_asset(
+    plan: Plan, prefix: str, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
+) -> dg.AssetsDefinition:
+    s = stage(name)
+    key = asset_key(prefix, name)
+    ins = {r: _input(plan, prefix, stage(r), s) for r in s.reads}
+
+    @dg.asset(
+        key=key,
+        ins=ins,
+        deps=[asset_key(prefix, d) for d in logic.deps],
+        partitions_def=partitions.get(name),
+        code_version=str(s.version),
+        io_manager_key="artifacts",
+        required_resource_keys={"artifacts", *logic.resources},
+        group_name=prefix,
+        kinds=logic.kinds(plan),
+        pool="llm" if plan.calls_llm(name) else None,
+        automation_condition=EAGER,
+        check_specs=[
+            dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
+            for c in logic.checks
+        ],
+        description=logic.description,
+    )
+    def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
+        part = plan.partition(name, context.partition_key) if s.partitioned else None
+        run = StageRun(context, plan, part, inputs)
+        fp = artifact_fingerprint(name, logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads})
+        ref = run.ref = context.resources.artifacts.ref(
+            name, fp, context.partition_key if s.partitioned else None
+        )
+        reused = logic.reusable(run, ref) and not forced(context)
+        if reused:
+            out = Artifact(ref)
+            frame = ref.read()
+        else:
+            computed = logic.compute(run, ref)
+            out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
+            frame = out.frame
+        run.output = out
+        yield dg.Output(
+            out,
+            data_version=dg.DataVersion(fp),
+            metadata={
+                "fingerprint": dg.MetadataValue.text(fp),
+                "path": dg.MetadataValue.path(str(ref.path())),
+                "reused": dg.MetadataValue.bool(reused),
+                **logic.report(run, frame, reused),
+            },
+        )
+        yield from logic.check(run, frame)
+
+    return _stage

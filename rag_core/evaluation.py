@@ -1,0 +1,140 @@
+"""Evaluation of one config: per-query metrics, their means with 95% bootstrap intervals, chunk quality,
+and the tokens, cost and latency of every LLM-calling stage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import polars as pl
+
+from rag_core.chunking import split_sentences
+from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.generation import format_context
+from rag_core.judge import judge_prompt, parse_verdict
+from rag_core.metrics import evaluate_queries, metric_columns, percentile, summarize
+from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
+from rag_core.metrics.stats import bootstrap_ci
+from rag_core.spec import RagConfig
+
+COHESION_SAMPLE = 300  # chunks (whole documents, in corpus order) used for cohesion/separation
+
+
+def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict[str, float]:
+    """Tokens and cost (litellm's usage and cost table; 0 for local models) of every LLM-calling stage,
+    their totals, and p50/p95 latency of the query transformation, reranking and context synthesis."""
+    stages = {
+        "query_transform": (ret["transform_tokens"].sum(), ret["transform_cost_usd"].sum()),
+        "rerank": (ret["rerank_tokens"].sum(), ret["rerank_cost_usd"].sum()),
+        "context": (ans["context_tokens"].sum(), ans["context_cost_usd"].sum()),
+        "generation": (ans["prompt_tokens"].sum() + ans["completion_tokens"].sum(), ans["cost_usd"].sum()),
+        "judge": (judge_usage["tokens"], judge_usage["cost_usd"]),
+    }
+    out = {}
+    for name, (tokens, cost) in stages.items():
+        out[f"tokens_{name}"], out[f"cost_usd_{name}"] = float(tokens), float(cost)
+    out["tokens"] = sum(out[f"tokens_{n}"] for n in stages)
+    out["cost_usd"] = sum(out[f"cost_usd_{n}"] for n in stages)
+    for name, col, frame in (
+        ("query_transform", "transform_ms", ret),
+        ("rerank", "rerank_ms", ret),
+        ("context", "context_ms", ans),
+    ):
+        values = frame[col].to_list()
+        out[f"{name}_p50_ms"], out[f"{name}_p95_ms"] = percentile(values, 50), percentile(values, 95)
+    return out
+
+
+def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float]:
+    """Cohesion and separation (rag_core/metrics/chunking.py) on the chunks of the first documents of
+    the chunkset, up to COHESION_SAMPLE chunks, so the cost stays bounded on a large corpus."""
+    blocks, sentences = [], []
+    for _, doc in chunks.group_by("doc_id", maintain_order=True):
+        if len(blocks) >= COHESION_SAMPLE:
+            break
+        for text in doc["text"]:
+            sents = split_sentences(text)
+            blocks.append(sents)
+            sentences += sents
+        blocks.append(None)
+    unique = list(dict.fromkeys(sentences))
+    vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
+    return cohesion_separation([None if b is None else [vec[s] for s in b] for b in blocks if b != []])
+
+
+def judge(
+    llm: Completer, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: pl.DataFrame
+) -> tuple[dict, dict]:
+    """LLM-judged faithfulness per query: None when the call failed or the verdict did not parse (counted
+    as `n_judge_failures`); an empty answer scores 0 without a call, as in the lexical variant. Also returns
+    the judge's total tokens, cost and milliseconds."""
+    rows = list(
+        qa.select("query_id", "question")
+        .join(ret, on="query_id")
+        .join(ans, on="query_id")
+        .iter_rows(named=True)
+    )
+
+    def one(r: dict) -> tuple[float | None, dict]:
+        if not (r["answer"] or "").strip():
+            return 0.0, NO_USAGE
+        if r.get("context_texts") is not None:  # what the generator saw, after context synthesis
+            context = format_context(r["context_texts"])
+        else:
+            context = format_context(r["texts"] or [], r["titles"] or [])
+        out = llm.complete(
+            model, judge_prompt(r["question"], r["answer"], context), temperature=0.0, max_tokens=8
+        )
+        return (None if out.error else parse_verdict(out.text)), usage(out)
+
+    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
+        results = list(pool.map(one, rows))
+    scores = {r["query_id"]: score for r, (score, _) in zip(rows, results, strict=True)}
+    spent = {k: sum(u[k] for _, u in results) for k in NO_USAGE}
+    return scores, spent
+
+
+def evaluate(
+    c: RagConfig,
+    qa: pl.DataFrame,
+    reranked: pl.DataFrame,
+    answers: pl.DataFrame,
+    chunks: pl.DataFrame,
+    embed: Callable[[list[str]], np.ndarray],
+    chunk_vectors: dict[str, np.ndarray],
+    token_counts: Callable[[list[str]], list[int]],
+    judged: tuple[dict, dict] | None,
+) -> tuple[pl.DataFrame, dict[str, float]]:
+    """(per-query metrics, summary): metric means with their 95% bootstrap intervals, chunk quality,
+    per-stage usage and fallback counts. `judged` is the judge's (scores, usage) when a judge is set."""
+    per_query = evaluate_queries(
+        qa,
+        reranked,
+        answers,
+        c.retrieval.top_k,
+        embed=embed,
+        chunk_vectors=chunk_vectors,
+        judge_scores=judged[0] if judged else None,
+    )
+    metrics = summarize(per_query)
+    for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
+        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = bootstrap_ci(
+            per_query[m].fill_null(float("nan")).to_numpy()
+        )
+    cohesion, separation = chunk_cohesion_separation(chunks, embed)
+    metrics |= {
+        "chunk_count": float(chunks.height),
+        "chunk_chars_mean": float(chunks["text"].str.len_chars().mean()),
+        **length_stats(token_counts(chunks["index_text"].to_list())),
+        "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
+        "chunk_cohesion": cohesion,
+        "chunk_separation": separation,
+        **stage_costs(reranked, answers, judged[1] if judged else NO_USAGE),
+        "generation_prompt_tokens": float(answers["prompt_tokens"].sum()),
+        "generation_completion_tokens": float(answers["completion_tokens"].sum()),
+        "n_query_transform_fallbacks": float(reranked["transform_fallback"].sum()),
+        "n_rerank_fallbacks": float(reranked["rerank_fallback"].sum()),
+        "n_context_compression_fallbacks": float(answers["context_fallbacks"].sum()),
+    }
+    return per_query, metrics

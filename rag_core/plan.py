@@ -1,0 +1,120 @@
+"""The resolved plan of a sweep: for every stage, its partitions, each with its config, own settings and
+the partition of every artifact it reads. Resolved once when a sweep loads, with the deployment's vector
+store filled into every config that names none, so a partition key always names one content.
+
+Assets, partition mappings, jobs, the CLI's order and the leaderboard all read the plan; nothing
+re-derives it. Artifact fingerprints need the inputs' content (known when they are materialized):
+`fingerprints` chains them through the plan in one pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from rag_core.spec import VECTOR_STORES, IndexConfig, RagConfig, SpecError, Sweep
+from rag_core.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
+
+
+@dataclass(frozen=True)
+class Partition:
+    stage: str
+    key: str
+    config: RagConfig  # the first config with this key: every config that shares it agrees up to here
+    own: Any  # the settings this stage adds (part of its fingerprint)
+    reads: dict[str, str | None]  # each artifact read -> its partition key (None: unpartitioned)
+
+
+@dataclass(frozen=True)
+class Plan:
+    sweep: Sweep
+    store: str  # the default vector store, for configs that name none
+    configs: tuple[RagConfig, ...]  # the sweep's configs with their store resolved
+    partitions: dict[str, dict[str, Partition]]  # stage -> key -> partition, in sweep order
+
+    @classmethod
+    def resolve(cls, sweep: Sweep, store: str = "lancedb") -> Plan:
+        if store not in VECTOR_STORES:
+            raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
+        configs = tuple(
+            c if c.index.store else c.model_copy(update={"index": IndexConfig(store=store)})
+            for c in sweep.configs
+        )
+        partitions: dict[str, dict[str, Partition]] = {}
+        chains: dict[tuple[str, str], list] = {}
+        for s in PARTITIONED:
+            by_key: dict[str, Partition] = {}
+            for c in configs:
+                key = partition_key(s.name, c)
+                own = s.settings(c, sweep.judge_model)
+                up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
+                chain = [own, up]
+                if chains.setdefault((s.name, key), chain) != chain:
+                    raise SpecError(
+                        f"{sweep.path}: two different settings map to the {s.name} partition key {key!r}; "
+                        "rename a model so their last path components differ"
+                    )
+                if key not in by_key:
+                    reads = {r: partition_key(r, c) if stage(r).partitioned else None for r in s.reads}
+                    by_key[key] = Partition(s.name, key, c, own, reads)
+            partitions[s.name] = by_key
+        return cls(sweep=sweep, store=store, configs=configs, partitions=partitions)
+
+    # ---- partitions ------------------------------------------------------------------------------
+
+    def keys(self, stage_name: str) -> list[str]:
+        return list(self.partitions[stage_name])
+
+    def partition(self, stage_name: str, key: str) -> Partition:
+        try:
+            return self.partitions[stage_name][key]
+        except KeyError:
+            raise KeyError(f"sweep {self.sweep.name!r} has no {stage_name} partition {key!r}") from None
+
+    def mapping(self, upstream: str, downstream: str) -> dict[str, set[str]]:
+        """Upstream partition key -> the downstream partitions that read it."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for p in self.partitions[downstream].values():
+            out[p.reads[upstream]].add(p.key)
+        return dict(out)
+
+    def key_of(self, c: RagConfig, stage_name: str = CONFIG_STAGE) -> str:
+        """A config's partition key at a stage (its config key by default); `c` may name no store."""
+        if not c.index.store:
+            c = c.model_copy(update={"index": IndexConfig(store=self.store)})
+        return partition_key(stage_name, c)
+
+    def config(self, key: str) -> RagConfig:
+        return self.partition(CONFIG_STAGE, key).config
+
+    @property
+    def config_keys(self) -> list[str]:
+        return self.keys(CONFIG_STAGE)
+
+    @property
+    def stores(self) -> list[str]:
+        return list(dict.fromkeys(c.index.store for c in self.configs))
+
+    def calls_llm(self, stage_name: str) -> bool:
+        """Whether any partition of the stage calls an LLM (its asset then takes a slot of pool `llm`)."""
+        cs = self.configs
+        return {
+            "retrievals": any(c.retrieval.query_transform != "none" for c in cs),
+            "rerankings": any(c.rerank.method == "llm" for c in cs),
+            "answers": any(not c.generation.is_extractive or c.generation.context == "compress" for c in cs),
+            "evaluations": self.sweep.judge_model is not None,
+        }.get(stage_name, False)
+
+    # ---- fingerprints ----------------------------------------------------------------------------
+
+    def fingerprints(self, inputs: dict[str, str]) -> dict[tuple[str, str], str]:
+        """(stage, key) -> the artifact fingerprint every partition gets from these input snapshots
+        (`{'corpus': fp, 'qa_set': fp}`): what the assets compute one by one, in one pass."""
+        fps: dict[tuple[str, str | None], str] = {(name, None): fp for name, fp in inputs.items()}
+        for name, by_key in self.partitions.items():
+            for key, p in by_key.items():
+                fps[(name, key)] = artifact_fingerprint(
+                    name, p.own, {r: fps[(r, k)] for r, k in p.reads.items()}
+                )
+        return {k: v for k, v in fps.items() if k[1] is not None}

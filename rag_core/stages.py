@@ -1,0 +1,132 @@
+"""The stage registry: the one table of the sweep's stages.
+
+Each stage's name is its Dagster asset name, its artifact folder and its partition dimension. A
+partitioned stage is keyed by its upstream stage's key plus its own settings (`key`), so two configs that
+share a prefix share that stage's partition and its work. `reads` lists every artifact the stage reads;
+each is a declared dependency of its asset. `version` is the stage's code version: bump it when the
+stage's code changes its output for the same inputs (it is part of every artifact fingerprint and the
+asset's `code_version`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rag_core.fingerprint import fingerprint
+from rag_core.judge import JUDGE_PROMPT_VERSION
+from rag_core.spec import RagConfig
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    upstream: str | None  # the stage whose key this stage's key extends; None: keyed on its own
+    reads: tuple[str, ...]  # every artifact the stage reads (its upstream first)
+    version: int
+    key: Callable[[RagConfig], str] | None = None  # None: an unpartitioned stage
+    settings: Callable[[RagConfig, Any], Any] = lambda c, judge: None  # what the stage adds
+
+    @property
+    def partitioned(self) -> bool:
+        return self.key is not None
+
+
+def _retrieval_key(c: RagConfig) -> str:
+    return f"{c.retrieval.key}-k{c.fetch_k}"
+
+
+def _retrieval_settings(c: RagConfig, judge) -> dict:
+    return {**c.retrieval.model_dump(exclude={"top_k"}), "fetch_k": c.fetch_k}
+
+
+def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
+    return (judge, JUDGE_PROMPT_VERSION) if judge else None
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("corpus", None, (), 1),
+    Stage("qa_set", None, ("corpus",), 1),
+    Stage(
+        "chunksets",
+        None,
+        ("corpus",),
+        2,
+        key=lambda c: c.chunking.key,
+        settings=lambda c, j: c.chunking.model_dump(),
+    ),
+    Stage(
+        "embeddings",
+        "chunksets",
+        ("chunksets",),
+        1,
+        key=lambda c: c.embedding.key,
+        settings=lambda c, j: c.embedding.model_dump(),
+    ),
+    Stage(
+        "vector_index",
+        "embeddings",
+        ("embeddings", "chunksets"),
+        1,
+        key=lambda c: c.index.store,
+        settings=lambda c, j: c.index.model_dump(),
+    ),
+    Stage(
+        "retrievals",
+        "vector_index",
+        ("vector_index", "chunksets", "qa_set"),
+        3,
+        key=_retrieval_key,
+        settings=_retrieval_settings,
+    ),
+    Stage(
+        "rerankings",
+        "retrievals",
+        ("retrievals", "embeddings", "qa_set"),
+        2,
+        key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
+        settings=lambda c, j: {**c.rerank.model_dump(), "top_k": c.retrieval.top_k},
+    ),
+    Stage(
+        "answers",
+        "rerankings",
+        ("rerankings", "chunksets", "corpus", "qa_set"),
+        3,
+        key=lambda c: c.generation.key,
+        settings=lambda c, j: c.generation.model_dump(),
+    ),
+    Stage(
+        "evaluations",
+        "answers",
+        ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
+        5,
+        key=lambda c: "",  # one evaluation per answers partition: the same key
+        settings=_evaluation_settings,
+    ),
+    Stage("leaderboard", None, ("evaluations",), 1),
+)
+
+BY_NAME = {s.name: s for s in STAGES}
+PARTITIONED = tuple(s for s in STAGES if s.partitioned)
+CONFIG_STAGE = "evaluations"  # one partition per config
+
+
+def stage(name: str) -> Stage:
+    return BY_NAME[name]
+
+
+def partition_key(name: str, c: RagConfig) -> str:
+    """A config's key at a stage: its upstream stage's key, then this stage's own settings."""
+    s = BY_NAME[name]
+    own = s.key(c)
+    if s.upstream is None:
+        return own
+    up = partition_key(s.upstream, c)
+    return f"{up}__{own}" if own else up
+
+
+def artifact_fingerprint(name: str, own: Any, inputs: dict[str, str]) -> str:
+    """The content fingerprint of a stage's artifact: the stage, its code version, its own settings (or,
+    for an input snapshot, the file's content hash) and the fingerprints of every artifact it read."""
+    return fingerprint(name, BY_NAME[name].version, own, dict(sorted(inputs.items())))

@@ -1,0 +1,125 @@
+"""Inputs are snapshots: steps read what `corpus` and `qa_set` materialized, never the current files, so an
+edited input changes nothing downstream until it is observed and snapshotted again. Also the nightly
+schedule and the observable input files."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+
+import dagster as dg
+import polars as pl
+import pytest
+from dagster._core.definitions.observe import observe
+
+from rag_assets.definitions import build_definitions
+from rag_assets.stage_asset import FORCE_TAG
+from rag_core.plan import Plan
+from rag_core.spec import load_sweep
+from resources.artifacts import latest_fingerprint
+from tests.conftest import write_sweep
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def _setup(tmp_path, slice_data, **sections):
+    data = {"corpus": tmp_path / "corpus.parquet", "qa": tmp_path / "queries.parquet"}
+    shutil.copy(slice_data["corpus"], data["corpus"])
+    shutil.copy(slice_data["qa"], data["qa"])
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        data,
+        name="snap",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        **(sections or {"retrieval": {"mode": ["vector", "bm25"], "top_k": [3, 5]}}),
+    )
+    plan = Plan.resolve(load_sweep(spec))
+    return plan, build_definitions([plan], str(tmp_path / "data")), data
+
+
+def _materialize(defs, instance, name: str, key: str | None = None):
+    return dg.materialize(
+        list(defs.assets),
+        selection=[dg.AssetKey(["snap", name])],
+        partition_key=key,
+        instance=instance,
+        resources=defs.resources,
+        run_config=QUIET,
+    )
+
+
+def test_nightly_schedule_requests_every_config_forced(tmp_path, slice_data):
+    plan, defs, _ = _setup(tmp_path, slice_data)
+    schedule = defs.get_repository_def().get_schedule_def("snap__evaluate_nightly")
+    ctx = dg.build_schedule_context(
+        scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=UTC),
+        repository_def=defs.get_repository_def(),
+    )
+    requests = list(schedule.evaluate_tick(ctx).run_requests)
+    assert sorted(r.partition_key for r in requests) == sorted(plan.config_keys)
+    assert all(r.tags[FORCE_TAG] == "true" for r in requests)
+    assert schedule.cron_schedule == "0 2 * * *"
+
+
+def test_input_files_are_observed_by_content(tmp_path, slice_data):
+    _, defs, data = _setup(tmp_path, slice_data)
+    sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+    key = dg.AssetKey(["snap", "qa_file"])
+    with dg.instance_for_test() as instance:
+
+        def version() -> str:
+            observe(sources, instance=instance, run_config=QUIET)
+            record = instance.get_latest_data_version_record(key, is_source=True)
+            return record.asset_observation.data_version
+
+        first = version()
+        data["qa"].write_bytes(data["qa"].read_bytes())  # touched, same bytes
+        assert version() == first
+        pl.read_parquet(data["qa"]).head(10).write_parquet(data["qa"])
+        assert version() != first
+
+
+def test_editing_the_corpus_after_its_snapshot_changes_nothing_downstream(tmp_path, slice_data):
+    """Regression: steps re-hashed the current file and failed with 'corpus is not materialized yet'."""
+    plan, defs, data = _setup(tmp_path, slice_data)
+    chunkset = plan.keys("chunksets")[0]
+    with dg.instance_for_test() as instance:
+        for name in ("corpus", "qa_set"):
+            assert _materialize(defs, instance, name).success
+        snapshot = latest_fingerprint(instance, dg.AssetKey(["snap", "corpus"]), None)
+        corpus = pl.read_parquet(data["corpus"])
+        corpus.head(10).write_parquet(data["corpus"])  # the file changes; no new snapshot yet
+        assert _materialize(defs, instance, "chunksets", chunkset).success
+        first = latest_fingerprint(instance, dg.AssetKey(["snap", "chunksets"]), chunkset)
+        chunks = pl.read_parquet(tmp_path / "data" / "chunksets" / f"{first}.parquet")
+        assert chunks["doc_id"].n_unique() == corpus.height  # chunked from the snapshot, not the file
+        # a new snapshot of the edited file gives new chunks under a new fingerprint
+        assert _materialize(defs, instance, "corpus").success
+        assert latest_fingerprint(instance, dg.AssetKey(["snap", "corpus"]), None) != snapshot
+        assert _materialize(defs, instance, "chunksets", chunkset).success
+        second = latest_fingerprint(instance, dg.AssetKey(["snap", "chunksets"]), chunkset)
+        assert second != first
+        assert (
+            pl.read_parquet(tmp_path / "data" / "chunksets" / f"{second}.parquet")["doc_id"].n_unique() == 10
+        )
+
+
+@pytest.mark.slow
+def test_editing_the_qa_set_after_its_snapshot_changes_nothing_downstream(tmp_path, slice_data):
+    plan, defs, data = _setup(tmp_path, slice_data, retrieval={"mode": "bm25", "top_k": 3})
+    (retrieval,) = plan.keys("retrievals")
+    p = plan.partition("retrievals", retrieval)
+    with dg.instance_for_test() as instance:
+        for name in ("corpus", "qa_set"):
+            assert _materialize(defs, instance, name).success
+        for name in ("chunksets", "embeddings", "vector_index"):
+            assert _materialize(defs, instance, name, plan.key_of(p.config, name)).success
+        assert p.reads["qa_set"] is None
+        pl.read_parquet(data["qa"]).head(5).write_parquet(data["qa"])
+        assert _materialize(defs, instance, "retrievals", retrieval).success
+        fp = latest_fingerprint(instance, dg.AssetKey(["snap", "retrievals"]), retrieval)
+        assert pl.read_parquet(tmp_path / "data" / "retrievals" / f"{fp}.parquet").height == 20
+        assert _materialize(defs, instance, "qa_set").success  # the edited file, snapshotted
+        assert _materialize(defs, instance, "retrievals", retrieval).success
+        fp2 = latest_fingerprint(instance, dg.AssetKey(["snap", "retrievals"]), retrieval)
+        assert fp2 != fp and pl.read_parquet(tmp_path / "data" / "retrievals" / f"{fp2}.parquet").height == 5
