@@ -51,7 +51,7 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
-            store = VectorStores(data_dir=tmp).get(backend)
+            store = VectorStores.from_env(tmp).get(backend)
             name = f"Rag_bench_{backend}"
             rounds: dict[str, list[float]] = {"build_s": [], "vector_ms": [], "bm25_ms": [], "hybrid_ms": []}
             for _ in range(args.repeat):

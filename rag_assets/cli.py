@@ -1,6 +1,6 @@
 """`rag-sweep`: run a sweep end to end through the same Dagster assets, in process, no server needed.
 
-    rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--force]
+    rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
     rag-sweep validate SPEC
 
 The input files are observed and snapshotted, then the plan's stages run in order, one partition at a time,
@@ -66,13 +66,13 @@ def dg_key(prefix: str, stage: str):
     return dg.AssetKey([prefix, stage])
 
 
-def steps(plan, instance, force: bool) -> list[tuple[str, str]]:
+def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
     """(stage, partition) steps in dependency order after the input snapshots: partitions whose latest
-    materialization already holds the artifact these inputs give are left out (evaluations always run:
-    cheap, and they make sure the MLflow store holds each config's run)."""
+    materialization already holds the artifact these inputs give, and whose file is in `data`, are left out
+    (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
     from rag_assets.sweep_defs import prefix_of
     from rag_core.stages import CONFIG_STAGE
-    from resources.artifacts import latest_fingerprint
+    from resources.artifacts import ArtifactRef, latest_fingerprint
 
     prefix = prefix_of(plan.sweep.name)
     inputs = {s: latest_fingerprint(instance, dg_key(prefix, s), None) for s in ("corpus", "qa_set")}
@@ -80,7 +80,9 @@ def steps(plan, instance, force: bool) -> list[tuple[str, str]]:
     out = []
     for stage, keys in plan.partitions.items():
         for key in keys:
-            done = latest_fingerprint(instance, dg_key(prefix, stage), key) == expected[(stage, key)]
+            fp = expected[(stage, key)]
+            done = latest_fingerprint(instance, dg_key(prefix, stage), key) == fp
+            done = done and ArtifactRef(data, stage, fp).exists()  # not so in another data dir, same instance
             if force or stage == CONFIG_STAGE or not done:
                 out.append((stage, key))
     return out
@@ -143,7 +145,7 @@ def run_sweep(
     )  # the input files' content hashes, as the UI would observe them
     for stage in ("corpus", "qa_set"):
         materialize(stage)
-    todo = [*steps(plan, instance, force), ("leaderboard", None)]
+    todo = [*steps(plan, instance, data, force), ("leaderboard", None)]
     bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
     for stage, key in bar:
         bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     run.add_argument("--output", help="also write the leaderboard to this .csv or .parquet path")
+    run.add_argument(
+        "--store", help="vector store of configs that name none (default $RAG_VECTOR_STORE or lancedb)"
+    )
     run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     val = sub.add_parser("validate", help="validate a sweep file and list its configs")
@@ -219,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {key}")
             return 0
         t0 = time.perf_counter()
-        board, _, _, plan, data = run_sweep(args.spec, args.data_dir, args.force, args.verbose)
+        board, _, _, plan, data = run_sweep(
+            args.spec, args.data_dir, args.force, args.verbose, store=args.store
+        )
         sweep = plan.sweep
     except (SpecError, DatasetError, CheckFailed) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -234,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "\nExplore the results:\n"
         f"  Dagster UI: DAGSTER_HOME={data / 'dagster_home'} RAG_SWEEP={spec_path} RAG_DATA_DIR={data} "
+        f"RAG_VECTOR_STORE={plan.store} "
         ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
         f"  MLflow UI:  LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri "
         f"sqlite:///{data / 'mlflow.db'}   (then open http://127.0.0.1:5000, experiment {sweep.name})"

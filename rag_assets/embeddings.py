@@ -7,16 +7,10 @@ reach the model, across configs and runs. The artifact holds chunk_id and an Arr
 from __future__ import annotations
 
 import dagster as dg
-import numpy as np
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
-from resources.embedders import fixed_size_vectors, vectors_from_column
-
-
-def chunk_vectors(embeddings: pl.DataFrame) -> dict[str, np.ndarray]:
-    """chunk_id -> vector (for MMR and context diversity)."""
-    return dict(zip(embeddings["chunk_id"].to_list(), vectors_from_column(embeddings["vector"]), strict=True))
+from resources.embedders import fixed_size_vectors
 
 
 class Embeddings(StageLogic):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from rag_assets.embeddings import chunk_vectors
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge
 from resources.artifacts import Artifact
+from resources.embedders import chunk_vectors
 
 
 class Evaluations(StageLogic):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from rag_assets.embeddings import chunk_vectors
 from rag_assets.stage_asset import StageLogic, StageRun
 from rag_core.metrics import percentile
 from rag_core.rerank import rerank
+from resources.embedders import chunk_vectors
 
 
 class Rerankings(StageLogic):

@@ -22,11 +22,18 @@ from rag_core.stages import Stage, artifact_fingerprint, stage
 from resources.artifacts import Artifact, ArtifactRef
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
-EAGER = dg.AutomationCondition.eager()
 # Output(data_version=...) is how an asset states its own data version (the artifact fingerprint).
-warnings.filterwarnings(
-    "ignore", message="Parameter `data_version`", category=dg.BetaWarning
-)  # downstream stages follow their inputs (see sensors/)
+warnings.filterwarnings("ignore", message="Parameter `data_version`", category=dg.BetaWarning)
+
+# A stage follows its inputs: it runs when an input was updated (by a run that did not already target the
+# stage), never merely because it is missing, so a new deployment or an opened UI starts nothing by itself.
+_A = dg.AutomationCondition
+FOLLOWS_INPUTS = (
+    _A.any_deps_updated().since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
+    & ~_A.any_deps_missing()
+    & ~_A.any_deps_in_progress()
+    & ~_A.in_progress()
+).with_label("follows_inputs")
 
 
 @dataclass
@@ -143,7 +150,7 @@ def stage_asset(
         group_name=prefix,
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
-        automation_condition=EAGER,
+        automation_condition=FOLLOWS_INPUTS,
         check_specs=[
             dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
             for c in logic.checks

@@ -72,6 +72,11 @@ def vectors_from_column(column: pl.Series) -> np.ndarray:
     return np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, width)
 
 
+def chunk_vectors(embeddings: pl.DataFrame) -> dict[str, np.ndarray]:
+    """chunk_id -> vector of an embeddings artifact (for MMR and context diversity)."""
+    return dict(zip(embeddings["chunk_id"].to_list(), vectors_from_column(embeddings["vector"]), strict=True))
+
+
 class EmbeddingService(dg.ConfigurableResource):
     """Embeds texts with a sentence-transformers model (local) or any `litellm.embedding` model."""
 

@@ -103,6 +103,7 @@ def pytest_configure(config):
     # fixtures' teardown and stops the servers instead of orphaning them.
     signal.signal(signal.SIGTERM, lambda signum, frame: signal.default_int_handler(signum, frame))
 
+
 STARTUP_TIMES: dict[str, float] = {}
 
 

@@ -123,3 +123,32 @@ def test_editing_the_qa_set_after_its_snapshot_changes_nothing_downstream(tmp_pa
         assert _materialize(defs, instance, "retrievals", retrieval).success
         fp2 = latest_fingerprint(instance, dg.AssetKey(["snap", "retrievals"]), retrieval)
         assert fp2 != fp and pl.read_parquet(tmp_path / "data" / "retrievals" / f"{fp2}.parquet").height == 5
+
+
+def test_automation_starts_nothing_until_an_input_file_changes(tmp_path, slice_data):
+    """Opening the UI on finished (or no) results requests nothing; a changed file re-snapshots its input."""
+    _, defs, data = _setup(tmp_path, slice_data)
+    assets = list(defs.assets)
+    sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+    with dg.instance_for_test() as instance:
+
+        def requested(cursor=None):
+            result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+            stages = {r.key.path[-1] for r in result.results if r.true_subset.size}
+            return stages, result.cursor
+
+        stages, cursor = requested()
+        assert stages == set()  # nothing materialized: nothing starts by itself
+        observe(sources, instance=instance, run_config=QUIET)
+        for name in ("corpus", "qa_set"):
+            assert _materialize(defs, instance, name).success
+        # the UI opens on these results (a new automation cursor): nothing starts
+        stages, cursor = requested()
+        assert stages == set()
+        observe(sources, instance=instance, run_config=QUIET)  # the files, observed again unchanged
+        stages, cursor = requested(cursor)
+        assert stages == set()
+        pl.read_parquet(data["corpus"]).head(50).write_parquet(data["corpus"])
+        observe(sources, instance=instance, run_config=QUIET)
+        stages, cursor = requested(cursor)
+        assert "corpus" in stages and "leaderboard" not in stages

@@ -105,7 +105,7 @@ def test_mlflow_holds_one_run_per_config(sweep_run):
 def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
     plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
     # only evaluations (the MLflow check) remain after the input snapshots
-    assert {s for s, _ in steps(plan, instance, force=False)} == {"evaluations"}
+    assert {s for s, _ in steps(plan, instance, data, force=False)} == {"evaluations"}
     before = len(_materializations(instance, "embeddings"))
     # every step reads only what its asset declares (the asset graph is the UI's lineage)
     graph = sweep_run["defs"].resolve_asset_graph()
@@ -132,5 +132,5 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
 
 
 def test_forced_rerun_plans_every_partition(sweep_run):
-    plan, instance = sweep_run["plan"], sweep_run["instance"]
-    assert len(steps(plan, instance, force=True)) == sum(len(plan.keys(s.name)) for s in PARTITIONED)
+    plan, instance, data = sweep_run["plan"], sweep_run["instance"], sweep_run["data"]
+    assert len(steps(plan, instance, data, force=True)) == sum(len(plan.keys(s.name)) for s in PARTITIONED)
