@@ -51,7 +51,7 @@ class BM25Index:
         self._idf = {t: idf(len(texts), n) for t, n in df.items()}
 
     def search(self, query: str, k: int, allowed: set[int] | None = None) -> list[tuple[int, float]]:
-        terms = set(tokenize(query)) & self._idf.keys()
+        terms = sorted(set(tokenize(query)) & self._idf.keys())  # a fixed summation order: no hash-seed noise
         scored = []
         for i, w in enumerate(self._weights):
             if allowed is not None and i not in allowed:

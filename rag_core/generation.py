@@ -42,10 +42,11 @@ def extractive_answer(question: str, contexts: Sequence[str]) -> str:
     def score(item: tuple[int, str]) -> tuple[float, int]:
         ci, s = item
         words = set(_content_words(s))
-        overlap = sum(math.log(1 + n / df[w]) for w in words & q_words)
+        # summed in sorted order: a float sum in set order depends on the hash seed and flips ties
+        overlap = sum(math.log(1 + n / df[w]) for w in sorted(words & q_words))
         return (overlap, -ci)
 
-    _, best = max(sentences, key=score)
+    _, best = max(sentences, key=score)  # ties: the first sentence (max keeps the first maximum)
     return _novel_span(best, q_words)
 
 

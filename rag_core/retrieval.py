@@ -30,6 +30,16 @@ class Hit:
     score: float
 
 
+TIE_MARGIN = (
+    10  # candidates fetched beyond k, so a tie at the k-th place is broken by the rule, not the store
+)
+
+
+def ranked(hits: list[Hit], k: int | None = None) -> list[Hit]:
+    """The one tie rule of every ranking: score (higher first), then doc id, then chunk id."""
+    return sorted(hits, key=lambda h: (-h.score, h.doc_id, h.chunk_id))[:k]
+
+
 class Searcher(Protocol):
     def retrieve(self, collection, mode, text, vector, k, alpha, fusion, where) -> list[Hit]: ...
 
@@ -88,8 +98,8 @@ def search(
         vectors = embed(texts) if r.mode != "bm25" else [None] * len(texts)
         rankings = [run(t, v) for t, v in zip(texts, vectors, strict=True)]
         by_id = {h.chunk_id: h for ranking in rankings for h in ranking}
-        fused = rrf_many([[(h.chunk_id, h.score) for h in ranking] for ranking in rankings])[:k]
-        return [Hit(cid, by_id[cid].doc_id, by_id[cid].text, s) for cid, s in fused]
+        fused = rrf_many([[(h.chunk_id, h.score) for h in ranking] for ranking in rankings])
+        return ranked([Hit(cid, by_id[cid].doc_id, by_id[cid].text, s) for cid, s in fused], k)
     if r.query_transform == "hyde" and not fell_back:
         passage = queries[0]  # the hypothetical answer replaces the question's vector
         keyword = f"{question} {passage}" if r.mode == "bm25" else question

@@ -76,7 +76,7 @@ STAGES: tuple[Stage, ...] = (
         "retrievals",
         "vector_index",
         ("vector_index", "chunksets", "qa_set"),
-        3,
+        4,  # 4: the tie rule (score, doc id, chunk id)
         key=_retrieval_key,
         settings=_retrieval_settings,
     ),
@@ -92,7 +92,7 @@ STAGES: tuple[Stage, ...] = (
         "answers",
         "rerankings",
         ("rerankings", "chunksets", "corpus", "qa_set"),
-        3,
+        4,  # 4: the extractive reader sums in a fixed order (hash-seed independent)
         key=lambda c: c.generation.key,
         settings=lambda c, j: c.generation.model_dump(),
     ),
@@ -100,7 +100,7 @@ STAGES: tuple[Stage, ...] = (
         "evaluations",
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
-        5,
+        6,  # 6: [n] markers removed from gold answers too; SQuAD v1.1 F1 for empty sides
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
     ),

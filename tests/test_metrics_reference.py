@@ -4,6 +4,7 @@ data, equal to 1e-9 per query and on the mean; plus graded nDCG and generation-m
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 import pytest
@@ -80,15 +81,86 @@ def test_graded_ndcg_and_map_equal_ranx():
         ("an   Apple, Inc.", "apple inc", 1.0, 1.0),  # punctuation and whitespace
         ("Beyoncé", "beyoncé", 1.0, 1.0),  # unicode kept, case folded
         ("Beyonce", "Beyoncé", 0.0, 0.0),  # SQuAD does not strip accents
-        ("", "", 1.0, 1.0),  # both empty
+        ("", "", 1.0, 0.0),  # both empty: SQuAD v1.1 gives EM 1, F1 0 (no common token)
         ("", "x", 0.0, 0.0),
-        ("a", "the", 1.0, 1.0),  # both normalize to nothing
+        ("a", "the", 1.0, 0.0),  # both normalize to nothing
         ("the the cat", "cat cat", 0.0, 2 / 3),  # token bags: 1 common; P = 1, R = 1/2
     ],
 )
 def test_squad_tricky_cases(pred, gold, em, f1):
     assert exact_match(pred, [gold]) == em
     assert token_f1(pred, [gold]) == pytest.approx(f1)
+
+
+def _squad_v11_normalize(s: str) -> str:
+    """The official SQuAD v1.1 evaluation script's normalize_answer, verbatim in behaviour."""
+    import string
+
+    def remove_articles(text):
+        return re.sub(r"\b(a|an|the)\b", " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+
+def _squad_v11_f1(prediction: str, ground_truth: str) -> float:
+    from collections import Counter
+
+    prediction_tokens = _squad_v11_normalize(prediction).split()
+    ground_truth_tokens = _squad_v11_normalize(ground_truth).split()
+    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def test_em_and_f1_equal_the_squad_v11_script():
+    """Brackets, Unicode punctuation and whitespace, hand-picked and fuzzed, against the official
+    definition; EM and F1 are equal to it on every pair."""
+    import random
+
+    cases = [
+        ("insulin [39] and heparin [40]", "insulin [39] and heparin [40]"),
+        ("(1) the answer", "answer (1)"),
+        ("“quoted” – dash…", '"quoted" - dash...'),
+        ("non\u00a0breaking\tspace\n", "non breaking space"),
+        ("Ça va? ¿Sí!", "ça va sí"),
+        ("The", "an"),
+        ("", "x"),
+    ]
+    rng = random.Random(0)
+    alphabet = list("abc the an a [12] ( ) , . - – — … “ ” « » \u00a0\t\n é É ß 7") + ["the ", " an "]
+    for _ in range(500):
+        cases.append(
+            tuple("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(2))
+        )
+    for pred, gold in cases:
+        assert exact_match(pred, [gold]) == float(_squad_v11_normalize(pred) == _squad_v11_normalize(gold))
+        assert token_f1(pred, [gold]) == pytest.approx(_squad_v11_f1(pred, gold), abs=1e-12), (pred, gold)
+
+
+def test_citation_markers_are_removed_from_answer_and_gold_alike():
+    from rag_core.metrics import evaluate_queries
+
+    gold = "insulin [39] and low-molecular-weight heparin [40]"
+    qa = pl.DataFrame(
+        {"query_id": ["q"], "question": ["which drugs?"], "answers": [[gold]], "relevant_doc_ids": [["d1"]]}
+    )
+    ret = pl.DataFrame(
+        {"query_id": ["q"], "chunk_ids": [["c1"]], "doc_ids": [["d1"]], "texts": [["t"]], "latency_ms": [1.0]}
+    )
+    ans = pl.DataFrame({"query_id": ["q"], "answer": [gold], "error": [None], "latency_ms": [1.0]})
+    row = evaluate_queries(qa, ret, ans, top_k=1).row(0, named=True)
+    assert row["exact_match"] == 1.0 and row["token_f1"] == 1.0
 
 
 def test_bleu_rouge_citations_diversity():

@@ -92,15 +92,22 @@ def evaluate_queries(
         texts = [
             t
             for r in records
-            for t in [strip_citations(r["answer"] or ""), r["question"], *(r["answers"] or [])]
+            for t in [
+                strip_citations(r["answer"] or ""),
+                r["question"],
+                *map(strip_citations, r["answers"] or []),
+            ]
             if t.strip()
         ]
         unique = list(dict.fromkeys(texts))
         vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
     rows = []
     for r in records:
-        doc_ids, raw, golds = r["doc_ids"] or [], r["answer"] or "", r["answers"] or []
-        answer = strip_citations(raw)  # [n] markers are scored by citation_accuracy, not as answer words
+        doc_ids, raw = r["doc_ids"] or [], r["answer"] or ""
+        # [n] markers are scored by citation_accuracy, not as answer words; gold answers copied from papers
+        # carry bibliographic markers too, so both sides lose them the same way
+        answer = strip_citations(raw)
+        golds = [strip_citations(g) for g in r["answers"] or []]
         row = {"query_id": r["query_id"], "answer": raw, "error": r["error"]}
         relevant = r["relevant_doc_ids"] or []
         if relevant:

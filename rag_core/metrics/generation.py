@@ -1,7 +1,9 @@
 """Generation metrics of one answer (pure functions; definitions in docs/metrics.md).
 
-SQuAD v1.1 normalization for exact match and token F1: lowercase, strip punctuation, drop the articles
-a/an/the, collapse whitespace; the max over gold answers is taken.
+SQuAD v1.1 normalization for exact match and token F1, exactly as its evaluation script: lowercase, strip
+ASCII punctuation (`string.punctuation`; other Unicode punctuation stays), drop the articles a/an/the,
+collapse whitespace; the max over gold answers is taken. `[n]` citation markers are removed from the answer
+and the gold answers alike before scoring (evaluate_queries).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ def exact_match(answer: str, golds: Sequence[str]) -> float:
 
 
 def _f1(pred: list[str], gold: list[str]) -> float:
-    if not pred or not gold:
-        return float(pred == gold)
+    """SQuAD v1.1's F1: 0 without a common token (so also when either side normalizes to nothing)."""
     common = sum((Counter(pred) & Counter(gold)).values())
     if common == 0:
         return 0.0

@@ -15,7 +15,7 @@ import numpy as np
 
 from rag_core.filters import Condition, check_fields, parse_filter
 from rag_core.fusion import fuse
-from rag_core.retrieval import Hit  # noqa: F401  (re-exported for the backends)
+from rag_core.retrieval import TIE_MARGIN, Hit, ranked
 
 Conditions = tuple[Condition, ...]
 
@@ -113,11 +113,16 @@ class VectorStore(abc.ABC):
         fusion: str,
         where: dict | None = None,
     ) -> list[Hit]:
-        """Dispatch one retrieval mode: vector, bm25 or hybrid."""
+        """The top k of one retrieval mode (vector, bm25 or hybrid) in the tie rule's order (score, then doc
+        id, then chunk id): TIE_MARGIN more candidates are fetched, so which of several tied candidates make
+        the k-th place does not depend on the store or on k."""
+        depth = k + TIE_MARGIN
         if mode == "vector":
-            return self.vector_search(collection, vector, k, where)
-        if mode == "bm25":
-            return self.keyword_search(collection, query, k, where)
-        if mode == "hybrid":
-            return self.hybrid_search(collection, query, vector, k, alpha, fusion, where)
-        raise ValueError(f"unknown retrieval mode {mode!r}")
+            hits = self.vector_search(collection, vector, depth, where)
+        elif mode == "bm25":
+            hits = self.keyword_search(collection, query, depth, where)
+        elif mode == "hybrid":
+            hits = self.hybrid_search(collection, query, vector, depth, alpha, fusion, where)
+        else:
+            raise ValueError(f"unknown retrieval mode {mode!r}")
+        return ranked(hits, k)

@@ -1,0 +1,127 @@
+"""Same input, same output: the extractive reader and BM25 do not depend on the hash seed, every ranking
+follows one tie rule (score, then doc id, then chunk id) whatever the fetch depth, and two forced runs of a
+sweep under different hash seeds give the same leaderboard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rag_core.retrieval import Hit, ranked
+from resources.vector_stores import ChromaStore, LanceDBStore, MilvusLiteStore, QdrantStore
+from tests.conftest import write_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = ("0", "1", "2", "3", "4", "5")
+
+READER = (
+    "from rag_core.generation import extractive_answer; from rag_core.bm25 import BM25Index; "
+    "print(extractive_answer('what is the process of somatic cell nuclear transfer', ['The process of somatic "
+    "cell nuclear transplant involves two different cells . In human SCNT ( Somatic Cell Nuclear Transfer ) "
+    "experiments , these eggs are obtained through consenting donors , utilizing ovarian stimulation .'])); "
+    "idx = BM25Index(['alpha beta gamma', 'beta gamma delta', 'gamma delta alpha beta']); "
+    "print(repr(idx.search('alpha beta gamma delta', 3)))"
+)
+
+
+def test_reader_and_bm25_do_not_depend_on_the_hash_seed():
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", READER],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in SEEDS
+    }
+    assert len(outputs) == 1, outputs
+    assert outputs.pop().startswith("transplant involves two different cells")
+
+
+def test_the_tie_rule():
+    hits = [
+        Hit("c3", "d2", "", 0.5),
+        Hit("c1", "d2", "", 0.5),
+        Hit("c9", "d1", "", 0.5),
+        Hit("c0", "d9", "", 0.9),
+    ]
+    assert [h.chunk_id for h in ranked(hits)] == ["c0", "c9", "c1", "c3"]
+    assert [h.chunk_id for h in ranked(hits, 2)] == ["c0", "c9"]
+
+
+@pytest.mark.parametrize("make", [LanceDBStore, QdrantStore, ChromaStore, MilvusLiteStore])
+def test_tied_hits_are_ordered_by_the_rule_at_any_depth(make, tmp_path):
+    """Eight chunks with the same vector and the same text: every score ties, so the order is the rule's,
+    and the first k at depth 3 are the first 3 at depth 8."""
+    store = make(**({"uri": str(tmp_path / "s")} if make is LanceDBStore else {"path": str(tmp_path / "s")}))
+    order = [5, 2, 7, 0, 3, 6, 1, 4]  # inserted out of order
+    rows = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i % 3}", "text": "tied words here", "metadata": "{}"}
+        for i in order
+    ]
+    vectors = np.tile(np.array([[1.0, 0.0, 0.0, 0.0]], np.float32), (len(rows), 1))
+    store.upsert("Rag_ties", rows, vectors)
+    expected = [h.chunk_id for h in ranked([Hit(r["chunk_id"], r["doc_id"], "", 1.0) for r in rows])]
+    try:
+        for mode in ("vector", "bm25", "hybrid"):
+            deep = store.retrieve("Rag_ties", mode, "tied words", vectors[0], 8, 0.5, "rrf")
+            shallow = store.retrieve("Rag_ties", mode, "tied words", vectors[0], 3, 0.5, "rrf")
+            assert [h.chunk_id for h in shallow] == [h.chunk_id for h in deep][:3], mode
+            if mode != "hybrid":  # fused scores differ by rank, so only the pure modes tie everywhere
+                assert [h.chunk_id for h in deep] == expected, mode
+    finally:
+        store.delete("Rag_ties")
+        store.teardown_after_execution(None)
+
+
+@pytest.mark.slow
+def test_forced_runs_under_different_hash_seeds_give_the_same_leaderboard(slice_data, tmp_path):
+    spec = write_sweep(
+        tmp_path / "seeds.yaml",
+        slice_data,
+        name="seeds",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": ["bm25", "hybrid"], "top_k": 5},
+    )
+    boards = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"board{seed}.parquet"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rag_assets.cli",
+                "run",
+                str(spec),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--force",
+                "--output",
+                str(out),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            check=True,
+        )
+        boards.append(pl.read_parquet(out).sort("config_key"))
+    a, b = boards
+    assert a["config_key"].to_list() == b["config_key"].to_list()
+    for col in a.columns:
+        if (
+            a[col].dtype == pl.Float64
+            and not col.endswith("_ms")
+            and "latency" not in col
+            and "p50" not in col
+        ):
+            assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
+        elif a[col].dtype == pl.String:
+            assert a[col].to_list() == b[col].to_list(), col
