@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +39,8 @@ class SpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `top_k: true` or `chunk_size: "512"` is an error naming the field, never coerced
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # ---- one concrete setting per stage -------------------------------------------------------------
@@ -325,6 +327,9 @@ class SweepFile(_Strict):
         unknown = sorted(set(v) - set(SCORABLE_METRICS))
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
+        bad = sorted(k for k, w in v.items() if not math.isfinite(w))
+        if bad:
+            raise ValueError(f"weights must be finite numbers (not nan or inf): {bad}")
         if any(w < 0 for w in v.values()) or sum(v.values()) <= 0:
             raise ValueError("weights must be non-negative and sum to more than 0")
         return v
@@ -352,6 +357,8 @@ def _expand(section: dict[str, Any] | list, model: type[BaseModel], where: str) 
     """A mapping expands into the product of its list-valued fields; a list of mappings into the union
     of their expansions (to pair settings instead of crossing them)."""
     if isinstance(section, list):
+        if not section:
+            raise SpecError(f"field '{where}': an empty list selects no setting (give at least one)")
         out = []
         for i, item in enumerate(section):
             out += [x for x in _expand(item, model, f"{where}[{i}]") if x not in out]
@@ -359,6 +366,9 @@ def _expand(section: dict[str, Any] | list, model: type[BaseModel], where: str) 
     if not isinstance(section, dict):
         raise SpecError(f"field '{where}': expected a mapping of settings (or a list of them)")
     names = list(section)
+    empty = [n for n in names if section[n] == []]
+    if empty:
+        raise SpecError(f"field '{where}.{empty[0]}': an empty list selects no setting (give at least one)")
     out = []
     for combo in itertools.product(*(_as_list(section[n]) for n in names)):
         try:
@@ -380,11 +390,27 @@ def _format_error(e: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error naming its line (the default
+    silently keeps the last value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Load and validate a sweep YAML file; raise SpecError naming the file and the field."""
     path = Path(path).resolve()
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise SpecError(f"{path}: sweep spec not found") from None
     except yaml.YAMLError as e:
@@ -421,6 +447,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
             chunkings, embeddings, indexes, retrievals, reranks, generations
         )
     ]
+    _check_consistency(spec, configs, path)
     configs = _search(configs, spec.search)
     base = path.parent
     return Sweep(
@@ -433,6 +460,21 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
     )
+
+
+def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) -> None:
+    """Settings that are valid alone but not together."""
+    if spec.weights.get("faithfulness_judge", 0) > 0 and not spec.evaluation.judge_model:
+        raise SpecError(
+            f"{path}: field 'weights.faithfulness_judge': weighted, but no judge runs; set "
+            "evaluation.judge_model (a litellm model) or drop the weight"
+        )
+    for c in configs:
+        if c.rerank.method != "none" and c.rerank.candidates < c.retrieval.top_k:
+            raise SpecError(
+                f"{path}: field 'rerank.candidates': {c.rerank.candidates} candidates cannot fill top_k "
+                f"{c.retrieval.top_k} (retrieval.top_k); use candidates >= top_k"
+            )
 
 
 def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:

@@ -131,3 +131,43 @@ def test_colliding_partition_keys_are_rejected(tmp_path):
     spec = dict(BASE, embedding={"model": ["org-a/model-x", "org-b/model-x"]})
     with pytest.raises(SpecError, match="partition key"):
         Plan.resolve(load_sweep(write(tmp_path, spec)))
+
+
+@pytest.mark.parametrize(
+    "patch,field,message",
+    [
+        ({"weights": {"recall_at_k": float("nan")}}, "weights", "finite"),
+        ({"weights": {"recall_at_k": 1.0, "token_f1": float("inf")}}, "weights", "finite"),
+        ({"retrieval": []}, "retrieval", "empty list"),
+        ({"retrieval": {"mode": [], "top_k": 3}}, "retrieval.mode", "empty list"),
+        ({"chunking": []}, "chunking", "empty list"),
+        ({"retrieval": {"mode": "vector", "top_k": True}}, "retrieval.top_k", "integer"),
+        (
+            {"chunking": {"method": "fixed", "chunk_size": "512", "chunk_overlap": 0}},
+            "chunking.chunk_size",
+            "integer",
+        ),
+        (
+            {"retrieval": {"mode": "vector", "top_k": 10}, "rerank": {"method": "mmr", "candidates": 2}},
+            "rerank.candidates",
+            "cannot fill top_k",
+        ),
+        ({"weights": {"faithfulness_judge": 1.0}}, "weights.faithfulness_judge", "judge_model"),
+    ],
+)
+def test_bad_values_are_errors_on_load_naming_the_field(tmp_path, patch, field, message):
+    """Values that used to pass and give a silent wrong result (nan scores, 0 configs, coerced ints)."""
+    p = write(tmp_path, {**BASE, **patch})
+    with pytest.raises(SpecError) as e:
+        load_sweep(p)
+    assert str(p) in str(e.value) and f"'{field}" in str(e.value) and message in str(e.value), str(e.value)
+
+
+def test_a_duplicated_yaml_key_is_an_error_naming_the_line(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text(
+        "name: dup\ndata: {corpus: c.parquet, qa: q.parquet}\nchunking: {method: fixed, chunk_size: 100, "
+        "chunk_overlap: 0}\nretrieval:\n  mode: vector\n  top_k: 3\n  top_k: 5\n"
+    )
+    with pytest.raises(SpecError, match=r"(?s)duplicate key 'top_k' \(first on line 6\).*line 7"):
+        load_sweep(p)
