@@ -76,9 +76,33 @@ def _string_list(path: Path, row: dict, i: int, field: str) -> list[str]:
     value = row.get(field)
     if value is None:
         raise DatasetError(f"{_where(path, row, i)}: field '{field}' is missing")
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise DatasetError(f"{_where(path, row, i)}: field '{field}' must be a list of strings")
     return list(value)
+
+
+def _utf8(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(
+            f"{file}: not UTF-8 text (byte {e.start}: {e.reason}); re-encode it as UTF-8 or remove it"
+        ) from None
+
+
+def _metadata(path: Path, row: dict, i: int) -> dict | None:
+    """A JSON object, given as a mapping (JSONL) or as its JSON text (a Parquet string column)."""
+    meta = row.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else None
+        except json.JSONDecodeError:
+            raise DatasetError(f"{_where(path, row, i)}: field 'metadata' is a string but not JSON") from None
+    if meta is not None and not isinstance(meta, dict):
+        raise DatasetError(
+            f"{_where(path, row, i)}: field 'metadata' must be a JSON object, got {type(meta).__name__}"
+        )
+    return meta
 
 
 def load_corpus(path: str | Path) -> pl.DataFrame:
@@ -87,10 +111,7 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
         files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
         if not files:
             raise DatasetError(f"{path}: directory holds no .txt or .md files")
-        rows = [
-            {"doc_id": str(f.relative_to(path)), "title": f.stem, "text": f.read_text(encoding="utf-8")}
-            for f in files
-        ]
+        rows = [{"doc_id": str(f.relative_to(path)), "title": f.stem, "text": _utf8(f)} for f in files]
     else:
         rows = _read_rows(path)
     out, seen = [], {}
@@ -101,7 +122,7 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
                 f"{_where(path, row, i)}: field 'doc_id': duplicate id {doc_id!r} (first at row {seen[doc_id] + 1})"
             )
         seen[doc_id] = i
-        meta = row.get("metadata")
+        meta = _metadata(path, row, i)
         out.append(
             {
                 "doc_id": doc_id,

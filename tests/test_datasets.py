@@ -35,6 +35,18 @@ def test_corpus_formats(tmp_path):
         ([{"doc_id": 5, "text": "x"}], "line 1: field 'doc_id' must be a string"),
         ([{"doc_id": "a", "text": "  "}], "line 1: field 'text' is empty"),
         (['{"doc_id": "a", "text": "x"}', "{not json"], "line 2: invalid JSON"),
+        (
+            [{"doc_id": "a", "text": "x", "metadata": "year=2001"}],
+            "line 1: field 'metadata' is a string but not JSON",
+        ),
+        (
+            [{"doc_id": "a", "text": "x", "metadata": ["a", "b"]}],
+            "line 1: field 'metadata' must be a JSON object",
+        ),
+        (
+            [{"doc_id": "a", "text": "x", "metadata": "[1, 2]"}],
+            "line 1: field 'metadata' must be a JSON object",
+        ),
     ],
 )
 def test_corpus_errors_name_file_row_and_field(tmp_path, rows, message):
@@ -59,6 +71,10 @@ def test_qa_validation(tmp_path):
     bad = jsonl(tmp_path / "bad.jsonl", [ok, {**ok, "query_id": "q2", "answers": "a"}])
     with pytest.raises(DatasetError, match="line 2: field 'answers' must be a list of strings"):
         load_qa(bad)
+    for field, value in (("answers", 7), ("relevant_doc_ids", 3), ("answers", {"a": 1})):
+        bad = jsonl(tmp_path / "bad2.jsonl", [{**ok, field: value}])
+        with pytest.raises(DatasetError, match=f"line 1: field '{field}' must be a list of strings"):
+            load_qa(bad)
     unknown = jsonl(tmp_path / "u.jsonl", [{**ok, "relevant_doc_ids": ["nope"]}])
     with pytest.raises(DatasetError, match="line 1: field 'relevant_doc_ids'"):
         load_qa(unknown, {"d1"})
@@ -111,3 +127,17 @@ def test_graded_ndcg_flows_through_evaluation(tmp_path):
     )
     ndcg = evaluate_queries(qa, ret, ans, top_k=2)["ndcg_at_k"][0]
     assert ndcg == pytest.approx((1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3)))
+
+
+def test_corpus_metadata_as_json_text_and_unreadable_files(tmp_path):
+    """Parquet often stores metadata as JSON text: it is read as the object it encodes. A file of a
+    directory corpus that is not UTF-8 is an error naming the file, not a UnicodeDecodeError."""
+    p = tmp_path / "c.parquet"
+    pl.DataFrame({"doc_id": ["a"], "text": ["x"], "metadata": ['{"year": 2001}']}).write_parquet(p)
+    assert json.loads(load_corpus(p)["metadata"][0]) == {"year": 2001}
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.txt").write_text("fine")
+    (folder / "bad.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(DatasetError, match=r"bad\.txt: not UTF-8 text \(byte 3"):
+        load_corpus(folder)
