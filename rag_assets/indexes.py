@@ -44,13 +44,14 @@ class VectorIndex(StageLogic):
         collection = collection_name(run.context.partition_key, ref.fp)
         store = self._store(run)
         rows = chunks.select("chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata").to_dicts()
-        n = store.upsert(collection, rows, vectors_from_column(emb["vector"]))
+        n = store.upsert(collection, rows, vectors_from_column(emb["vector"]), run.config.index.bm25_analyzer)
         return pl.DataFrame({"collection": [collection], "store": [store.backend], "count": [n]})
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         return {
             "collection": frame["collection"][0],
             "store": frame["store"][0],
+            "bm25_analyzer": run.config.index.bm25_analyzer,
             "dagster/row_count": int(frame["count"][0]),
         }
 

@@ -13,7 +13,7 @@ import zlib
 from collections import Counter
 
 K1, B = 1.2, 0.75
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"[^\W_]+")  # runs of letters and digits (the `plain` analyzer, see rag_core/spec.py)
 
 
 def tokenize(text: str) -> list[str]:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from rag_core.spec import VECTOR_STORES, IndexConfig, RagConfig, SpecError, Sweep
+from rag_core.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
 from rag_core.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
 
 
@@ -38,9 +38,18 @@ class Plan:
         if store not in VECTOR_STORES:
             raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
         configs = tuple(
-            c if c.index.store else c.model_copy(update={"index": IndexConfig(store=store)})
+            c
+            if c.index.store
+            else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
             for c in sweep.configs
         )
+        for c in configs:
+            if c.index.bm25_analyzer not in STORE_ANALYZERS[c.index.store]:
+                able = [s for s, names in STORE_ANALYZERS.items() if c.index.bm25_analyzer in names]
+                raise SpecError(
+                    f"{sweep.path}: field 'index.bm25_analyzer': {c.index.store} cannot apply "
+                    f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"
+                )
         partitions: dict[str, dict[str, Partition]] = {}
         chains: dict[tuple[str, str], list] = {}
         for s in PARTITIONED:
@@ -82,7 +91,7 @@ class Plan:
     def key_of(self, c: RagConfig, stage_name: str = CONFIG_STAGE) -> str:
         """A config's partition key at a stage (its config key by default); `c` may name no store."""
         if not c.index.store:
-            c = c.model_copy(update={"index": IndexConfig(store=self.store)})
+            c = c.model_copy(update={"index": c.index.model_copy(update={"store": self.store})})
         return partition_key(stage_name, c)
 
     def config(self, key: str) -> RagConfig:

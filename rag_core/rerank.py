@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.retrieval import first_documents
 from rag_core.spec import RagConfig
 
 
@@ -113,7 +114,7 @@ def orders(
             return list(range(n)), False, NO_USAGE
         if method == "mmr":
             q, cands = vectors(r)
-            order = mmr(q, cands, k, c.rerank.mmr_lambda)
+            order = mmr(q, cands, k if c.retrieval.k_unit == "chunks" else n, c.rerank.mmr_lambda)
         elif method == "cross_encoder":
             scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
             order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
@@ -158,6 +159,8 @@ def rerank(
     out = []
     for r, (order, fell_back, used) in zip(rows, orders(c, rows, questions, llm, vectors), strict=True):
         keep = order[: c.retrieval.top_k]
+        if c.retrieval.k_unit == "documents":  # the first top_k distinct documents in the new order
+            keep = order[: first_documents([r["doc_ids"][i] for i in order], c.retrieval.top_k)]
         out.append(
             {
                 **r,

@@ -35,9 +35,23 @@ TIE_MARGIN = (
 )
 
 
+MAX_DEPTH = 1000  # chunks fetched at most when retrieving until k distinct documents
+
+
 def ranked(hits: list[Hit], k: int | None = None) -> list[Hit]:
     """The one tie rule of every ranking: score (higher first), then doc id, then chunk id."""
     return sorted(hits, key=lambda h: (-h.score, h.doc_id, h.chunk_id))[:k]
+
+
+def first_documents(doc_ids: list[str], k: int) -> int:
+    """How many leading items of a ranking cover its first k distinct documents."""
+    seen: set[str] = set()
+    for i, doc in enumerate(doc_ids):
+        if doc not in seen:
+            if len(seen) == k:
+                return i
+            seen.add(doc)
+    return len(doc_ids)
 
 
 class Searcher(Protocol):
@@ -90,6 +104,21 @@ def search(
 ) -> list[Hit]:
     r, k = c.retrieval, c.fetch_k
 
+    def top(depth: int) -> list[Hit]:
+        return _search_once(store, collection, r, question, queries, fell_back, embed, depth)
+
+    if r.k_unit == "chunks":
+        return top(k)
+    depth = 4 * k  # k distinct documents: fetch deeper until they are covered or the index runs out
+    while True:
+        hits = top(depth)
+        n = first_documents([h.doc_id for h in hits], k)
+        if n < len(hits) or len(hits) < depth or depth >= MAX_DEPTH:
+            return hits[:n]
+        depth = min(2 * depth, MAX_DEPTH)
+
+
+def _search_once(store, collection, r, question, queries, fell_back, embed, k: int) -> list[Hit]:
     def run(text: str, vector) -> list[Hit]:
         return store.retrieve(collection, r.mode, text, vector, k, r.hybrid_alpha, r.fusion, r.filter)
 

@@ -98,13 +98,30 @@ class EmbeddingConfig(_Strict):
 
 
 VECTOR_STORES = ("lancedb", "qdrant", "chroma", "milvus", "weaviate")
+# The keyword (BM25) index's analyzer, the same on every store that offers it:
+# - plain: lowercase, split into runs of letters and digits; no stemming, no stop words, no accent folding
+# - english: plain + English stop words removed + Snowball English stemming (+ ASCII folding on LanceDB)
+BM25_ANALYZERS = ("plain", "english")
+STORE_ANALYZERS = {
+    "lancedb": ("plain", "english"),  # tantivy full-text index: simple tokenizer, stemmer, stop words
+    "milvus": ("plain",),  # standard tokenizer (Unicode word rules) + lowercase; Milvus Lite has no stemmer
+    "qdrant": ("plain",),  # BM25 term weights computed here (rag_core/bm25.py): no stemmer
+    "chroma": ("plain",),  # in-process BM25 (rag_core/bm25.py): no stemmer
+    "weaviate": ("plain",),  # word tokenization, stop-word preset none; Weaviate has no stemming
+}
 
 
 class IndexConfig(_Strict):
-    """Where the index lives. `store` unset means the deployment's store ($RAG_VECTOR_STORE, LanceDB by
-    default); naming stores makes them a sweep dimension over one set of embeddings."""
+    """Where the index lives and how its keyword index analyzes text. `store` unset means the
+    deployment's store ($RAG_VECTOR_STORE, LanceDB by default); naming stores makes them a sweep dimension
+    over one set of embeddings."""
 
     store: Literal[VECTOR_STORES] | None = None
+    bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
+
+    @property
+    def key(self) -> str:
+        return self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
 
 
 class RetrievalConfig(_Strict):
@@ -118,6 +135,9 @@ class RetrievalConfig(_Strict):
     n_queries: int = Field(default=3, ge=1, le=10)
     # A metadata filter applied to every search, in the seeds' format (rag_core/filters.py).
     filter: dict[str, Any] | None = None
+    # What k counts: chunks (default), or documents (retrieve until k distinct documents, so chunkings are
+    # compared at equal document depth).
+    k_unit: Literal["chunks", "documents"] = "chunks"
 
     @field_validator("filter")
     @classmethod
@@ -145,6 +165,8 @@ class RetrievalConfig(_Strict):
             base += f"-hyde-{slug(self.query_model)}"
         if self.filter:
             base += f"-f{short_hash(fingerprint(self.filter), 6)}"
+        if self.k_unit == "documents":
+            base += "-docs"
         return base
 
     def effective(self) -> RetrievalConfig:

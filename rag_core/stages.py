@@ -68,8 +68,8 @@ STAGES: tuple[Stage, ...] = (
         "vector_index",
         "embeddings",
         ("embeddings", "chunksets"),
-        1,
-        key=lambda c: c.index.store,
+        2,  # 2: the BM25 analyzer (plain by default on every store)
+        key=lambda c: c.index.key,
         settings=lambda c, j: c.index.model_dump(),
     ),
     Stage(

@@ -125,3 +125,43 @@ def test_forced_runs_under_different_hash_seeds_give_the_same_leaderboard(slice_
             assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
         elif a[col].dtype == pl.String:
             assert a[col].to_list() == b[col].to_list(), col
+
+
+def test_retrieve_until_k_distinct_documents(tmp_path):
+    """k_unit: documents fetches deeper until the ranking covers k distinct documents (chunkings are then
+    compared at equal document depth); chunks (the default) counts chunks."""
+    from rag_core.retrieval import first_documents, search
+    from rag_core.spec import RagConfig
+
+    assert first_documents(["a", "a", "b", "a", "c", "d"], 2) == 4
+    assert first_documents(["a", "a"], 3) == 2
+    store = LanceDBStore(uri=str(tmp_path / "lance"))
+    # 6 documents of 5 chunks each; chunk j of every document is equally close to the query
+    rows, vecs = [], []
+    for d in range(6):
+        for j in range(5):
+            rows.append({"chunk_id": f"d{d}-{j}", "doc_id": f"d{d}", "text": f"w{j}", "metadata": "{}"})
+            v = np.array([1.0, 0.1 * d + 0.01 * j, 0.0, 0.0], np.float32)
+            vecs.append(v / np.linalg.norm(v))
+    store.upsert("Rag_docs", rows, np.stack(vecs))
+    query = np.array([1.0, 0.0, 0.0, 0.0], np.float32)
+
+    def config(unit: str) -> RagConfig:
+        return RagConfig(
+            chunking={"method": "fixed", "chunk_size": 100, "chunk_overlap": 0},
+            embedding={"model": "x"},
+            retrieval={"mode": "vector", "top_k": 3, "k_unit": unit},
+            generation={"model": "extractive"},
+        )
+
+    chunks = search(
+        store, "Rag_docs", config("chunks"), "q", ["q"], False, lambda t: np.stack([query] * len(t))
+    )
+    docs = search(
+        store, "Rag_docs", config("documents"), "q", ["q"], False, lambda t: np.stack([query] * len(t))
+    )
+    assert len(chunks) == 3 and len({h.doc_id for h in chunks}) == 1  # three chunks of one document
+    assert len({h.doc_id for h in docs}) == 3 and len(docs) == 15  # every chunk of the 3 closest documents
+    assert [h.doc_id for h in docs][:5] == ["d0"] * 5
+    assert config("documents").retrieval.key.endswith("-docs")
+    assert config("documents").flat_params()["retrieval.k_unit"] == "documents"

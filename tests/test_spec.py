@@ -171,3 +171,16 @@ def test_a_duplicated_yaml_key_is_an_error_naming_the_line(tmp_path):
     )
     with pytest.raises(SpecError, match=r"(?s)duplicate key 'top_k' \(first on line 6\).*line 7"):
         load_sweep(p)
+
+
+def test_bm25_analyzer_is_a_setting_recorded_in_the_config(tmp_path):
+    spec = dict(BASE, index={"store": "lancedb", "bm25_analyzer": ["plain", "english"]})
+    plan = Plan.resolve(load_sweep(write(tmp_path, spec)))
+    assert plan.keys("vector_index")[:2] == [
+        "fixed-100-10__all-minilm-l6-v2__lancedb",
+        "fixed-100-10__all-minilm-l6-v2__lancedb-english",
+    ]
+    assert {c.flat_params()["index.bm25_analyzer"] for c in plan.configs} == {"plain", "english"}
+    bad = write(tmp_path, dict(BASE, index={"store": "chroma", "bm25_analyzer": "english"}), "bad.yaml")
+    with pytest.raises(SpecError, match="field 'index.bm25_analyzer': chroma cannot apply 'english'"):
+        Plan.resolve(load_sweep(bad))

@@ -215,3 +215,37 @@ def test_single_client_stores_release_their_files_when_a_step_ends(tmp_path):
     for store in stores:
         assert [h.chunk_id for h in store.vector_search("Rag_release", VECS[2], 1)] == ["c2"], store.backend
         store.delete("Rag_release")
+
+
+def test_bm25_analyzer_means_the_same_on_every_store(store):
+    """`plain` (the default): lowercased runs of letters and digits, no stemming, no stop words, no accent
+    folding, on every store; `english` (stemming, stop words) where the store can apply it, else refused."""
+    from rag_core.spec import STORE_ANALYZERS
+
+    rows = [
+        {"chunk_id": "c0", "doc_id": "d0", "text": "The runners were running home", "metadata": "{}"},
+        {"chunk_id": "c1", "doc_id": "d1", "text": "snake_case words and Café", "metadata": "{}"},
+    ]
+    vecs = np.eye(4, dtype=np.float32)[:2]
+
+    def found(collection: str, query: str) -> list[str]:
+        return [h.chunk_id for h in store.keyword_search(collection, query, 5)]
+
+    store.upsert("Rag_plain", rows, vecs)
+    assert found("Rag_plain", "run") == []  # no stemming
+    assert found("Rag_plain", "running") == ["c0"]
+    assert found("Rag_plain", "the") == ["c0"]  # stop words are words
+    assert found("Rag_plain", "cafe") == [] and found("Rag_plain", "CAFÉ") == [
+        "c1"
+    ]  # case folded, accents kept
+    if store.backend != "milvus":  # Unicode word rules keep `snake_case` one word in Milvus (README)
+        assert found("Rag_plain", "case") == ["c1"]
+    store.delete("Rag_plain")
+    if "english" in STORE_ANALYZERS[store.backend]:
+        store.upsert("Rag_english", rows, vecs, analyzer="english")
+        assert found("Rag_english", "run") == ["c0"] and found("Rag_english", "the") == []
+        store.delete("Rag_english")
+    else:
+        with pytest.raises(ValueError, match="cannot apply the BM25 analyzer 'english'"):
+            store.upsert("Rag_english", rows, vecs, analyzer="english")
+        assert store.info("Rag_english")["exists"] is False

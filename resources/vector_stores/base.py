@@ -16,6 +16,7 @@ import numpy as np
 from rag_core.filters import Condition, check_fields, parse_filter
 from rag_core.fusion import fuse
 from rag_core.retrieval import TIE_MARGIN, Hit, ranked
+from rag_core.spec import STORE_ANALYZERS
 
 Conditions = tuple[Condition, ...]
 
@@ -28,9 +29,17 @@ class VectorStore(abc.ABC):
     # ---- what a backend implements ------------------------------------------------------------
 
     @abc.abstractmethod
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
         """Build the collection from rows and vectors (replacing any previous build, which readers keep
-        seeing until the new one is complete); return the count."""
+        seeing until the new one is complete), its keyword index with the BM25 `analyzer` (plain or
+        english, see rag_core/spec.py); return the count."""
+
+    def _check_analyzer(self, analyzer: str) -> None:
+        if analyzer not in STORE_ANALYZERS[self.backend]:
+            raise ValueError(
+                f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers "
+                f"{', '.join(STORE_ANALYZERS[self.backend])}"
+            )
 
     @abc.abstractmethod
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:

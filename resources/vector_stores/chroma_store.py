@@ -56,7 +56,9 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             )
         return client.get_collection(NAME, embedding_function=None)
 
-    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
+    def _build(
+        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+    ) -> None:
         coll = self._collection(physical, create=True)
         metas = [
             {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}

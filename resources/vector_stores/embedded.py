@@ -122,11 +122,12 @@ class EmbeddedStore(VectorStore):
     and drop builds; the upsert template (build, verify the count, drop on failure, publish), filter
     fields, delete and info are the same for all."""
 
-    def upsert(self, collection: str, rows: list[dict], vectors) -> int:
+    def upsert(self, collection: str, rows: list[dict], vectors, analyzer: str = "plain") -> int:
+        self._check_analyzer(analyzer)
         fields, values = filterable_attributes(rows)
         physical = new_physical(collection)
         try:
-            self._build(physical, rows, vectors, fields, values)
+            self._build(physical, rows, vectors, fields, values, analyzer)
             count = self._count(physical)
             if count != len(rows):
                 raise RuntimeError(f"{collection}: {self.backend} holds {count} of {len(rows)} rows")
@@ -138,9 +139,16 @@ class EmbeddedStore(VectorStore):
 
     @abc.abstractmethod
     def _build(
-        self, physical: str, rows: list[dict], vectors, fields: dict[str, str], values: list[dict]
+        self,
+        physical: str,
+        rows: list[dict],
+        vectors,
+        fields: dict[str, str],
+        values: list[dict],
+        analyzer: str,
     ) -> None:
-        """Write a new build: every row with its vector, and the filterable `fields` (typed `values`)."""
+        """Write a new build: every row with its vector, the filterable `fields` (typed `values`) and a
+        keyword index with the BM25 `analyzer`."""
 
     @property
     @abc.abstractmethod

@@ -58,7 +58,9 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
     def _root(self) -> str:
         return self.uri
 
-    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
+    def _build(
+        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+    ) -> None:
         import lancedb
 
         dim = vectors.shape[1]
@@ -75,7 +77,16 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
             if name != "doc_id":
                 columns[name] = pa.array([v.get(name) for v in values], ARROW_TYPES[kind])
         tbl = self._db().create_table(physical, pa.table(columns))
-        tbl.create_index("text", config=lancedb.index.FTS())
+        english = analyzer == "english"
+        fts = lancedb.index.FTS(
+            base_tokenizer="simple",  # runs of letters and digits, as every store's `plain`
+            lower_case=True,
+            stem=english,
+            remove_stop_words=english,
+            ascii_folding=english,
+            language="English",
+        )
+        tbl.create_index("text", config=fts)
 
     def _read_table(self, collection: str, run):
         return self._read(collection, lambda physical: run(self._db().open_table(physical)))

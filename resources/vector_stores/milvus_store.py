@@ -33,6 +33,12 @@ def _locked(e: Exception) -> bool:
 CLIENTS = ClientCache("Milvus Lite", _locked)
 
 
+# The `plain` analyzer of the BM25 field: the standard tokenizer (Unicode word rules, UAX #29: `snake_case`
+# stays one word) and lowercase. Milvus Lite offers no stemmer (tokenizers standard and jieba only; stop and
+# stemmer filters had no effect when tried), so `english` is not offered.
+ANALYZERS = {"plain": {"tokenizer": "standard", "filter": ["lowercase"]}}
+
+
 class _LiteClient:
     """A MilvusClient on a connection of its own, whose `close` also stops the file's in-process Milvus
     Lite server, which releases the file for other processes. (A shared pymilvus connection outlives
@@ -83,14 +89,22 @@ class MilvusLiteStore(SingleClientStore):
     open_client: ClassVar = staticmethod(_open)
     batch_size: int = 500
 
-    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
+    def _build(
+        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+    ) -> None:
         from pymilvus import DataType, Function, FunctionType, MilvusClient
 
         client = self._client(physical)
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
         schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_VARCHAR, is_primary=True)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_VARCHAR)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True)
+        schema.add_field(
+            "text",
+            DataType.VARCHAR,
+            max_length=MAX_VARCHAR,
+            enable_analyzer=True,
+            analyzer_params=ANALYZERS[analyzer],
+        )
         schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)

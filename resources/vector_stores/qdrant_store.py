@@ -58,7 +58,9 @@ class QdrantStore(SingleClientStore):
     open_client: ClassVar = staticmethod(_open)
     batch_size: int = 256
 
-    def _build(self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict]) -> None:
+    def _build(
+        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+    ) -> None:
         from qdrant_client import models
 
         client = self._client(physical)

@@ -80,8 +80,17 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
 
     # ---- writes -----------------------------------------------------------------------------------
 
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray) -> int:
-        from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
+        from weaviate.classes.config import (
+            Configure,
+            DataType,
+            Property,
+            StopwordsPreset,
+            Tokenization,
+            VectorDistances,
+        )
+
+        self._check_analyzer(analyzer)
 
         physical = f"{collection}_b{uuid.uuid4().hex[:8]}"
         fields, values = filterable_attributes(rows)
@@ -102,6 +111,9 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                 vector_config=Configure.Vectors.self_provided(
                     vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
                 ),
+                # the `plain` analyzer: word tokenization (lowercased runs of letters and digits), no
+                # stop words (Weaviate's default preset drops English ones)
+                inverted_index_config=Configure.inverted_index(stopwords_preset=StopwordsPreset.NONE),
                 properties=[
                     Property(
                         name="chunk_id",
