@@ -98,10 +98,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.stack)
 
 
+def _on_sigterm(signum, frame):
+    """SIGTERM (a CI time-out, a killed job): stop the servers at once (a KeyboardInterrupt alone may be
+    swallowed by code under test, e.g. Dagster's in-process execution), then interrupt pytest; a second
+    SIGTERM kills."""
+    from tests.servers import stop_all
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stop_all()
+    raise KeyboardInterrupt
+
+
 def pytest_configure(config):
-    # SIGTERM (a CI time-out, a killed job) becomes KeyboardInterrupt, so pytest runs the session
-    # fixtures' teardown and stops the servers instead of orphaning them.
-    signal.signal(signal.SIGTERM, lambda signum, frame: signal.default_int_handler(signum, frame))
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 STARTUP_TIMES: dict[str, float] = {}

@@ -60,6 +60,24 @@ def wait_http(
     raise TimeoutError(f"{url} not ready after {timeout} s: {log.read_text()[-2000:] if log else ''}")
 
 
+LIVE: list = []  # servers started and not stopped yet, newest last
+
+
+def _live(server):
+    LIVE.append(server)
+    return server
+
+
+def stop_all() -> None:
+    """Stop every server still running (newest first), e.g. when pytest gets SIGTERM."""
+    while LIVE:
+        server = LIVE.pop()
+        try:
+            server.stop()
+        except Exception:  # keep stopping the others
+            pass
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -122,9 +140,11 @@ class Weaviate:
         )
         url = f"http://127.0.0.1:{http}"
         startup = wait_http(f"{url}/v1/.well-known/ready", 90, proc, log)
-        return cls(url=url, grpc_port=grpc, startup_s=startup, proc=proc, tmp=tmp)
+        return _live(cls(url=url, grpc_port=grpc, startup_s=startup, proc=proc, tmp=tmp))
 
     def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
         if self.proc:
             _stop(self.proc)
         if self.tmp:
@@ -174,7 +194,7 @@ class Postgres:
             capture_output=True,
         )
         pg.startup_s = time.perf_counter() - t0
-        return pg
+        return _live(pg)
 
     def create_db(self, name: str) -> str:
         subprocess.run(
@@ -189,6 +209,8 @@ class Postgres:
         return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/{db}"
 
     def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
         subprocess.run(
             self._as_owner(
                 str(self.bindir / "pg_ctl"), "-D", str(self.tmp / "data"), "-m", "fast", "-w", "stop"
@@ -233,9 +255,11 @@ class Mlflow:
         )
         url = f"http://127.0.0.1:{port}"
         startup = wait_http(f"{url}/health", 120, proc, log)
-        return cls(url=url, proc=proc, tmp=tmp, startup_s=startup)
+        return _live(cls(url=url, proc=proc, tmp=tmp, startup_s=startup))
 
     def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
         _stop(self.proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -21,7 +21,10 @@ from pathlib import Path
 
 def test_hold_a_server(postgres_server):
     Path(__file__).with_name("server.txt").write_text(f"{postgres_server.port} {postgres_server.tmp}")
-    time.sleep(600)
+    try:
+        time.sleep(600)
+    except BaseException:  # code under test that swallows the interrupt (as in-process Dagster runs do)
+        time.sleep(600)
 """
 
 
@@ -44,8 +47,13 @@ def test_sigterm_stops_the_test_servers(tmp_path):
     port, folder = marker.read_text().split()
     psycopg2.connect(host="127.0.0.1", port=int(port), user="rag", dbname="postgres").close()  # it runs
     child.send_signal(signal.SIGTERM)
-    out = child.communicate(timeout=60)[0].decode()
-    assert child.returncode != 0, out[-2000:]
-    with pytest.raises(psycopg2.OperationalError):
-        psycopg2.connect(host="127.0.0.1", port=int(port), user="rag", dbname="postgres", connect_timeout=3)
-    assert not Path(folder).exists()  # its data directory is gone too
+    try:
+        deadline = time.monotonic() + 60  # the server stops although the test swallowed the interrupt
+        while Path(folder).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(folder).exists()  # stopped, its data directory removed
+        with pytest.raises(psycopg2.OperationalError):
+            psycopg2.connect(host="127.0.0.1", port=int(port), user="rag", dbname="postgres", connect_timeout=3)
+    finally:
+        child.kill()
+        child.communicate()
