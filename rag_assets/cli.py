@@ -158,6 +158,22 @@ class CheckFailed(RuntimeError):
     """A blocking asset check failed with severity ERROR: the sweep stops before bad data spreads."""
 
 
+def _load_data(sweep) -> tuple[int, int]:
+    """Load the corpus and QA set as a run would (cheap next to a run): a missing or bad file is an error
+    naming its field of the sweep file, then the file, row and field."""
+    from rag_core.datasets import DatasetError, load_corpus, load_qa
+
+    try:
+        corpus = load_corpus(sweep.corpus_path)
+    except DatasetError as e:
+        raise DatasetError(f"{sweep.path}: field 'data.corpus': {e}") from None
+    try:
+        qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries)
+    except DatasetError as e:
+        raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
+    return corpus.height, qa.height
+
+
 def _print_board(board) -> None:
     from rag_core.leaderboard import to_markdown
 
@@ -203,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
-    val = sub.add_parser("validate", help="validate a sweep file and list its configs")
+    val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec")
     args = parser.parse_args(argv)
 
@@ -216,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             from rag_core.plan import Plan
 
             plan = Plan.resolve(load_sweep(args.spec), deployment_store())
+            docs, questions = _load_data(plan.sweep)
             print(
-                f"{plan.sweep.name}: {len(plan.configs)} configs, "
+                f"{plan.sweep.name}: {docs} documents, {questions} questions; {len(plan.configs)} configs, "
                 + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
             )
             for key in plan.config_keys:

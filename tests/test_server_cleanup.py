@@ -53,7 +53,9 @@ def test_sigterm_stops_the_test_servers(tmp_path):
             time.sleep(0.2)
         assert not Path(folder).exists()  # stopped, its data directory removed
         with pytest.raises(psycopg2.OperationalError):
-            psycopg2.connect(host="127.0.0.1", port=int(port), user="rag", dbname="postgres", connect_timeout=3)
+            psycopg2.connect(
+                host="127.0.0.1", port=int(port), user="rag", dbname="postgres", connect_timeout=3
+            )
     finally:
         child.kill()
         child.communicate()
