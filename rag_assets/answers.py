@@ -23,7 +23,7 @@ class Answers(StageLogic):
         ),
     )
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         gen = run.config.generation
 
         def count_tokens(text: str) -> int:

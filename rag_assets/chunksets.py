@@ -12,7 +12,7 @@ class Chunksets(StageLogic):
     description = "Chunks of every document (chunk_id, doc_id, text, character span, index_text)."
     resources = ("embedder",)
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         cfg, embedder = run.config.chunking, run.resources.embedder
         docs = run.read("corpus")
         tokenize, breakpoints = None, None

@@ -50,38 +50,34 @@ class SweepRun(NamedTuple):
 
     def artifact(self, stage: str, key: str | None = None, part: str | None = None):
         """The rows of a stage's artifact as its latest materialization recorded it."""
+        from rag_assets.stage_asset import asset_key
         from rag_assets.sweep_defs import prefix_of
         from resources.artifacts import ArtifactRef, latest_fingerprint
 
-        asset = dg_key(prefix_of(self.plan.sweep.name), stage)
+        asset = asset_key(prefix_of(self.plan.sweep.name), stage)
         fp = latest_fingerprint(self.instance, asset, key)
         if fp is None:
             raise KeyError(f"{asset.to_user_string()}[{key}] is not materialized")
         return ArtifactRef(self.data, stage, fp, key).read(part)
 
 
-def dg_key(prefix: str, stage: str):
-    import dagster as dg
-
-    return dg.AssetKey([prefix, stage])
-
-
 def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
     """(stage, partition) steps in dependency order after the input snapshots: partitions whose latest
     materialization already holds the artifact these inputs give, and whose file is in `data`, are left out
     (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
+    from rag_assets.stage_asset import asset_key
     from rag_assets.sweep_defs import prefix_of
     from rag_core.stages import CONFIG_STAGE
     from resources.artifacts import ArtifactRef, latest_fingerprint
 
     prefix = prefix_of(plan.sweep.name)
-    inputs = {s: latest_fingerprint(instance, dg_key(prefix, s), None) for s in ("corpus", "qa_set")}
+    inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
     expected = plan.fingerprints(inputs)
     out = []
     for stage, keys in plan.partitions.items():
         for key in keys:
             fp = expected[(stage, key)]
-            done = latest_fingerprint(instance, dg_key(prefix, stage), key) == fp
+            done = latest_fingerprint(instance, asset_key(prefix, stage), key) == fp
             done = done and ArtifactRef(data, stage, fp).exists()  # not so in another data dir, same instance
             if force or stage == CONFIG_STAGE or not done:
                 out.append((stage, key))
@@ -107,13 +103,14 @@ def run_sweep(
     from rag_assets.definitions import build_definitions
     from rag_assets.leaderboard import leaderboard_path
     from rag_assets.lib.rag_sweep import deployment_store
-    from rag_assets.stage_asset import FORCE_TAG
+    from rag_assets.stage_asset import FORCE_TAG, asset_key
     from rag_assets.sweep_defs import prefix_of
     from rag_core.plan import Plan
     from rag_core.spec import load_sweep
+    from resources import default_data_dir
 
     plan = Plan.resolve(load_sweep(spec), store or deployment_store())
-    data = Path(data_dir or os.environ.get("RAG_DATA_DIR") or Path.cwd() / ".rag_data").resolve()
+    data = Path(data_dir or default_data_dir()).resolve()
     defs = build_definitions([plan], str(data), resources)
     instance = _instance(data)
     prefix = prefix_of(plan.sweep.name)
@@ -124,7 +121,7 @@ def run_sweep(
     def materialize(stage: str, key: str | None = None) -> None:
         result = dg.materialize(
             assets,
-            selection=[dg_key(prefix, stage)],
+            selection=[asset_key(prefix, stage)],
             partition_key=key,
             instance=instance,
             resources=defs.resources,

@@ -18,7 +18,7 @@ class Embeddings(StageLogic):
     resources = ("embedder",)
     checks = (Check("aligned_with_chunks", "One vector per chunk of the chunkset, in its order.", True),)
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         chunks, model = run.read("chunksets"), run.config.embedding.model
         last = [0]
 

@@ -23,7 +23,7 @@ class Evaluations(StageLogic):
     def kinds(self, plan) -> set[str]:
         return {"parquet", "mlflow"}
 
-    def compute(self, run: StageRun, ref) -> Artifact:
+    def compute(self, run: StageRun) -> Artifact:
         c, sweep = run.config, run.plan.sweep
         embedder, llm = run.resources.embedder, run.resources.llm
         qa, ret, ans = run.read("qa_set"), run.read("rerankings"), run.read("answers")
@@ -41,11 +41,11 @@ class Evaluations(StageLogic):
         )
         summary = {
             "config_key": run.context.partition_key,
-            "fingerprint": ref.fp,
+            "fingerprint": run.ref.fp,
             **c.flat_params(),
             **metrics,
         }
-        return Artifact(ref, pl.DataFrame([summary]), {"per_query": per_query})
+        return Artifact(run.ref, pl.DataFrame([summary]), {"per_query": per_query})
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         summary = frame.to_dicts()[0]

@@ -29,19 +29,20 @@ class VectorIndex(StageLogic):
     def _store(self, run: StageRun):
         return run.resources.vector_stores.get(run.config.index.store)
 
-    def reusable(self, run: StageRun, ref) -> bool:
+    def reusable(self, run: StageRun) -> bool:
+        ref = run.ref
         if not ref.exists():
             return False
         info = self._store(run).info(collection_name(run.context.partition_key, ref.fp))
         return info["exists"] and info["count"] == ref.read()["count"][0]
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         chunks, emb = run.read("chunksets"), run.read("embeddings")
         if emb["chunk_id"].to_list() != chunks["chunk_id"].to_list():
             raise dg.Failure(
                 f"embeddings {run.inputs['embeddings'].fp[:12]} do not line up with their chunkset"
             )
-        collection = collection_name(run.context.partition_key, ref.fp)
+        collection = collection_name(run.context.partition_key, run.ref.fp)
         store = self._store(run)
         rows = chunks.select("chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata").to_dicts()
         n = store.upsert(collection, rows, vectors_from_column(emb["vector"]), run.config.index.bm25_analyzer)

@@ -46,7 +46,7 @@ class Corpus(StageLogic):
     def identity(self, run: StageRun) -> str:
         return file_hash(run.plan.sweep.corpus_path)
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         return load_corpus(run.plan.sweep.corpus_path)
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
@@ -67,7 +67,7 @@ class QASet(StageLogic):
     def identity(self, run: StageRun) -> tuple:
         return file_hash(run.plan.sweep.qa_path), run.plan.sweep.max_queries
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         docs = set(run.read("corpus")["doc_id"].to_list())
         return load_qa(run.plan.sweep.qa_path, docs, run.plan.sweep.max_queries)
 

@@ -4,6 +4,7 @@ Besides its content-addressed artifact it writes `<data_dir>/leaderboards/<sweep
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -13,9 +14,7 @@ from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_config
 from resources.artifacts import atomic_write_parquet
 
 
-def leaderboard_path(data_dir, sweep_name: str):
-    from pathlib import Path
-
+def leaderboard_path(data_dir, sweep_name: str) -> Path:
     return Path(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
 
 
@@ -30,7 +29,7 @@ class Leaderboard(StageLogic):
     def identity(self, run: StageRun):
         return run.plan.sweep.weights
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         refs = run.inputs["evaluations"]
         if not refs:
             raise dg.Failure(f"no evaluation of sweep {run.plan.sweep.name} is materialized yet")

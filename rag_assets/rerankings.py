@@ -15,7 +15,7 @@ class Rerankings(StageLogic):
     description = "Per query: the final top_k chunks after reranking (none, mmr, llm, cross_encoder)."
     resources = ("embedder", "llm")
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         c, embedder = run.config, run.resources.embedder
         return rerank(
             c,

@@ -16,7 +16,7 @@ class Retrievals(StageLogic):
     )
     resources = ("embedder", "vector_stores", "llm")
 
-    def compute(self, run: StageRun, ref) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> pl.DataFrame:
         c = run.config
         embedder = run.resources.embedder
         return retrieve(

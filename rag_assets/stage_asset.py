@@ -88,10 +88,12 @@ class StageLogic:
         """The stage's own part of the fingerprint: its settings (an input snapshot: the file's hash)."""
         return run.partition.own
 
-    def reusable(self, run: StageRun, ref: ArtifactRef) -> bool:
-        return ref.exists()
+    def reusable(self, run: StageRun) -> bool:
+        """Whether this step's artifact (`run.ref`) is complete and may be reused."""
+        return run.ref.exists()
 
-    def compute(self, run: StageRun, ref: ArtifactRef) -> pl.DataFrame | Artifact:
+    def compute(self, run: StageRun) -> pl.DataFrame | Artifact:
+        """The artifact's rows (or an Artifact with side tables) for `run.ref`."""
         raise NotImplementedError
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
@@ -164,12 +166,12 @@ def stage_asset(
         ref = run.ref = context.resources.artifacts.ref(
             name, fp, context.partition_key if s.partitioned else None
         )
-        reused = logic.reusable(run, ref) and not forced(context)
+        reused = logic.reusable(run) and not forced(context)
         if reused:
             out = Artifact(ref)
             frame = ref.read()
         else:
-            computed = logic.compute(run, ref)
+            computed = logic.compute(run)
             out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
             frame = out.frame
         run.output = out

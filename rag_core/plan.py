@@ -17,6 +17,11 @@ from rag_core.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, 
 from rag_core.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
 
 
+def _with_store(c: RagConfig, store: str) -> RagConfig:
+    """The config with `store` filled in when it names no vector store itself."""
+    return c if c.index.store else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
+
+
 @dataclass(frozen=True)
 class Partition:
     stage: str
@@ -37,12 +42,7 @@ class Plan:
     def resolve(cls, sweep: Sweep, store: str = "lancedb") -> Plan:
         if store not in VECTOR_STORES:
             raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
-        configs = tuple(
-            c
-            if c.index.store
-            else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
-            for c in sweep.configs
-        )
+        configs = tuple(_with_store(c, store) for c in sweep.configs)
         for c in configs:
             if c.index.bm25_analyzer not in STORE_ANALYZERS[c.index.store]:
                 able = [s for s, names in STORE_ANALYZERS.items() if c.index.bm25_analyzer in names]
@@ -90,9 +90,7 @@ class Plan:
 
     def key_of(self, c: RagConfig, stage_name: str = CONFIG_STAGE) -> str:
         """A config's partition key at a stage (its config key by default); `c` may name no store."""
-        if not c.index.store:
-            c = c.model_copy(update={"index": c.index.model_copy(update={"store": self.store})})
-        return partition_key(stage_name, c)
+        return partition_key(stage_name, _with_store(c, self.store))
 
     def config(self, key: str) -> RagConfig:
         return self.partition(CONFIG_STAGE, key).config

@@ -11,7 +11,7 @@ import time
 
 import dagster as dg
 
-from rag_core.completion import NO_USAGE, Completion, usage  # noqa: F401  (re-exported)
+from rag_core.completion import Completion
 
 # litellm fetches a remote cost map at import and deadlocks with mlflow without this (shared/notes/stack.md).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
