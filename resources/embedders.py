@@ -1,12 +1,16 @@
 """Embedding models behind one resource, with a cache keyed by (model, text hash).
 
 The cache is a set of Parquet parts under `<data_dir>/embedding_cache/<model>/`; every call embeds only
-texts the cache has never seen, so an identical chunk is embedded once across configs and runs. Each new
-part is written atomically, so concurrent runs never corrupt each other's cache.
+texts the cache has never seen, so an identical chunk is embedded once across configs and runs. New
+vectors are written as a part every `checkpoint_texts` texts, atomically, so a killed run keeps every whole
+part and a rerun embeds only what is left, and concurrent runs never corrupt each other's cache. A damaged
+part (cut short by a full disk or a copy) is set aside as `*.damaged`, never read, and its texts embedded again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -28,6 +32,7 @@ _MODELS: dict[str, object] = {}
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
 _PARTS: dict[Path, dict[str, np.ndarray]] = {}
 _LOCK = threading.Lock()
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,6 +87,7 @@ class EmbeddingService(dg.ConfigurableResource):
 
     cache_dir: str
     batch_size: int = 16
+    checkpoint_texts: int = 256  # new vectors are saved every this many texts
     api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
 
     def _cache_path(self, model: str) -> Path:
@@ -95,10 +101,18 @@ class EmbeddingService(dg.ConfigurableResource):
         for part in sorted(folder.glob("*.parquet")):
             with _LOCK:
                 if part not in _PARTS:
-                    df = pl.read_parquet(part)
-                    _PARTS[part] = dict(
-                        zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True)
-                    )
+                    try:
+                        df = pl.read_parquet(part)
+                        _PARTS[part] = dict(
+                            zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True)
+                        )
+                    except Exception as e:  # truncated or not a cache part: never trust it
+                        _LOG.warning(
+                            f"embedding cache part {part} is damaged ({e}); embedding its texts again"
+                        )
+                        with contextlib.suppress(FileNotFoundError):  # another run set it aside first
+                            part.replace(part.with_suffix(".damaged"))
+                        continue
             cache.update(_PARTS[part])
         return cache
 
@@ -138,18 +152,37 @@ class EmbeddingService(dg.ConfigurableResource):
 
         return [litellm.token_counter(model=model, text=t) for t in texts]
 
+    def max_tokens(self, model: str) -> int | None:
+        """The longest input the model reads, in its tokens (special tokens included); longer texts are cut.
+        None when unknown (a remote model litellm has no limit for)."""
+        if is_local_model(model):
+            return int(_local_model(model).max_seq_length)
+        import litellm
+
+        try:
+            return litellm.get_model_info(model).get("max_input_tokens")
+        except Exception:  # a model litellm does not know
+            return None
+
     def embed(self, model: str, texts: list[str], progress=None) -> tuple[np.ndarray, EmbedStats]:
         """Vectors (L2-normalized float32, one row per text) and what it cost."""
         t0 = time.perf_counter()
         hashes = [text_hash(t) for t in texts]
         cache = self._load_cache(model)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
-        if missing:
-            new = self._model_embed(model, list(missing.values()), progress)
-            part = pl.DataFrame({"text_hash": list(missing)}).with_columns(
+        todo = list(missing.items())
+        for start in range(0, len(todo), self.checkpoint_texts):
+            block = todo[start : start + self.checkpoint_texts]
+
+            def block_progress(done: int, _: int, start: int = start) -> None:
+                if progress:
+                    progress(start + done, len(todo))
+
+            new = self._model_embed(model, [text for _, text in block], block_progress)
+            part = pl.DataFrame({"text_hash": [h for h, _ in block]}).with_columns(
                 pl.Series("vector", fixed_size_vectors(new))
             )
             atomic_write_parquet(part, self._cache_path(model) / f"{uuid.uuid4().hex}.parquet")
-            cache.update(zip(missing, new, strict=True))
+            cache.update(zip((h for h, _ in block), new, strict=True))
         matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
         return matrix, EmbedStats(len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0)

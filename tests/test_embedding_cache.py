@@ -1,0 +1,50 @@
+"""The embedding cache keeps what a killed run embedded and never trusts a damaged part."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from resources.embedders import EmbeddingService
+
+MODEL = "all-MiniLM-L6-v2"
+TEXTS = [f"passage number {i} about topic {i % 3}" for i in range(10)]
+
+
+class Killed(Exception):
+    pass
+
+
+def _service(tmp_path) -> EmbeddingService:
+    return EmbeddingService(cache_dir=str(tmp_path / "cache"), batch_size=2, checkpoint_texts=4)
+
+
+def test_a_killed_embedding_keeps_its_checkpoints_and_the_rerun_embeds_only_the_rest(tmp_path):
+    service = _service(tmp_path)
+
+    def kill_after_six(done: int, total: int) -> None:
+        if done >= 6:
+            raise Killed  # dies in the second checkpoint's block
+
+    with pytest.raises(Killed):
+        service.embed(MODEL, TEXTS, kill_after_six)
+    parts = sorted((tmp_path / "cache").rglob("*.parquet"))
+    assert len(parts) == 1  # the first 4 texts survived as a whole part; the half-done block left nothing
+
+    vectors, stats = service.embed(MODEL, TEXTS)
+    assert stats.embedded == 6  # only the texts the killed run had not saved
+    fresh, _ = EmbeddingService(cache_dir=str(tmp_path / "other")).embed(MODEL, TEXTS)
+    np.testing.assert_allclose(vectors, fresh, atol=1e-5)
+    assert len(list((tmp_path / "cache").rglob("*.parquet"))) == 3  # 4 + 4 + 2 texts
+
+
+def test_a_damaged_cache_part_is_set_aside_and_its_texts_embedded_again(tmp_path):
+    service = _service(tmp_path)
+    vectors, _ = service.embed(MODEL, TEXTS)
+    part = sorted((tmp_path / "cache").rglob("*.parquet"), key=lambda p: p.stat().st_mtime)[0]
+    part.write_bytes(part.read_bytes()[:100])  # cut short, as a full disk would leave it
+
+    again, stats = _service(tmp_path).embed(MODEL, TEXTS)  # a new run: nothing parsed in memory for it
+    assert stats.embedded == 4  # the damaged part's texts, no more
+    np.testing.assert_allclose(again, vectors, atol=1e-5)
+    assert part.with_suffix(".damaged").exists() and not part.exists()
