@@ -31,7 +31,7 @@ class VectorIndex(StageLogic):
 
     def reusable(self, run: StageRun) -> bool:
         ref = run.ref
-        if not ref.exists():
+        if not super().reusable(run):
             return False
         info = self._store(run).info(collection_name(run.context.partition_key, ref.fp))
         return info["exists"] and info["count"] == ref.read()["count"][0]

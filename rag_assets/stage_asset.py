@@ -89,7 +89,10 @@ class StageLogic:
         return run.partition.own
 
     def reusable(self, run: StageRun) -> bool:
-        """Whether this step's artifact (`run.ref`) is complete and may be reused."""
+        """Whether this step's artifact (`run.ref`) is complete and may be reused; a damaged one is not."""
+        if run.ref.exists() and not run.ref.intact():
+            run.context.log.warning(f"artifact {run.ref.path()} is damaged: computing it again")
+            return False
         return run.ref.exists()
 
     def compute(self, run: StageRun) -> pl.DataFrame | Artifact:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 from dagster._core.definitions.data_version import extract_data_version_from_entry
 
 
@@ -32,6 +33,14 @@ def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def readable_parquet(path: Path) -> bool:
+    try:
+        pq.read_metadata(path)
+        return True
+    except Exception:  # truncated, empty or not Parquet at all
+        return False
 
 
 @dataclass(frozen=True)
@@ -49,15 +58,27 @@ class ArtifactRef:
     def exists(self) -> bool:
         return self.path().exists()
 
+    def files(self) -> list[Path]:
+        """The main file and every side table on disk."""
+        return [self.path(), *sorted(self.path().parent.glob(f"{self.fp}.*.parquet"))]
+
+    def intact(self) -> bool:
+        """The artifact exists and every file of it is a whole Parquet file (footer readable): a file cut
+        short by a full disk or a copy is never trusted."""
+        return self.exists() and all(readable_parquet(p) for p in self.files())
+
     def read(self, part: str | None = None) -> pl.DataFrame:
         path = self.path(part)
+        where = f"{self.stage}[{self.partition}]" if self.partition else self.stage
         if not path.exists():
-            where = f"{self.stage}[{self.partition}]" if self.partition else self.stage
             raise dg.Failure(
                 f"{where}: artifact {path} is missing (deleted since it was materialized?): "
                 f"materialize {where} again"
             )
-        return pl.read_parquet(path)
+        try:
+            return pl.read_parquet(path)
+        except Exception as e:  # polars raises ComputeError, OSError ... on a damaged file
+            raise dg.Failure(f"{where}: artifact {path} is damaged ({e}): materialize {where} again") from e
 
 
 @dataclass
