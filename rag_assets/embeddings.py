@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.metrics.chunking import truncated_share
 from resources.embedders import fixed_size_vectors
 
 
@@ -41,10 +42,22 @@ class Embeddings(StageLogic):
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        model, embedder = run.config.embedding.model, run.resources.embedder
+        limit = embedder.max_tokens(model)
+        texts = run.read("chunksets")["index_text"].to_list()
+        share = truncated_share(embedder.token_counts(model, texts), limit)
+        if share:
+            run.context.log.warning(
+                f"{share:.0%} of the chunks are longer than {model} reads ({limit} tokens): their ends are "
+                "cut before embedding, so vector search cannot find what they say there; use smaller chunks"
+            )
         return {
             "dagster/row_count": frame.height,
-            "model": run.config.embedding.model,
+            "model": model,
             "dimensions": frame.schema["vector"].size,
+            "max_tokens": limit if limit is not None else "unknown",
+            "truncated_chunks": round(share * len(texts)),
+            "truncated_share": share,
             "embedding_calls": 0,
             **run.notes,
         }

@@ -37,6 +37,7 @@ class Evaluations(StageLogic):
             embed=lambda texts: embedder.embed(model, texts)[0],
             chunk_vectors=chunk_vectors(run.read("embeddings")),
             token_counts=lambda texts: embedder.token_counts(model, texts),
+            max_tokens=embedder.max_tokens(model),
             judged=judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None,
         )
         summary = {

@@ -104,10 +104,11 @@ def evaluate(
     embed: Callable[[list[str]], np.ndarray],
     chunk_vectors: dict[str, np.ndarray],
     token_counts: Callable[[list[str]], list[int]],
+    max_tokens: int | None,
     judged: tuple[dict, dict] | None,
 ) -> tuple[pl.DataFrame, dict[str, float]]:
-    """(per-query metrics, summary): metric means with their 95% bootstrap intervals, chunk quality,
-    per-stage usage and fallback counts. `judged` is the judge's (scores, usage) when a judge is set."""
+    """(per-query metrics, summary): metric means with their 95% bootstrap intervals, chunk quality
+    (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged` is the judge's (scores, usage) when a judge is set."""
     per_query = evaluate_queries(
         qa,
         reranked,
@@ -126,7 +127,7 @@ def evaluate(
     metrics |= {
         "chunk_count": float(chunks.height),
         "chunk_chars_mean": float(chunks["text"].str.len_chars().mean()),
-        **length_stats(token_counts(chunks["index_text"].to_list())),
+        **length_stats(token_counts(chunks["index_text"].to_list()), max_tokens),
         "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
         "chunk_cohesion": cohesion,
         "chunk_separation": separation,

@@ -124,7 +124,9 @@ def test_chunking_metrics():
         "chunk_tokens_std": pytest.approx(np.std([2, 4, 6])),
         "chunk_tokens_min": 2.0,
         "chunk_tokens_max": 6.0,
+        "chunk_truncated_share": 0.0,  # no limit known: nothing counted as truncated
     }
+    assert length_stats([2, 4, 6], max_tokens=4)["chunk_truncated_share"] == pytest.approx(1 / 3)
     assert length_stats([])["chunk_tokens_mean"] == 0.0
     # "Paris" covered; "New York" split across chunks is not; articles/case normalized
     assert (
@@ -154,3 +156,33 @@ def test_bootstrap_ci_and_paired_test():
     assert diff == pytest.approx(0.2) and dlo > 0 and p < 0.01  # clearly better
     diff, dlo, dhi, p = paired_bootstrap(a, a[:, ::-1], [1, 1])
     assert diff == pytest.approx(0.0) and dlo <= 0 <= dhi and p == 1.0  # same scores: tied
+
+
+def test_a_config_whose_generations_failed_is_ranked_last_and_marked_not_tied():
+    from rag_core.leaderboard import compare_to_leader, rank_configs
+
+    def summary(key, f1, errors):
+        return {
+            "config_key": key,
+            "token_f1": f1,
+            "n_queries": 10.0,
+            "n_generation_errors": errors,
+            "cost_usd": 0.0,
+            "retrieval_p50_ms": 1.0,
+            "generation_p50_ms": 1.0,
+        }
+
+    # "outage" scores best, but 4 of its 10 answers are failed calls; "weak" failed once (10%: kept).
+    rows = [summary("outage", 0.6, 4.0), summary("sound", 0.5, 0.0), summary("weak", 0.2, 1.0)]
+    per_query = {
+        "outage": pl.DataFrame({"query_id": [str(i) for i in range(10)], "token_f1": [0.0] * 4 + [1.0] * 6}),
+        "sound": pl.DataFrame({"query_id": [str(i) for i in range(10)], "token_f1": [0.5] * 10}),
+        "weak": pl.DataFrame({"query_id": [str(i) for i in range(10)], "token_f1": [0.2] * 10}),
+    }
+    weights = {"token_f1": 1.0}
+    board = compare_to_leader(rank_configs(pl.DataFrame(rows), weights), per_query, weights)
+    assert board["config_key"].to_list() == ["sound", "weak", "outage"]
+    assert board["vs_leader"].to_list() == ["leader", "worse", "too many errors"]
+    assert board["too_many_errors"].to_list() == [False, False, True]
+    assert board["generation_error_share"].to_list() == [0.0, 0.1, 0.4]
+    assert not board["tied_with_leader"][2]

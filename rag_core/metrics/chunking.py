@@ -9,8 +9,17 @@ import numpy as np
 from rag_core.text import normalize_answer
 
 
-def length_stats(token_counts: Sequence[int]) -> dict[str, float]:
-    """Mean, population std, min and max of chunk lengths in tokens of the embedder's tokenizer."""
+def truncated_share(token_counts: Sequence[int], max_tokens: int | None) -> float:
+    """Share of chunks longer than the embedder reads (the rest of such a chunk is cut before embedding,
+    so its vector does not see it); 0.0 when the limit is unknown or there are no chunks."""
+    if not max_tokens or not len(token_counts):
+        return 0.0
+    return float(np.mean(np.asarray(token_counts) > max_tokens))
+
+
+def length_stats(token_counts: Sequence[int], max_tokens: int | None = None) -> dict[str, float]:
+    """Mean, population std, min and max of chunk lengths in tokens of the embedder's tokenizer, and the
+    share of chunks the embedder truncates."""
     x = np.asarray(token_counts, dtype=np.float64)
     if x.size == 0:
         return {
@@ -18,12 +27,14 @@ def length_stats(token_counts: Sequence[int]) -> dict[str, float]:
             "chunk_tokens_std": 0.0,
             "chunk_tokens_min": 0.0,
             "chunk_tokens_max": 0.0,
+            "chunk_truncated_share": 0.0,
         }
     return {
         "chunk_tokens_mean": float(x.mean()),
         "chunk_tokens_std": float(x.std()),
         "chunk_tokens_min": float(x.min()),
         "chunk_tokens_max": float(x.max()),
+        "chunk_truncated_share": truncated_share(token_counts, max_tokens),
     }
 
 
