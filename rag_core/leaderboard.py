@@ -6,6 +6,10 @@ import polars as pl
 
 from rag_core.metrics import overall_score
 
+# A config whose generations failed for more than this share of the queries is not ranked among the others:
+# its failed answers would count as wrong answers, i.e. an outage would read as low quality.
+MAX_ERROR_SHARE = 0.1
+
 DISPLAY_COLUMNS = [
     "rank",
     "config_key",
@@ -27,7 +31,8 @@ def compare_to_leader(
 ) -> pl.DataFrame:
     """Add the overall score's 95% bootstrap interval and a paired bootstrap test of each config against
     the leader (rank 1) over the same queries: `p_value_vs_leader`, `tied_with_leader` (the 95% interval of
-    the score difference contains 0), and a display column `vs_leader` (leader / tied / worse)."""
+    the score difference contains 0), and a display column `vs_leader` (leader / tied / worse, or
+    "too many errors" for a config ranked last for its failed generations)."""
     import numpy as np
 
     from rag_core.metrics.stats import paired_bootstrap, score_ci
@@ -51,6 +56,9 @@ def compare_to_leader(
         diff, dlo, dhi, p = paired_bootstrap(leader, m, w, seed=seed)
         tied = dlo <= 0.0 <= dhi
         rows.append((lo, hi, diff, dlo, dhi, p, tied, "tied" if tied else "worse"))
+    for i, bad in enumerate(board["too_many_errors"]):
+        if bad:  # its score is not a measure of quality: neither tied with the leader nor merely worse
+            rows[i] = (*rows[i][:6], False, "too many errors")
     cols = [
         "overall_ci_low",
         "overall_ci_high",
@@ -73,11 +81,22 @@ def compare_to_leader(
 
 
 def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
+    """Rank by overall score, then cost, then latency; configs with `too_many_errors` (generation errors
+    on more than MAX_ERROR_SHARE of the queries) come after every other config."""
     scores = [overall_score(row, weights) for row in summaries.iter_rows(named=True)]
     latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]
+    error_share = summaries["n_generation_errors"] / summaries["n_queries"].clip(lower_bound=1)
     ranked = (
-        summaries.with_columns(pl.Series("overall_score", scores, pl.Float64), latency.alias("_latency"))
-        .sort(["overall_score", "cost_usd", "_latency", "config_key"], descending=[True, False, False, False])
+        summaries.with_columns(
+            pl.Series("overall_score", scores, pl.Float64),
+            error_share.alias("generation_error_share"),
+            (error_share > MAX_ERROR_SHARE).alias("too_many_errors"),
+            latency.alias("_latency"),
+        )
+        .sort(
+            ["too_many_errors", "overall_score", "cost_usd", "_latency", "config_key"],
+            descending=[False, True, False, False, False],
+        )
         .drop("_latency")
         .with_row_index("rank", offset=1)
     )

@@ -92,7 +92,7 @@ STAGES: tuple[Stage, ...] = (
         "answers",
         "rerankings",
         ("rerankings", "chunksets", "corpus", "qa_set"),
-        4,  # 4: the extractive reader sums in a fixed order (hash-seed independent)
+        5,  # 5: an empty completion is a failed call (retried, counted), not an empty answer
         key=lambda c: c.generation.key,
         settings=lambda c, j: c.generation.model_dump(),
     ),
@@ -100,7 +100,7 @@ STAGES: tuple[Stage, ...] = (
         "evaluations",
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
-        6,  # 6: [n] markers removed from gold answers too; SQuAD v1.1 F1 for empty sides
+        7,  # 7: chunk_truncated_share (chunks longer than the embedder reads)
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
     ),

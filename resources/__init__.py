@@ -16,6 +16,8 @@ def default_data_dir() -> str:
 
 
 def build_resources(data_dir: str) -> dict:
+    import dagster as dg
+
     from resources.artifacts import ArtifactIOManager
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
@@ -29,8 +31,10 @@ def build_resources(data_dir: str) -> dict:
             api_base=os.environ.get("RAG_EMBEDDING_API_BASE"),
         ),
         "vector_stores": VectorStores.from_env(data_dir),
+        # the key is resolved at run time from the environment: run records hold only its name
         "llm": LLMClient(
-            api_base=os.environ.get("RAG_LLM_API_BASE"), api_key=os.environ.get("RAG_LLM_API_KEY")
+            api_base=os.environ.get("RAG_LLM_API_BASE"),
+            api_key=dg.EnvVar("RAG_LLM_API_KEY") if os.environ.get("RAG_LLM_API_KEY") else None,
         ),
         "tracking": MlflowTracking(default_dir=data_dir),
     }

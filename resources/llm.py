@@ -1,7 +1,9 @@
 """LLM calls through litellm, so any provider works (OpenAI, Anthropic, Ollama, a local server ...).
 
-A failed call is retried with backoff; if every attempt fails the error is returned, never raised, so one
-bad query never halts a batch and is never silently dropped.
+A failed call (an error status, a reply that is not the protocol, an empty completion, a timeout) is
+retried with backoff; if every attempt fails the error is returned, never raised, so one bad query never
+halts a batch and is never silently dropped. A call takes at most (max_retries + 1) × timeout_s plus the
+backoff.
 """
 
 from __future__ import annotations
@@ -17,9 +19,26 @@ from rag_core.completion import Completion
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+class EmptyCompletion(RuntimeError):
+    pass
+
+
+SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` with every given secret and every secret-named environment variable's value (…_API_KEY,
+    …_TOKEN …) replaced by ***: a provider error that echoes the key must not reach an artifact."""
+    values = [*secrets, *(v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES))]
+    for value in sorted({v for v in values if v and len(v) >= 6}, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
 class LLMClient(dg.ConfigurableResource):
     """`api_base`/`api_key` are passed to litellm when set; otherwise litellm reads the provider's usual
-    environment variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, OLLAMA_API_BASE ...)."""
+    environment variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, OLLAMA_API_BASE ...). Give `api_key` as
+    `dg.EnvVar(...)`: Dagster then stores the variable's name in its run records, never the key."""
 
     api_base: str | None = None
     api_key: str | None = None
@@ -33,6 +52,7 @@ class LLMClient(dg.ConfigurableResource):
     ) -> Completion:
         import litellm
 
+        litellm.suppress_debug_info = True  # no "Give Feedback" banner on stdout for every failed call
         t0 = time.perf_counter()
         error = None
         for attempt in range(1, self.max_retries + 2):
@@ -47,13 +67,16 @@ class LLMClient(dg.ConfigurableResource):
                     api_key=self.api_key,
                     num_retries=0,  # retries are ours, counted per query
                 )
+                text = (resp.choices[0].message.content or "").strip()
+                if not text:  # a reply with no text is a failed call, not an empty answer to score
+                    raise EmptyCompletion("the model returned an empty completion")
                 usage = getattr(resp, "usage", None)
                 try:
                     cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
                 except Exception:  # unknown or local model: litellm has no price for it
                     cost = 0.0
                 return Completion(
-                    text=(resp.choices[0].message.content or "").strip(),
+                    text=text,
                     error=None,
                     attempts=attempt,
                     latency_ms=(time.perf_counter() - t0) * 1000,
@@ -62,7 +85,7 @@ class LLMClient(dg.ConfigurableResource):
                     cost_usd=cost,
                 )
             except Exception as e:  # litellm maps provider errors onto many exception types
-                error = f"{type(e).__name__}: {e}"[:500]
+                error = redact(f"{type(e).__name__}: {e}", self.api_key)[:500]
                 if attempt <= self.max_retries:
                     time.sleep(self.retry_backoff_s * attempt)
         return Completion(

@@ -1,7 +1,8 @@
 """A local HTTP server that speaks the OpenAI chat-completions protocol, for tests only.
 
 Hosted LLMs cannot be reached from here, so litellm's real HTTP path is exercised against this server.
-`responder(prompt) -> (status, text, delay_s)` scripts each reply; every request is recorded.
+`responder(prompt) -> (status, text, delay_s)` scripts each reply (status `MALFORMED` sends `text` as the
+raw body, e.g. broken JSON); every request is recorded.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+MALFORMED = -1  # a 200 reply whose body is the text as is, not the protocol's JSON
+
 
 class OpenAIStub:
-    def __init__(self, responder: Callable[[str], tuple[int, str, float]]):
-        self.responder = responder
+    def __init__(self, responder: Callable[..., tuple[int, str, float]], by_model: bool = False):
+        self.responder = responder  # responder(prompt), or responder(prompt, model) when by_model
         self.requests: list[dict] = []
         stub = self
 
@@ -29,9 +32,12 @@ class OpenAIStub:
                     {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
                 )
                 prompt = body["messages"][-1]["content"]
-                status, text, delay = stub.responder(prompt)
+                args = (prompt, body["model"]) if by_model else (prompt,)
+                status, text, delay = stub.responder(*args)
                 time.sleep(delay)
-                if status != 200:
+                if status == MALFORMED:
+                    status, payload = 200, None
+                elif status != 200:
                     payload = {"error": {"message": text, "type": "server_error", "code": status}}
                 else:
                     payload = {
@@ -52,7 +58,7 @@ class OpenAIStub:
                             "total_tokens": len(prompt.split()) + len(text.split()),
                         },
                     }
-                data = json.dumps(payload).encode()
+                data = text.encode() if payload is None else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

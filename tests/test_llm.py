@@ -10,7 +10,7 @@ import pytest
 from rag_assets.cli import run_sweep
 from resources.llm import LLMClient
 from tests.conftest import write_sweep
-from tests.openai_stub import OpenAIStub
+from tests.openai_stub import MALFORMED, OpenAIStub
 
 MODEL = "openai/stub-model"
 
@@ -61,8 +61,32 @@ def test_slow_request_times_out_and_is_recorded():
     assert elapsed < 2.9  # two 0.5 s attempts, not the server's 3 s
 
 
+@pytest.mark.parametrize(
+    ("status", "text", "expect"),
+    [
+        (429, "rate limit reached", "RateLimitError"),
+        (500, "internal error", "InternalServerError"),
+        (MALFORMED, '{"choices": [{"message": ', "Expecting value"),  # cut-off JSON with status 200
+        (200, "", "EmptyCompletion"),
+        (200, "   ", "EmptyCompletion"),
+    ],
+)
+def test_every_kind_of_failed_call_is_retried_then_recorded_as_an_error(status, text, expect):
+    with OpenAIStub(lambda p: (status, text, 0.0)) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="k", max_retries=1, retry_backoff_s=0.01)
+        out = client.complete(MODEL, "q")
+    assert out.error and out.text == "" and out.attempts == 2 and len(stub.requests) == 2
+    assert expect in out.error
+
+
 @pytest.mark.slow
-def test_sweep_with_llm_generation_keeps_failed_queries(slice_data, tmp_path):
+def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slice_data, tmp_path, capsys):
+    """One model fails on one question (kept, counted); another is down for every call: its config is
+    ranked last as 'too many errors', not as a config of low quality, and the sweep still finishes."""
+    from mlflow import MlflowClient
+
+    from rag_assets.cli import _print_board
+
     qa = pl.read_parquet(slice_data["qa"])
     answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
     failing = qa["question"][0]
@@ -71,24 +95,41 @@ def test_sweep_with_llm_generation_keeps_failed_queries(slice_data, tmp_path):
         question = next(q for q in answer_of if q in prompt)
         return (500, "upstream error", 0.0) if question == failing else (200, answer_of[question], 0.0)
 
+    gen = {"temperature": 0.0, "max_tokens": 16}
     spec = write_sweep(
         tmp_path / "llm.yaml",
         slice_data,
         name="llm-slice",
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
         retrieval={"mode": "bm25", "top_k": 3},
-        generation={"model": MODEL, "temperature": 0.0, "max_tokens": 16},
+        generation=[{"model": MODEL, **gen}, {"model": "openai/down-model", **gen}],
     )
-    with OpenAIStub(respond) as stub:
+    outage = (503, "service unavailable", 0.0)
+    with OpenAIStub(lambda p, model: respond(p) if model == "stub-model" else outage, by_model=True) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_retries=1, retry_backoff_s=0.01)
-        board, *_ = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
-    row = board.row(0, named=True)
-    assert row["n_generation_errors"] == 1.0
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    board = run.board
+    row, down = board.row(0, named=True), board.row(1, named=True)
+    assert "stub-model" in row["config_key"] and "down-model" in down["config_key"]
+    assert row["n_generation_errors"] == 1.0 and row["vs_leader"] == "leader"
     assert row["exact_match"] == pytest.approx(19 / 20)  # every other query got its gold answer back
     assert row["n_queries"] == 20.0  # the failed query is kept, not dropped
-    prompts = [r["body"]["messages"][-1]["content"] for r in stub.requests]
+    assert down["n_generation_errors"] == 20.0 and down["vs_leader"] == "too many errors"
+    assert down["too_many_errors"] and not row["too_many_errors"]
+    prompts = [
+        r["body"]["messages"][-1]["content"] for r in stub.requests if "stub-model" in r["body"]["model"]
+    ]
     assert sum(failing in p for p in prompts) == 2  # first try + one retry
     assert all("[1]" in p and "Question:" in p for p in prompts)
+
+    _print_board(board)  # what `rag-sweep run` prints: the error counts are shown when non-zero
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "n_generation_errors" in header and "vs_leader" in header
+    client = MlflowClient(tracking_uri=f"sqlite:///{run.data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("llm-slice")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
+    errors = {r.data.tags["config_key"]: r.data.metrics["n_generation_errors"] for r in runs}
+    assert errors == {row["config_key"]: 1.0, down["config_key"]: 20.0}
 
 
 def test_llm_judge_parses_verdicts_and_counts_failures():

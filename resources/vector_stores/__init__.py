@@ -38,7 +38,8 @@ class VectorStores(dg.ConfigurableResource):
             data_dir=data_dir,
             weaviate_url=os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
             weaviate_grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
-            weaviate_api_key=os.environ.get("WEAVIATE_API_KEY") or None,
+            # resolved at run time: Dagster's run records hold the variable's name, never the key
+            weaviate_api_key=dg.EnvVar("WEAVIATE_API_KEY") if os.environ.get("WEAVIATE_API_KEY") else None,
         )
 
     def get(self, backend: str) -> VectorStore:
