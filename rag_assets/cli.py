@@ -12,9 +12,12 @@ re-running an unchanged spec recomputes nothing; a killed run resumes from what 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,7 +27,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Without --verbose Dagster's console stays silent: warnings are printed one per line after each step, and a
+# failed step as one line (file, row, field), its traceback kept for --verbose.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _instance(data_dir: Path):
@@ -61,6 +66,29 @@ class SweepRun(NamedTuple):
         return ArtifactRef(self.data, stage, fp, key).read(part)
 
 
+@contextmanager
+def exclusive(data: Path):
+    """One `rag-sweep run` per data dir at a time: a second run waits for the first, then reuses its work
+    (Dagster's and MLflow's SQLite stores must not be set up or migrated by two processes at once). The
+    kernel releases the lock when its process ends, even when killed."""
+    import fcntl
+
+    data.mkdir(parents=True, exist_ok=True)
+    with open(data / ".rag-sweep.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            print(f"waiting for the rag-sweep run on {data} ({holder}) to finish ...", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}")
+        lock.flush()
+        yield
+
+
 def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
     """(stage, partition) steps in dependency order after the input snapshots: partitions whose latest
     materialization already holds the artifact these inputs give, and whose file is in `data`, are left out
@@ -78,7 +106,7 @@ def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
         for key in keys:
             fp = expected[(stage, key)]
             done = latest_fingerprint(instance, asset_key(prefix, stage), key) == fp
-            done = done and ArtifactRef(data, stage, fp).exists()  # not so in another data dir, same instance
+            done = done and ArtifactRef(data, stage, fp).intact()  # not so in another data dir, same instance
             if force or stage == CONFIG_STAGE or not done:
                 out.append((stage, key))
     return out
@@ -98,6 +126,7 @@ def run_sweep(
     $RAG_VECTOR_STORE, else lancedb)."""
     import dagster as dg
     import polars as pl
+    from dagster._core.errors import DagsterExecutionStepExecutionError
     from tqdm import tqdm
 
     from rag_assets.definitions import build_definitions
@@ -111,48 +140,72 @@ def run_sweep(
 
     plan = Plan.resolve(load_sweep(spec), store or deployment_store())
     data = Path(data_dir or default_data_dir()).resolve()
-    defs = build_definitions([plan], str(data), resources)
-    instance = _instance(data)
-    prefix = prefix_of(plan.sweep.name)
-    assets = list(defs.assets)
-    tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
-    config = {} if verbose else QUIET_LOGS
+    with exclusive(data):
+        defs = build_definitions([plan], str(data), resources)
+        instance = _instance(data)
+        prefix = prefix_of(plan.sweep.name)
+        assets = list(defs.assets)
+        tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
+        config = {} if verbose else QUIET_LOGS
 
-    def materialize(stage: str, key: str | None = None) -> None:
-        result = dg.materialize(
-            assets,
-            selection=[asset_key(prefix, stage)],
-            partition_key=key,
-            instance=instance,
-            resources=defs.resources,
-            tags=tags,
-            run_config=config,
-            raise_on_error=True,
-        )
-        for check in result.get_asset_check_evaluations():
-            if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
-                where = f"{stage}[{key}]" if key else stage
-                raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
+        def materialize(stage: str, key: str | None = None) -> None:
+            where = f"{stage}[{key}]" if key else stage
+            try:
+                result = dg.materialize(
+                    assets,
+                    selection=[asset_key(prefix, stage)],
+                    partition_key=key,
+                    instance=instance,
+                    resources=defs.resources,
+                    tags=tags,
+                    run_config=config,
+                    raise_on_error=True,
+                )
+            except DagsterExecutionStepExecutionError as e:
+                raise StepFailed.of(where, e.user_exception) from e
+            if not verbose:
+                for entry in instance.all_logs(result.run_id):
+                    if entry.level >= logging.WARNING and not entry.is_dagster_event:
+                        tqdm.write(f"warning: {where}: {entry.user_message}", file=sys.stderr)
+            for check in result.get_asset_check_evaluations():
+                if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
+                    raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
 
-    from dagster._core.definitions.observe import observe  # not re-exported at the top level
+        from dagster._core.definitions.observe import observe  # not re-exported at the top level
 
-    sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
-    observe(
-        sources, instance=instance, run_config=config
-    )  # the input files' content hashes, as the UI would observe them
-    for stage in ("corpus", "qa_set"):
-        materialize(stage)
-    todo = [*steps(plan, instance, data, force), ("leaderboard", None)]
-    bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
-    for stage, key in bar:
-        bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
-        materialize(stage, key)
-    board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
-    return SweepRun(board, defs, instance, plan, data)
+        sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+        observe(
+            sources, instance=instance, run_config=config
+        )  # the input files' content hashes, as the UI would observe them
+        for stage in ("corpus", "qa_set"):
+            materialize(stage)
+        todo = [*steps(plan, instance, data, force), ("leaderboard", None)]
+        bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
+        for stage, key in bar:
+            bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
+            materialize(stage, key)
+        board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
+        return SweepRun(board, defs, instance, plan, data)
 
 
 class CheckFailed(RuntimeError):
     """A blocking asset check failed with severity ERROR: the sweep stops before bad data spreads."""
+
+
+class StepFailed(RuntimeError):
+    """A step raised: the message is one line naming the step and the cause; the cause is chained."""
+
+    @classmethod
+    def of(cls, where: str, cause: BaseException) -> Exception:
+        from rag_core.datasets import DatasetError
+        from rag_core.spec import SpecError
+
+        if isinstance(cause, DatasetError | SpecError):  # already names the file, row and field
+            return cause
+        import dagster as dg
+
+        what = cause.description if isinstance(cause, dg.Failure) else f"{type(cause).__name__}: {cause}"
+        return cls(f"{where}: {what}")
 
 
 def _load_data(sweep) -> tuple[int, int]:
@@ -171,6 +224,10 @@ def _load_data(sweep) -> tuple[int, int]:
     return corpus.height, qa.height
 
 
+# Shown only when some config has a non-zero value: they say a score is not what it seems.
+WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_share"]
+
+
 def _print_board(board) -> None:
     from rag_core.leaderboard import to_markdown
 
@@ -187,6 +244,7 @@ def _print_board(board) -> None:
         "faithfulness",
         "retrieval_p50_ms",
     ]
+    cols += [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]
     print(to_markdown(board, cols))
 
 
@@ -242,9 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             args.spec, args.data_dir, args.force, args.verbose, store=args.store
         )
         sweep = plan.sweep
-    except (SpecError, DatasetError, CheckFailed) as e:
+    except (SpecError, DatasetError, CheckFailed, StepFailed) as e:
+        if getattr(args, "verbose", False):
+            traceback.print_exception(e.__cause__ or e, file=sys.stderr)
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        if args.command == "run" and not args.verbose:
+            print("(rerun with --verbose for the traceback)", file=sys.stderr)
+        return 2 if not isinstance(e, StepFailed) else 1
     print(
         f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {time.perf_counter() - t0:.0f} s):\n"
     )

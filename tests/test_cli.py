@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
+import pytest
+
 from rag_assets.cli import main
 from tests.conftest import write_sweep
 
@@ -35,3 +38,58 @@ def test_validate_names_the_field_of_missing_or_bad_data(slice_data, tmp_path, c
     assert main(["validate", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "field 'data.qa'" in err and "line 1: field 'answers' must be a list of strings" in err
+
+
+def test_run_prints_a_data_error_in_one_line_and_the_traceback_only_when_verbose(tmp_path, capsys):
+    corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "d1", "text": "hello world", "metadata": "oops"}) + "\n")
+    qa.write_text(
+        json.dumps({"query_id": "q", "question": "hello?", "answers": ["world"], "relevant_doc_ids": ["d1"]})
+        + "\n"
+    )
+    spec = write_sweep(tmp_path / "s.yaml", {"corpus": corpus, "qa": qa}, **SECTIONS)
+    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {corpus}: line 1: field 'metadata' is a string but not JSON",
+        "(rerun with --verbose for the traceback)",
+    ]
+    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d"), "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().endswith("field 'metadata' is a string but not JSON")
+
+
+@pytest.mark.slow
+def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_path, capsys):
+    words = [f"word{i}" for i in range(400)]
+    docs = [{"doc_id": f"d{i}", "text": " ".join(words[i:] + words[:i]) + "."} for i in range(4)]
+    corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    qa.write_text(
+        json.dumps({"query_id": "q", "question": "word3?", "answers": ["word3"], "relevant_doc_ids": ["d1"]})
+        + "\n"
+    )
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        {"corpus": corpus, "qa": qa},
+        name="long-chunks",
+        chunking=[
+            {"method": "paragraph", "chunk_size": 8000, "chunk_overlap": 0},  # a whole ~800-token doc
+            {"method": "recursive", "chunk_size": 300, "chunk_overlap": 0},  # well under 256 tokens
+        ],
+        retrieval={"mode": "vector", "top_k": 1},
+    )
+    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 0
+    out, err = capsys.readouterr()
+    warnings = [line for line in err.splitlines() if line.startswith("warning: embeddings[paragraph")]
+    assert (
+        len(warnings) == 1 and "100% of the chunks are longer than all-MiniLM-L6-v2 reads (256" in warnings[0]
+    )
+    assert not any(line.startswith("warning: embeddings[recursive") for line in err.splitlines())
+    header = next(line for line in out.splitlines() if line.startswith("| rank"))
+    assert "chunk_truncated_share" in header
+    board = pl.read_parquet(tmp_path / "d" / "leaderboards" / "long-chunks.parquet")
+    share = dict(
+        zip(board["config_key"].str.split("__").list.first(), board["chunk_truncated_share"], strict=True)
+    )
+    assert share == {"paragraph-8000-0": 1.0, "recursive-300-0": 0.0}
