@@ -45,6 +45,21 @@ def slice_data(tmp_path_factory) -> dict:
     }
 
 
+def assert_same_board(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    """Two leaderboards agree on every config, rank and result; timings may differ."""
+    import numpy as np
+
+    a, b = a.sort("config_key"), b.sort("config_key")
+    assert a["config_key"].to_list() == b["config_key"].to_list()
+    for col in a.columns:
+        if col.endswith("_ms") or "latency" in col or "p50" in col or "seconds" in col:
+            continue
+        if a[col].dtype == pl.Float64:
+            assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
+        elif a[col].dtype in (pl.String, pl.Boolean) or a[col].dtype.is_integer():
+            assert a[col].to_list() == b[col].to_list(), col
+
+
 def write_sweep(path: Path, data: dict, **sections) -> Path:
     spec = {
         "name": sections.pop("name", "slice"),

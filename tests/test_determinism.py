@@ -15,7 +15,7 @@ import pytest
 
 from rag_core.retrieval import Hit, ranked
 from resources.vector_stores import ChromaStore, LanceDBStore, MilvusLiteStore, QdrantStore
-from tests.conftest import write_sweep
+from tests.conftest import assert_same_board, write_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ("0", "1", "2", "3", "4", "5")
@@ -113,18 +113,7 @@ def test_forced_runs_under_different_hash_seeds_give_the_same_leaderboard(slice_
             check=True,
         )
         boards.append(pl.read_parquet(out).sort("config_key"))
-    a, b = boards
-    assert a["config_key"].to_list() == b["config_key"].to_list()
-    for col in a.columns:
-        if (
-            a[col].dtype == pl.Float64
-            and not col.endswith("_ms")
-            and "latency" not in col
-            and "p50" not in col
-        ):
-            assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
-        elif a[col].dtype == pl.String:
-            assert a[col].to_list() == b[col].to_list(), col
+    assert_same_board(*boards)
 
 
 def test_retrieve_until_k_distinct_documents(tmp_path):
