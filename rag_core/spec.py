@@ -319,6 +319,28 @@ class EvaluationSpec(_Strict):
     judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/judge.py)
 
 
+class DecisionSpec(_Strict):
+    """What the team can ship: limits a recommended config must meet, and which of the top tier to prefer."""
+
+    max_p95_latency_ms: float | None = Field(default=None, gt=0)  # retrieval + generation, per query
+    max_cost_per_1k_queries: float | None = Field(default=None, ge=0)  # USD, litellm's prices
+    min: dict[str, float] = Field(default_factory=dict)  # metric floors, e.g. {recall_at_k: 0.8}
+    prefer: Literal["cheapest", "fastest", "best"] = "cheapest"
+    alpha: float = Field(default=0.05, gt=0, lt=1)  # family-wise error rate of the tier tests (Holm)
+
+    @field_validator("min")
+    @classmethod
+    def _known_metrics(cls, v: dict[str, float]) -> dict[str, float]:
+        from rag_core.metrics import SCORABLE_METRICS
+
+        unknown = sorted(set(v) - set(SCORABLE_METRICS))
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
+        if not all(math.isfinite(x) for x in v.values()):
+            raise ValueError("metric floors must be finite numbers")
+        return v
+
+
 class SearchSpec(_Strict):
     strategy: Literal["grid", "random"] = "grid"
     max_trials: int | None = Field(default=None, gt=0)
@@ -340,6 +362,7 @@ class SweepFile(_Strict):
     weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     search: SearchSpec = Field(default_factory=SearchSpec)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    decision: DecisionSpec = Field(default_factory=DecisionSpec)
 
     @field_validator("weights")
     @classmethod
@@ -370,6 +393,7 @@ class Sweep(BaseModel):
     weights: dict[str, float]
     configs: tuple[RagConfig, ...]
     judge_model: str | None = None
+    decision: DecisionSpec = DecisionSpec()
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
@@ -481,6 +505,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         weights=spec.weights,
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
+        decision=spec.decision,
     )
 
 

@@ -1,0 +1,177 @@
+"""Tiers with Holm's correction, the detectable difference, constraints, the CI-aware Pareto front and the
+recommendation, on hand-built per-query scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rag_core.decision import (
+    Constraints,
+    bootstrap_scores,
+    decide,
+    holm,
+    min_detectable_difference,
+    pareto_front,
+    tiers,
+)
+
+W = {"token_f1": 1.0}
+
+
+def per_query(correct: list[int], latency_ms: float = 10.0) -> pl.DataFrame:
+    n = len(correct)
+    return pl.DataFrame(
+        {
+            "query_id": [f"q{i:03d}" for i in range(n)],
+            "token_f1": [float(c) for c in correct],
+            "retrieval_ms": [latency_ms] * n,
+            "generation_ms": [0.0] * n,
+        }
+    )
+
+
+def wrong_on(k: int, n: int = 100, offset: int = 0) -> list[int]:
+    """Right on every question but k (at offset, offset+1, ...)."""
+    return [0 if offset <= i < offset + k else 1 for i in range(n)]
+
+
+def test_holm_adjusts_step_down():
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    np.testing.assert_allclose(holm([0.5]), [0.5])
+    assert holm([0.4, 0.6]).tolist() == [0.8, 0.8]  # monotone and capped at 1
+
+
+def test_tiers_group_configs_that_cannot_be_told_apart():
+    runs = {
+        "a": per_query(wrong_on(20)),
+        "a_twin": per_query(wrong_on(21)),  # one question worse: indistinguishable
+        "c": per_query(wrong_on(60)),
+        "c_twin": per_query(wrong_on(61)),
+    }
+    tier, _ = tiers(bootstrap_scores(runs, W))
+    assert tier.tolist() == [1, 1, 2, 2]
+
+
+def test_holm_keeps_a_borderline_config_tied_when_several_are_compared():
+    """Worse on 4 of 100 questions: p ≈ 0.03 against the leader. Alone, that is 'worse'; next to two more
+    configs like it, Holm multiplies the smallest p by 3 and all three stay in the top tier."""
+    leader = per_query([1] * 100)
+    alone = tiers(bootstrap_scores({"best": leader, "b1": per_query(wrong_on(4))}, W))[0]
+    assert alone.tolist() == [1, 2]
+    many = {"best": leader, **{f"b{i}": per_query(wrong_on(4, offset=10 * i)) for i in range(3)}}
+    tier, p_adj = tiers(bootstrap_scores(many, W))
+    assert tier.tolist() == [1, 1, 1, 1] and (p_adj[1:] >= 0.05).all()
+
+
+def test_the_detectable_difference_shrinks_with_more_questions():
+    def mde(n: int) -> float:
+        rng = np.random.default_rng(1)
+        runs = {k: per_query(rng.integers(0, 2, n).tolist()) for k in ("x", "y", "z")}
+        return min_detectable_difference(bootstrap_scores(runs, W), 0)
+
+    small, large = mde(100), mde(400)
+    assert 0.15 < small < 0.3  # binary scores, 100 questions: about 2.8 × sqrt(2 · 0.25 / 100)
+    assert large == pytest.approx(small / 2, rel=0.2)
+
+
+def test_a_cheaper_config_not_significantly_worse_dominates_on_the_front():
+    runs = {
+        "pricey": per_query(wrong_on(20)),
+        "cheap_tied": per_query(wrong_on(22)),  # 2 questions worse: not significant
+        "cheapest_bad": per_query(wrong_on(70)),  # far worse, but the cheapest: stays on the front
+    }
+    scores = bootstrap_scores(runs, W)
+    front = pareto_front(scores, np.array([5.0, 1.0, 0.1]))
+    assert front.tolist() == [False, True, True]
+    # at equal cost only a significantly better config dominates
+    assert pareto_front(scores, np.zeros(3)).tolist() == [True, True, False]
+
+
+def _board(runs: dict[str, pl.DataFrame], cost_usd: dict[str, float]) -> pl.DataFrame:
+    rows = [
+        {
+            "config_key": k,
+            "overall_score": float(q["token_f1"].mean()),
+            "token_f1": float(q["token_f1"].mean()),
+            "recall_at_k": 0.9 if k != "slow_good" else 0.5,
+            "cost_usd": cost_usd[k],
+            "n_queries": float(q.height),
+            "too_many_errors": False,
+        }
+        for k, q in runs.items()
+    ]
+    return pl.DataFrame(rows).sort("overall_score", descending=True)
+
+
+def test_constraints_exclude_and_the_preference_picks_within_the_top_tier():
+    runs = {
+        "best": per_query(wrong_on(20), latency_ms=300.0),
+        "tied_cheap": per_query(wrong_on(21), latency_ms=50.0),
+        "tied_cheapest_slow": per_query(wrong_on(22), latency_ms=900.0),
+        "worse_free": per_query(wrong_on(60), latency_ms=5.0),
+    }
+    board = _board(runs, {"best": 1.0, "tied_cheap": 0.5, "tied_cheapest_slow": 0.1, "worse_free": 0.0})
+    out, summary = decide(board, runs, W, Constraints(max_p95_latency_ms=500))
+    assert summary["top_tier"] == ["best", "tied_cheap", "tied_cheapest_slow"]
+    # the cheapest of the top tier is too slow; the free one is not in the top tier
+    assert summary["recommended"] == "tied_cheap"
+    assert "top tier" in summary["why"] and "cheapest" in summary["why"]
+    row = out.filter(pl.col("config_key") == "tied_cheapest_slow").row(0, named=True)
+    assert not row["meets_constraints"] and row["violations"] == "p95 latency 900 ms > 500"
+    assert out.filter(pl.col("recommended"))["config_key"].to_list() == ["tied_cheap"]
+    assert decide(board, runs, W, Constraints(prefer="fastest"))[1]["recommended"] == "tied_cheap"
+    assert decide(board, runs, W, Constraints(prefer="best"))[1]["recommended"] == "best"
+    assert "statistically tied at the top" in summary["advice"]
+
+
+def test_when_no_top_tier_config_qualifies_the_next_tier_is_used_and_said():
+    runs = {
+        "best": per_query(wrong_on(20), latency_ms=900.0),
+        "worse": per_query(wrong_on(60), latency_ms=50.0),
+    }
+    board = _board(runs, {"best": 1.0, "worse": 1.0})
+    _, summary = decide(board, runs, W, Constraints(max_p95_latency_ms=500))
+    assert summary["recommended"] == "worse" and "tier 2" in summary["why"]
+    _, none = decide(board, runs, W, Constraints(max_p95_latency_ms=1))
+    assert none["recommended"] is None and "no config meets the constraints" in none["why"]
+
+
+def test_the_ship_report_is_self_contained_and_says_what_to_ship():
+    from rag_core.report import effects, missed_questions, ship_report
+
+    runs = {
+        "best": per_query(wrong_on(20), latency_ms=300.0),
+        "tied_cheap": per_query(wrong_on(21, offset=1), latency_ms=50.0),
+        "worse_free": per_query(wrong_on(60), latency_ms=5.0),
+    }
+    for k, frame in runs.items():
+        runs[k] = frame.with_columns(pl.lit(k).alias("answer"))
+    board = _board(runs, {"best": 1.0, "tied_cheap": 0.5, "worse_free": 0.0}).with_columns(
+        pl.Series("retrieval.mode", ["vector", "hybrid", "bm25"]),
+        pl.Series("overall_ci_low", [0.7, 0.7, 0.3]),
+        pl.Series("overall_ci_high", [0.9, 0.9, 0.5]),
+        pl.Series("overall_ci95", ["0.7–0.9"] * 2 + ["0.3–0.5"]),
+        pl.Series("rank", [1, 2, 3]),
+    )
+    out, decision = decide(board, runs, W, Constraints())
+    qa = pl.DataFrame(
+        {
+            "query_id": [f"q{i:03d}" for i in range(100)],
+            "question": [f"Q{i}?" for i in range(100)],
+            "answers": [["a"]] * 100,
+        }
+    )
+    md, page, plots = ship_report("demo", out, decision, runs, qa, W, {"prefer": "cheapest"})
+    assert decision["recommended"] == "tied_cheap"
+    assert "**tied_cheap**" in md and "## Top tier" in md and "## What each setting did" in md
+    assert 'src="http' not in page and page.count('src="data:image/png;base64,') == len(plots) == 2
+    # tied_cheap is wrong on q001..q021, best on q000..q019: best answers q020 and q021 that it misses
+    missed = missed_questions(runs, qa, W, "tied_cheap")
+    assert (
+        missed["query_id"].to_list() == ["q020", "q021"] and missed["other_config"].to_list() == ["best"] * 2
+    )
+    assert missed["question"].to_list() == ["Q20?", "Q21?"]
+    modes = effects(out).filter(pl.col("setting") == "retrieval.mode")
+    assert modes["value"].to_list() == ["vector", "hybrid", "bm25"]  # by mean overall score
