@@ -236,6 +236,7 @@ def _print_board(board) -> None:
         "config_key",
         "overall_score",
         "overall_ci95",
+        "tier",
         "vs_leader",
         "recall_at_k",
         "ndcg_at_k",
@@ -246,6 +247,16 @@ def _print_board(board) -> None:
     ]
     cols += [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]
     print(to_markdown(board, cols))
+
+
+def _print_recommendation(data: Path, sweep: str) -> None:
+    from rag_assets.leaderboard import leaderboard_path, read_decision
+
+    decision = read_decision(data, sweep)
+    print(f"\nRecommended: {decision['recommended'] or 'none'}\n  {decision['why']}")
+    if decision["advice"]:
+        print(f"  {decision['advice']}")
+    print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
 
 
 def _write(board, output: str) -> None:
@@ -311,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {time.perf_counter() - t0:.0f} s):\n"
     )
     _print_board(board)
+    _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)
     spec_path = Path(args.spec).resolve()

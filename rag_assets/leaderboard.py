@@ -1,21 +1,38 @@
-"""Leaderboard: every evaluated config of the sweep ranked by weighted overall score (unpartitioned).
-Besides its content-addressed artifact it writes `<data_dir>/leaderboards/<sweep>.parquet` and `.png`."""
+"""Leaderboard: every evaluated config of the sweep ranked by weighted overall score, grouped into tiers,
+with the recommended config under the sweep's `decision` constraints (rag_core/decision.py) and a ship
+report (rag_core/report.py). Besides its content-addressed artifact (side table `decision`: the
+recommendation as JSON) it writes `<data_dir>/leaderboards/<sweep>.parquet`, `.png`, `.report.html` and
+`.report.md`."""
 
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.decision import Constraints, decide
 from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_configs, score_plot_png, to_markdown
-from resources.artifacts import atomic_write_parquet
+from rag_core.report import ship_report
+from resources.artifacts import Artifact, atomic_write_parquet
 
 
 def leaderboard_path(data_dir, sweep_name: str) -> Path:
     return Path(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
+
+
+def read_decision(data_dir, sweep_name: str) -> dict:
+    """The recommendation the last leaderboard of a sweep made (see rag_core.decision.decide)."""
+    return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 class Leaderboard(StageLogic):
@@ -27,9 +44,9 @@ class Leaderboard(StageLogic):
         return {"parquet", "mlflow"}
 
     def identity(self, run: StageRun):
-        return run.plan.sweep.weights
+        return {"weights": run.plan.sweep.weights, "decision": run.plan.sweep.decision.model_dump()}
 
-    def compute(self, run: StageRun) -> pl.DataFrame:
+    def compute(self, run: StageRun) -> Artifact:
         refs = run.inputs["evaluations"]
         if not refs:
             raise dg.Failure(f"no evaluation of sweep {run.plan.sweep.name} is materialized yet")
@@ -39,17 +56,55 @@ class Leaderboard(StageLogic):
         keys = [k for k in run.plan.config_keys if k in refs]
         summaries = pl.concat([refs[k].read() for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
-        weights = run.plan.sweep.weights
-        return compare_to_leader(rank_configs(summaries, weights), per_query, weights)
+        weights, spec = run.plan.sweep.weights, run.plan.sweep.decision
+        board = compare_to_leader(rank_configs(summaries, weights), per_query, weights)
+        constraints = Constraints(
+            spec.max_p95_latency_ms, spec.max_cost_per_1k_queries, spec.min, spec.prefer
+        )
+        board, decision = decide(board, per_query, weights, constraints, alpha=spec.alpha)
+        run.notes["per_query"] = per_query
+        return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         sweep = run.plan.sweep
+        decision = json.loads(
+            (run.ref.read("decision") if reused else run.output.parts["decision"])["json"][0]
+        )
+        per_query = run.notes.get("per_query") or {
+            k: r.read("per_query")
+            for k, r in run.inputs["evaluations"].items()
+            if k in set(frame["config_key"])
+        }
+        md, page, plots = ship_report(
+            sweep.name,
+            frame,
+            decision,
+            per_query,
+            run.read("qa_set"),
+            sweep.weights,
+            sweep.decision.model_dump(),
+        )
         path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
         png = score_plot_png(frame)
-        path.with_suffix(".png").write_bytes(png)
+        files = {
+            path.with_suffix(".png"): png,
+            path.with_suffix(".decision.json"): json.dumps(decision, indent=2).encode(),
+            path.with_suffix(".report.md"): md.encode(),
+            path.with_suffix(".report.html"): page.encode(),
+            **{path.with_name(f"{sweep.name}.{name}"): data for name, data in plots.items()},
+        }
+        for file, data in files.items():
+            _atomic_write(file, data)
         markdown = to_markdown(frame)
         if not reused:  # one leaderboard run per content: an unchanged rerun logs none
-            run.resources.tracking.log_leaderboard(sweep.name, frame, markdown, png)
+            run.resources.tracking.log_leaderboard(
+                sweep.name,
+                frame,
+                markdown,
+                png,
+                report={"ship_report.html": page, "ship_report.md": md},
+                decision=decision,
+            )
         cols = [c for c in DISPLAY_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
         return {
@@ -67,6 +122,17 @@ class Leaderboard(StageLogic):
             "best_config": frame["config_key"][0],
             "best_score": float(frame["overall_score"][0]),
             "tied_with_leader": int(frame["tied_with_leader"].sum()) - 1,
+            "recommended": decision["recommended"] or "none",
+            "recommendation": dg.MetadataValue.md(
+                f"**{decision['recommended'] or 'none'}**\n\n{decision['why']}\n\n{decision['advice']}"
+            ),
+            **(
+                {"min_detectable_difference": float(decision["min_detectable_difference"])}
+                if decision["min_detectable_difference"] is not None
+                else {}
+            ),
+            "top_tier_size": len(decision["top_tier"]),
+            "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
             "weights": dg.MetadataValue.json(sweep.weights),
         }
 

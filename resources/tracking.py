@@ -111,22 +111,43 @@ class MlflowTracking(dg.ConfigurableResource):
             raise
         return run_id
 
-    def log_leaderboard(self, experiment: str, board: pl.DataFrame, markdown: str, png: bytes) -> str | None:
-        """A `leaderboard` run beside the config runs, holding the ranked table and its plot."""
+    def log_leaderboard(
+        self,
+        experiment: str,
+        board: pl.DataFrame,
+        markdown: str,
+        png: bytes,
+        report: dict[str, str] | None = None,
+        decision: dict | None = None,
+    ) -> str | None:
+        """A `leaderboard` run beside the config runs: the ranked table, its plot, the ship report and the
+        recommendation (tag `recommended_config`, metric `min_detectable_difference`)."""
         if not self.enabled:
             return None
         client = self._client()
+        decision = decision or {}
         run = client.create_run(
             self._experiment_id(client, experiment),
             run_name="leaderboard",
-            tags={"sweep": experiment, "kind": "leaderboard"},
+            tags={
+                "sweep": experiment,
+                "kind": "leaderboard",
+                "recommended_config": str(decision.get("recommended")),
+                "mlflow.note.content": f"**Recommended: {decision.get('recommended')}**\n\n{decision.get('why', '')}",
+            },
         )
         with tempfile.TemporaryDirectory() as tmp:
             board.write_parquet(Path(tmp) / "leaderboard.parquet")
             (Path(tmp) / "leaderboard.md").write_text(markdown)
             (Path(tmp) / "leaderboard.png").write_bytes(png)
-            for name in ("leaderboard.parquet", "leaderboard.md", "leaderboard.png"):
-                client.log_artifact(run.info.run_id, str(Path(tmp) / name))
+            for name, text in (report or {}).items():
+                (Path(tmp) / name).write_text(text)
+            for path in sorted(Path(tmp).iterdir()):
+                client.log_artifact(run.info.run_id, str(path))
         client.log_metric(run.info.run_id, "best_overall_score", float(board["overall_score"][0]))
+        if decision.get("min_detectable_difference") is not None:
+            client.log_metric(
+                run.info.run_id, "min_detectable_difference", float(decision["min_detectable_difference"])
+            )
         client.set_terminated(run.info.run_id, "FINISHED")
         return run.info.run_id
