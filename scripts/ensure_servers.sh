@@ -2,7 +2,8 @@
 # Make sure the server binaries the tests start exist, caching what it builds:
 # - PostgreSQL: Debian's postgresql package (initdb, pg_ctl) if missing.
 # - Weaviate: built once from its published Go module into ~/.cache/rag-sweep (about 6 minutes cold).
-# Prints `export` lines for WEAVIATE_BIN and PG_BINDIR; skip Weaviate when WEAVIATE_URL is set.
+# - Chromium: Debian's chromium package, the real browser of the report's screenshot test.
+# Prints `export` lines for WEAVIATE_BIN, PG_BINDIR and CHROMIUM_BIN; skip Weaviate when WEAVIATE_URL is set.
 set -euo pipefail
 WEAVIATE_VERSION="${WEAVIATE_VERSION:-v1.35.2}"
 CACHE="${RAG_SWEEP_CACHE:-$HOME/.cache/rag-sweep}"
@@ -15,6 +16,14 @@ if [ -z "$(pg_bindir)" ] || [ ! -x "$(pg_bindir)/initdb" ]; then
   apt-get install -y -qq postgresql >&2
 fi
 echo "export PG_BINDIR=$(pg_bindir)"
+
+if ! command -v chromium >/dev/null; then
+  echo "[servers] installing Chromium from Debian packages" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq chromium >&2
+fi
+echo "export CHROMIUM_BIN=$(command -v chromium)"
 
 if [ -z "${WEAVIATE_URL:-}" ]; then
   bin="$CACHE/weaviate-$WEAVIATE_VERSION/weaviate-server"

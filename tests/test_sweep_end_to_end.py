@@ -134,3 +134,63 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
 def test_forced_rerun_plans_every_partition(sweep_run):
     plan, instance, data = sweep_run["plan"], sweep_run["instance"], sweep_run["data"]
     assert len(steps(plan, instance, data, force=True)) == sum(len(plan.keys(s.name)) for s in PARTITIONED)
+
+
+def test_the_leaderboard_recommends_a_config_and_writes_the_ship_report(sweep_run):
+    from rag_assets.leaderboard import leaderboard_path, read_decision
+
+    board, plan, data, instance = (
+        sweep_run["board"],
+        sweep_run["plan"],
+        sweep_run["data"],
+        sweep_run["instance"],
+    )
+    decision = read_decision(data, plan.sweep.name)
+    rec = decision["recommended"]
+    assert rec in plan.config_keys and board.filter(pl.col("recommended"))["config_key"].to_list() == [rec]
+    assert board.filter(pl.col("config_key") == rec)["tier"][0] == 1  # no constraints: from the top tier
+    assert board["tier"][0] == 1 and board["tier"].is_sorted()
+    assert board.filter(pl.col("tier") == 1)["config_key"].to_list() == decision["top_tier"]
+    assert (board["tied_with_leader"] == (board["tier"] == 1)).all()  # the Holm-corrected verdict
+    assert 0 < decision["min_detectable_difference"] < 1
+    report = leaderboard_path(data, plan.sweep.name).with_suffix(".report.html")
+    assert rec in report.read_text()
+    meta = (
+        instance.fetch_materializations(_key("leaderboard"), limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
+    assert meta["recommended"].value == rec and meta["ship_report"].value == str(report)
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    (lb,) = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    assert lb.data.tags["recommended_config"] == rec
+    assert {"ship_report.html", "ship_report.md"} <= {a.path for a in client.list_artifacts(lb.info.run_id)}
+
+
+def test_the_ship_report_renders_in_a_real_browser(sweep_run, tmp_path):
+    """Chromium (Debian's, scripts/ensure_servers.sh) opens the report: the recommendation is on screen and
+    every inlined plot decodes."""
+    import os
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    from rag_assets.leaderboard import leaderboard_path, read_decision
+
+    browser_bin = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium")
+    assert browser_bin, "no chromium: run scripts/ensure_servers.sh"
+    plan, data = sweep_run["plan"], sweep_run["data"]
+    report = leaderboard_path(data, plan.sweep.name).with_suffix(".report.html")
+    rec = read_decision(data, plan.sweep.name)["recommended"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_bin, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(report.as_uri())
+        assert page.locator("h2", has_text="Recommendation").is_visible()
+        assert page.locator("p strong").first.inner_text() == rec
+        sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+        assert sizes and all(done and width > 300 for done, width in sizes)
+        page.screenshot(path=str(tmp_path / "ship_report.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "ship_report.png").stat().st_size > 50_000
