@@ -1,0 +1,13 @@
+"""Search over a space of configs, pure (no Dagster): a strategy proposes a config, the caller evaluates it
+however it likes (a sweep's partitions, or a lookup in a published grid) and tells the strategy the result.
+
+- `space.Space`: the dimensions, and what a candidate costs given what is already built (reuse-aware).
+- `strategies`: `grid`, `random` and `bayesian` (Optuna's TPE, multi-objective when given several).
+- `halving`: successive halving over questions, with a paired test against the leader at each rung.
+"""
+
+from rag_core.search.halving import Halving
+from rag_core.search.space import Space
+from rag_core.search.strategies import Bayesian, Grid, RandomSearch, make
+
+__all__ = ["Bayesian", "Grid", "Halving", "RandomSearch", "Space", "make"]

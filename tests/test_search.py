@@ -1,0 +1,109 @@
+"""Search strategies (pure): no candidate twice, TPE beats random on a structured space, the reuse-aware
+pool builds fewer indexes, and successive halving drops a worse config and keeps a tied one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rag_core.search import Bayesian, Halving, Space, make
+
+DIMS = {"chunk": [256, 384, 512], "embed": ["a", "b", "c"], "top_k": [3, 5, 10], "gen": ["x", "y", "z"]}
+
+
+def space() -> Space:
+    return Space(dict(DIMS), expensive=("chunk", "embed"))
+
+
+def objective(c) -> float:
+    """Smooth and separable: best at chunk 384, embed b, top_k 10, gen y."""
+    return (
+        {256: 0.2, 384: 0.5, 512: 0.3}[c["chunk"]]
+        + {"a": 0.1, "b": 0.4, "c": 0.2}[c["embed"]]
+        + {3: 0.0, 5: 0.1, 10: 0.2}[c["top_k"]]
+        + {"x": 0.0, "y": 0.3, "z": 0.1}[c["gen"]]
+    )
+
+
+BEST = 0.5 + 0.4 + 0.2 + 0.3
+
+
+def run(strategy, budget: int) -> tuple[float, int]:
+    """(regret of the best candidate found, index builds) after `budget` evaluations."""
+    for _ in range(budget):
+        c = strategy.propose()
+        if c is None:
+            break
+        strategy.observe(c, objective(c))
+    return BEST - objective(strategy.best()), len(strategy.space.built)
+
+
+@pytest.mark.parametrize("name", ["grid", "random", "bayesian"])
+def test_every_candidate_once_then_none(name):
+    s = make(name, Space({"a": [1, 2], "b": ["x", "y", "z"]}), seed=3)
+    seen = []
+    while (c := s.propose()) is not None:
+        seen.append((c["a"], c["b"]))
+        s.observe(c, c["a"] + len(c["b"]))
+    assert sorted(seen) == sorted((a, b) for a in (1, 2) for b in "xyz")
+
+
+def test_tpe_finds_better_configs_than_random_at_the_same_budget():
+    tpe = [run(make("bayesian", space(), seed=s), 25)[0] for s in range(12)]
+    rnd = [run(make("random", space(), seed=s), 25)[0] for s in range(12)]
+    assert np.mean(tpe) < np.mean(rnd)
+
+
+def test_the_reuse_aware_pool_builds_fewer_indexes():
+    plain = [run(Bayesian(space(), seed=s), 20)[1] for s in range(12)]
+    aware = [run(Bayesian(space(), seed=s, pool=4), 20)[1] for s in range(12)]
+    assert np.mean(aware) < np.mean(plain)
+
+
+def test_multi_objective_search_proposes_and_learns():
+    s = Bayesian(space(), seed=0, directions=("maximize", "minimize"))
+    for _ in range(12):
+        c = s.propose()
+        s.observe(c, (objective(c), c["top_k"] * 10.0))  # quality, and a latency that grows with top_k
+    assert len(s.study.best_trials) >= 1 and len(s.seen) == 12
+
+
+def test_halving_drops_a_worse_config_and_keeps_a_tied_one_without_asking_twice():
+    rng = np.random.default_rng(0)
+    questions = [f"q{i}" for i in range(160)]
+    truth = {
+        "good": rng.random(160) < 0.7,
+        "tied": rng.random(160) < 0.7,
+        "bad": rng.random(160) < 0.2,  # worse by construction
+    }
+    cands = [{"name": n} for n in truth]
+    h = Halving(cands, questions, start=10, seed=1)
+    asked: dict[str, list[str]] = {n: [] for n in truth}
+    while (step := h.propose()) is not None:
+        c, qs = step
+        asked[c["name"]] += qs
+        h.observe(c, {q: float(truth[c["name"]][questions.index(q)]) for q in qs})
+    assert {c["name"] for c in (h.candidates[i] for i in h.alive)} == {"good", "tied"}
+    assert all(len(qs) == len(set(qs)) for qs in asked.values())  # no question twice for a config
+    assert len(asked["bad"]) < 160 and len(asked["good"]) == len(asked["tied"]) == 160
+    assert h.spent == sum(map(len, asked.values())) < 3 * 160
+    assert h.best()["name"] in {"good", "tied"}
+
+
+def test_halving_stops_at_its_budget():
+    questions = [f"q{i}" for i in range(100)]
+    h = Halving([{"n": i} for i in range(4)], questions, start=10, budget=60)
+    while (step := h.propose()) is not None:
+        c, qs = step
+        h.observe(c, dict.fromkeys(qs, 0.5))
+    assert h.spent <= 60 and h.best() is not None
+
+
+def test_a_space_of_listed_candidates_proposes_only_those():
+    listed = [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "x"}]  # not the 3 x 2 product
+    s = make("bayesian", Space.of(listed, expensive=("a",)), seed=0, pool=2)
+    got = []
+    while (c := s.propose()) is not None:
+        got.append(c)
+        s.observe(c, c["a"])
+    assert sorted(got, key=lambda c: c["a"]) == listed
