@@ -52,6 +52,7 @@ class SweepRun(NamedTuple):
     instance: Any
     plan: Any  # rag_core.plan.Plan
     data: Path
+    search: Any = None  # rag_assets.search_run.SearchReport of an adaptive search
 
     def artifact(self, stage: str, key: str | None = None, part: str | None = None):
         """The rows of a stage's artifact as its latest materialization recorded it."""
@@ -179,13 +180,47 @@ def run_sweep(
         )  # the input files' content hashes, as the UI would observe them
         for stage in ("corpus", "qa_set"):
             materialize(stage)
-        todo = [*steps(plan, instance, data, force), ("leaderboard", None)]
-        bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
-        for stage, key in bar:
-            bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
-            materialize(stage, key)
+        todo = steps(plan, instance, data, force)
+        search = None
+        if plan.sweep.search.strategy == "bayesian":
+            search = _adaptive(plan, instance, data, prefix, todo, force, materialize, progress)
+        else:
+            bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
+            for stage, key in bar:
+                bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
+                materialize(stage, key)
+        materialize("leaderboard")
         board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
-        return SweepRun(board, defs, instance, plan, data)
+        return SweepRun(board, defs, instance, plan, data, search)
+
+
+def _adaptive(plan, instance, data: Path, prefix: str, todo, force: bool, materialize, progress: bool):
+    """Run the sweep's adaptive search (rag_assets/search_run.py) over the plan's configs."""
+    from tqdm import tqdm
+
+    from rag_assets.search_run import run_search
+    from rag_assets.stage_asset import asset_key
+    from resources.artifacts import ArtifactRef, latest_fingerprint
+
+    inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
+    expected = plan.fingerprints(inputs)
+
+    def summary_of(key: str) -> dict | None:
+        fp = expected[("evaluations", key)]
+        ref = ArtifactRef(data, "evaluations", fp, key)
+        done = latest_fingerprint(instance, asset_key(prefix, "evaluations"), key) == fp and ref.intact()
+        return ref.read().to_dicts()[0] if done else None
+
+    budget = min(plan.sweep.search.max_trials or len(plan.config_keys), len(plan.config_keys))
+    bar = tqdm(total=budget, desc="search", unit="config", disable=not progress, file=sys.stderr)
+
+    def show(message: str) -> None:
+        bar.set_description(message[:70])
+        bar.update(1)
+
+    report = run_search(plan, todo, materialize, summary_of, show, resume=not force)
+    bar.close()
+    return report
 
 
 class CheckFailed(RuntimeError):
@@ -307,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {key}")
             return 0
         t0 = time.perf_counter()
-        board, _, _, plan, data = run_sweep(
+        board, _, _, plan, data, search = run_sweep(
             args.spec, args.data_dir, args.force, args.verbose, store=args.store
         )
         sweep = plan.sweep
@@ -322,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {time.perf_counter() - t0:.0f} s):\n"
     )
     _print_board(board)
+    if search is not None:
+        print(
+            f"\nSearch ({sweep.search.strategy}): {len(search.evaluated)} of {len(plan.config_keys)} configs "
+            f"evaluated ({search.resumed} by an earlier run), {search.index_builds} index builds, "
+            f"LLM cost ${search.llm_cost_usd:.4f}"
+        )
     _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)

@@ -342,9 +342,15 @@ class DecisionSpec(_Strict):
 
 
 class SearchSpec(_Strict):
-    strategy: Literal["grid", "random"] = "grid"
+    """grid/random: the configs are chosen on load (the first `max_trials`, or a seeded sample).
+    bayesian: the plan holds every config; `rag-sweep run` evaluates `max_trials` of them, one at a time,
+    chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
+    that reuses an existing index (rag_core/search)."""
+
+    strategy: Literal["grid", "random", "bayesian"] = "grid"
     max_trials: int | None = Field(default=None, gt=0)
     seed: int = 0
+    pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
 
 
 class SweepFile(_Strict):
@@ -394,6 +400,7 @@ class Sweep(BaseModel):
     configs: tuple[RagConfig, ...]
     judge_model: str | None = None
     decision: DecisionSpec = DecisionSpec()
+    search: SearchSpec = SearchSpec()
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
@@ -506,6 +513,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
         decision=spec.decision,
+        search=spec.search,
     )
 
 
@@ -525,6 +533,8 @@ def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) ->
 
 
 def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:
+    if search.strategy == "bayesian":  # adaptive: the whole space is planned, the run picks what to evaluate
+        return configs
     if search.max_trials is None or search.max_trials >= len(configs):
         return configs
     if search.strategy == "grid":
