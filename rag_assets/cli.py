@@ -2,6 +2,7 @@
 
     rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
     rag-sweep validate SPEC
+    rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
 
 The input files are observed and snapshotted, then the plan's stages run in order, one partition at a time,
 into a persistent Dagster instance under `<data-dir>/dagster_home` (so `dagster dev` can show them). A
@@ -263,6 +264,59 @@ def _load_data(sweep) -> tuple[int, int]:
 WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_share"]
 
 
+def bill(spec: str, data_dir: str | None = None, store: str | None = None):
+    """What `rag-sweep run` would compute for this sweep and data dir (rag_core/bill.py), from the files
+    as they are now: nothing is materialized."""
+    import litellm
+    import polars as pl
+
+    from rag_assets.lib.rag_sweep import deployment_store
+    from rag_core.bill import estimate
+    from rag_core.chunking import chunk_corpus
+    from rag_core.datasets import load_corpus, load_qa
+    from rag_core.fingerprint import file_hash
+    from rag_core.plan import Plan
+    from rag_core.spec import load_sweep
+    from rag_core.stages import artifact_fingerprint
+    from resources import default_data_dir
+    from resources.artifacts import ArtifactRef
+    from resources.embedders import EmbeddingService
+
+    plan = Plan.resolve(load_sweep(spec), store or deployment_store())
+    sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
+    _load_data(sweep)  # a missing or bad file is an error naming its field
+    corpus = load_corpus(sweep.corpus_path)
+    n_queries = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries).height
+    corpus_fp = artifact_fingerprint("corpus", file_hash(sweep.corpus_path), {})
+    qa_fp = artifact_fingerprint(
+        "qa_set", (file_hash(sweep.qa_path), sweep.max_queries), {"corpus": corpus_fp}
+    )
+    expected = plan.fingerprints({"corpus": corpus_fp, "qa_set": qa_fp})
+    done = {(s, k) for (s, k), fp in expected.items() if ArtifactRef(data, s, fp).intact()}
+    embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
+
+    def chunks_of(key: str) -> pl.DataFrame:
+        ref = ArtifactRef(data, "chunksets", expected[("chunksets", key)])
+        if ref.intact():
+            return ref.read()
+        cfg = plan.partition("chunksets", key).config.chunking
+        tokenize = (lambda texts: embedder.token_offsets(cfg.model, texts)) if cfg.unit == "tokens" else None
+        method = (
+            "sentence" if cfg.method == "semantic" else cfg.method
+        )  # semantic cuts need embeddings: about
+        return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
+
+    def price(model: str, prompt: int, completion: int) -> float | None:
+        try:
+            return float(
+                sum(litellm.cost_per_token(model=model, prompt_tokens=prompt, completion_tokens=completion))
+            )
+        except Exception:  # a model litellm has no price for (local, or a custom name)
+            return None
+
+    return plan, estimate(plan, done, chunks_of, embedder.cached_hashes, n_queries, price)
+
+
 def _print_board(board) -> None:
     from rag_core.leaderboard import to_markdown
 
@@ -322,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec")
+    pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
+    pln.add_argument("spec")
+    pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
+    pln.add_argument("--store", help="vector store of configs that name none")
     args = parser.parse_args(argv)
 
     from rag_core.datasets import DatasetError
@@ -340,6 +398,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             for key in plan.config_keys:
                 print(f"  {key}")
+            return 0
+        if args.command == "plan":
+            plan, estimate = bill(args.spec, args.data_dir, args.store)
+            search = plan.sweep.search
+            adaptive = (
+                f"; search {search.strategy} evaluates {search.max_trials} of them"
+                if search.strategy == "bayesian"
+                else ""
+            )
+            print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
+            print("\n".join(estimate.lines()))
             return 0
         t0 = time.perf_counter()
         board, _, _, plan, data, search = run_sweep(

@@ -152,6 +152,10 @@ class EmbeddingService(dg.ConfigurableResource):
 
         return [litellm.token_counter(model=model, text=t) for t in texts]
 
+    def cached_hashes(self, model: str) -> set[str]:
+        """Text hashes the cache holds vectors for (what a run would not embed again)."""
+        return set(self._load_cache(model))
+
     def max_tokens(self, model: str) -> int | None:
         """The longest input the model reads, in its tokens (special tokens included); longer texts are cut.
         None when unknown (a remote model litellm has no limit for)."""

@@ -93,3 +93,31 @@ def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_pa
         zip(board["config_key"].str.split("__").list.first(), board["chunk_truncated_share"], strict=True)
     )
     assert share == {"paragraph-8000-0": 1.0, "recursive-300-0": 0.0}
+
+
+@pytest.mark.slow
+def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
+    import dagster as dg
+
+    from rag_assets.cli import bill, run_sweep
+    from rag_core.stages import PARTITIONED
+
+    spec = write_sweep(tmp_path / "p.yaml", slice_data, name="billed", **SECTIONS)
+    data = tmp_path / "data"
+    plan, before = bill(str(spec), str(data))
+    assert before.partitions["embeddings"] == (0, 1) and before.partitions["evaluations"] == (0, 2)
+    assert before.texts_to_embed == 124 and not before.llm_calls  # extractive: no LLM
+    run = run_sweep(str(spec), str(data), progress=False)
+    computed, embedded = {}, 0
+    for s in PARTITIONED:
+        records = run.instance.fetch_materializations(dg.AssetKey(["billed", s.name]), limit=100).records
+        fresh = [r for r in records if not r.asset_materialization.metadata["reused"].value]
+        computed[s.name] = len(fresh)
+        if s.name == "embeddings":
+            embedded = sum(r.asset_materialization.metadata["embedding_calls"].value for r in fresh)
+    assert computed == {s: new for s, (_, new) in before.partitions.items()}
+    assert embedded == before.texts_to_embed
+    _, after = bill(str(spec), str(data))
+    assert all(new == 0 for _, new in after.partitions.values()) and after.texts_to_embed == 0
+    assert main(["plan", str(spec), "--data-dir", str(data)]) == 0
+    assert "texts to embed: 0" in capsys.readouterr().out

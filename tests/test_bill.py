@@ -1,0 +1,44 @@
+"""The bill of a sweep, before running it: partitions, texts to embed, LLM calls, tokens and cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from rag_core.bill import estimate
+from rag_core.plan import Plan
+from rag_core.spec import sweep_from_dict
+
+RAW = {
+    "name": "bill",
+    "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+    "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+    "retrieval": {
+        "mode": "vector",
+        "top_k": 2,
+        "query_transform": ["none", "rewrite"],
+        "query_model": "gpt-4o-mini",
+    },
+    "rerank": {"method": "llm", "model": "gpt-4o-mini", "candidates": 4},
+    "generation": {"model": ["extractive", "ollama/unpriced"], "max_tokens": 10},
+}
+
+
+def test_llm_calls_tokens_and_cost_of_what_is_not_done():
+    plan = Plan.resolve(sweep_from_dict(RAW, Path("/tmp/bill.yaml")))
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})  # 100 tokens each
+
+    def price(model: str, prompt: int, completion: int):
+        return None if model.startswith("ollama") else (prompt + completion) * 1e-6
+
+    done = {("retrievals", plan.keys("retrievals")[0])}  # one retrieval setting exists already
+    bill = estimate(plan, done, lambda key: chunks, lambda model: {"unused"}, 10, price)
+    assert bill.partitions["retrievals"] == (1, 1) and bill.partitions["answers"] == (0, 4)
+    assert bill.texts_to_embed == 2  # distinct index texts, none cached
+    assert bill.llm_calls == {"retrievals": 10, "rerankings": 20, "answers": 20}
+    # rerank prompt: 64 + 4 candidates x 100 tokens, completion 64; 2 partitions x 10 queries
+    assert bill.llm_tokens["rerankings"] == 20 * (64 + 400 + 64)
+    assert bill.unpriced == {"ollama/unpriced"}  # its calls are counted, not priced
+    priced = bill.llm_tokens["retrievals"] + bill.llm_tokens["rerankings"]
+    assert abs(bill.cost_usd - priced * 1e-6) < 1e-12
