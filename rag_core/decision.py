@@ -248,7 +248,7 @@ def decide(
             f"{top.height} configs are statistically tied at the top: with {n_questions} questions the sweep "
             f"detects overall-score differences of about {mde:.3f} or more, and the best two differ by {gap:.3f}"
         )
-        if gap >= mde / 3:  # close enough that a larger QA set would tell them apart
+        if gap > 0 and gap >= mde / 3:  # close enough that a larger QA set would tell them apart
             advice += f"; about {int(np.ceil(n_questions * (mde / gap) ** 2))} questions would separate them."
         else:
             advice += (

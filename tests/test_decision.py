@@ -175,3 +175,11 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     assert missed["question"].to_list() == ["Q20?", "Q21?"]
     modes = effects(out).filter(pl.col("setting") == "retrieval.mode")
     assert modes["value"].to_list() == ["vector", "hybrid", "bm25"]  # by mean overall score
+
+
+def test_one_question_and_identical_scores_give_advice_not_a_crash():
+    runs = {"a": per_query([1]), "b": per_query([1])}
+    board = _board(runs, {"a": 0.0, "b": 0.0})
+    out, summary = decide(board, runs, W, Constraints())
+    assert out["tier"].to_list() == [1, 1] and summary["recommended"] in {"a", "b"}
+    assert "would not change the choice" in summary["advice"]
