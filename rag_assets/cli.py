@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nSearch ({sweep.search.strategy}): {len(search.evaluated)} of {len(plan.config_keys)} configs "
             f"evaluated ({search.resumed} by an earlier run), {search.index_builds} index builds, "
-            f"LLM cost ${search.llm_cost_usd:.4f}"
+            f"LLM cost ${search.llm_cost_usd:.4f}; stopped by {search.stopped_by}"
         )
     _print_recommendation(data, sweep.name)
     if args.output:

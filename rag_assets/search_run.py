@@ -40,6 +40,20 @@ class SearchReport:
     resumed: int  # of them, evaluated by an earlier run
     index_builds: int  # new vector_index partitions this run materialized
     llm_cost_usd: float  # what the evaluated configs' LLM calls cost
+    stopped_by: str  # "max_trials", "max_cost_usd" or "space" (every config evaluated)
+
+
+DIRECTIONS = {"overall_score": "maximize", "p95_latency_ms": "minimize", "cost_per_1k_queries": "minimize"}
+
+
+def objective_values(summary: dict, weights: dict[str, float], objectives: list[str]) -> tuple[float, ...]:
+    """A config's objectives from its evaluation summary (p95 latency: retrieval + generation p95s)."""
+    values = {
+        "overall_score": overall_score(summary, weights),
+        "p95_latency_ms": summary["retrieval_p95_ms"] + summary["generation_p95_ms"],
+        "cost_per_1k_queries": summary["cost_usd"] / max(summary["n_queries"], 1) * 1000,
+    }
+    return tuple(values[o] for o in objectives)
 
 
 def run_search(
@@ -55,7 +69,8 @@ def run_search(
     key)` is that config's evaluation summary, or None when it has none that these inputs give."""
     search = plan.sweep.search
     space, key_of = space_of(plan)
-    strategy = make(search.strategy, space, seed=search.seed, pool=search.pool)
+    directions = [DIRECTIONS[o] for o in search.objectives]
+    strategy = make(search.strategy, space, seed=search.seed, pool=search.pool, directions=directions)
     budget = min(search.max_trials or len(plan.config_keys), len(plan.config_keys))
     pending = set(todo)
     evaluated, cost, builds = [], 0.0, 0
@@ -63,7 +78,7 @@ def run_search(
     def observe(key: str, summary: dict) -> None:
         nonlocal cost
         c = next(c for c in space.all() if key_of[space.key(c)] == key)
-        strategy.observe(c, overall_score(summary, plan.sweep.weights))
+        strategy.observe(c, objective_values(summary, plan.sweep.weights, search.objectives))
         evaluated.append(key)
         cost += float(summary.get("cost_usd", 0.0))
 
@@ -71,7 +86,16 @@ def run_search(
         if (summary := summary_of(key)) is not None:
             observe(key, summary)
     resumed = len(evaluated)
-    while len(evaluated) < budget and (c := strategy.propose()) is not None:
+    stopped_by = "space"
+    while True:
+        if len(evaluated) >= budget:
+            stopped_by = "max_trials" if budget < len(plan.config_keys) else "space"
+            break
+        if search.max_cost_usd is not None and cost >= search.max_cost_usd:
+            stopped_by = "max_cost_usd"
+            break
+        if (c := strategy.propose()) is None:
+            break
         key = key_of[space.key(c)]
         config = plan.config(key)
         progress(f"trial {len(evaluated) + 1}/{budget}: {key}")
@@ -82,4 +106,4 @@ def run_search(
                 pending.discard(step)
                 builds += name == "vector_index"
         observe(key, summary_of(key))
-    return SearchReport(evaluated, resumed, builds, cost)
+    return SearchReport(evaluated, resumed, builds, cost, stopped_by)

@@ -351,6 +351,11 @@ class SearchSpec(_Strict):
     max_trials: int | None = Field(default=None, gt=0)
     seed: int = 0
     pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
+    # bayesian: what TPE optimizes; several make it multi-objective (lower latency and cost are better)
+    objectives: list[Literal["overall_score", "p95_latency_ms", "cost_per_1k_queries"]] = Field(
+        default_factory=lambda: ["overall_score"], min_length=1
+    )
+    max_cost_usd: float | None = Field(default=None, gt=0)  # bayesian: no new config once spent
 
 
 class SweepFile(_Strict):

@@ -107,3 +107,79 @@ def test_a_space_of_listed_candidates_proposes_only_those():
         got.append(c)
         s.observe(c, c["a"])
     assert sorted(got, key=lambda c: c["a"]) == listed
+
+
+def _plan(search: dict):
+    from pathlib import Path
+
+    from rag_core.plan import Plan
+    from rag_core.spec import sweep_from_dict
+
+    raw = {
+        "name": "s",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": [
+            {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            {"method": "recursive", "chunk_size": 300, "chunk_overlap": 0},
+        ],
+        "retrieval": {"mode": ["vector", "bm25", "hybrid"], "top_k": [2, 5]},
+        "search": search,
+    }
+    return Plan.resolve(sweep_from_dict(raw, Path("/tmp/s.yaml")))
+
+
+def _drive(plan, done: dict | None = None):
+    """run_search with every step recorded and a made-up summary per evaluated config."""
+    from rag_assets.search_run import run_search
+
+    done = dict(done or {})
+    steps = []
+
+    def materialize(stage_name: str, key: str) -> None:
+        steps.append((stage_name, key))
+        if stage_name == "evaluations":
+            c = plan.config(key)
+            done[key] = {
+                "recall_at_k": 0.5 + 0.1 * (c.retrieval.mode == "hybrid") + 0.05 * (c.retrieval.top_k == 5),
+                "token_f1": 0.3,
+                "ndcg_at_k": 0.4,
+                "exact_match": 0.1,
+                "faithfulness": 0.9,
+                "cost_usd": 0.3,
+                "n_queries": 10.0,
+                "retrieval_p95_ms": 10.0 * c.retrieval.top_k,
+                "generation_p95_ms": 1.0,
+            }
+
+    todo = [
+        (s, k)
+        for s in (
+            "chunksets",
+            "embeddings",
+            "vector_index",
+            "retrievals",
+            "rerankings",
+            "answers",
+            "evaluations",
+        )
+        for k in plan.keys(s)
+    ]
+    report = run_search(plan, todo, materialize, done.get)
+    return report, steps, done
+
+
+def test_a_search_stops_at_its_cost_budget_and_a_rerun_resumes_it():
+    plan = _plan({"strategy": "bayesian", "max_trials": 10, "max_cost_usd": 1.0})
+    report, steps, done = _drive(plan)
+    assert report.stopped_by == "max_cost_usd" and len(report.evaluated) == 4  # 4 x $0.30 >= $1
+    assert len(steps) == len(set(steps))  # no partition materialized twice
+    assert report.index_builds == len({plan.key_of(plan.config(k), "vector_index") for k in report.evaluated})
+    again, steps2, _ = _drive(_plan({"strategy": "bayesian", "max_trials": 6}), done)
+    assert again.resumed == 4 and len(again.evaluated) == 6 and again.stopped_by == "max_trials"
+    assert not {("evaluations", k) for k in report.evaluated} & set(steps2)  # nothing evaluated twice
+
+
+def test_a_multi_objective_search_runs_over_the_plan():
+    plan = _plan({"strategy": "bayesian", "max_trials": 5, "objectives": ["overall_score", "p95_latency_ms"]})
+    report, _, _ = _drive(plan)
+    assert len(report.evaluated) == 5 and report.stopped_by == "max_trials"

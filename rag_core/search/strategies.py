@@ -144,4 +144,4 @@ def make(name: str, space: Space, seed: int = 0, **options) -> Strategy:
     """A strategy by name: grid, random or bayesian (options: directions, pool, n_startup_trials)."""
     if name not in STRATEGIES:
         raise ValueError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](space, seed, **options)
+    return STRATEGIES[name](space, seed, **options) if name == "bayesian" else STRATEGIES[name](space, seed)
