@@ -40,7 +40,10 @@ def _adaptive(plan) -> bool:
 
 
 class Leaderboard(StageLogic):
-    description = "Configs ranked by weighted overall score with 95% intervals and ties vs the leader."
+    description = (
+        "Configs ranked by weighted overall score with 95% intervals, grouped into Holm-corrected tiers, with "
+        "the recommended config under the sweep's decision constraints and a ship report."
+    )
     resources = ("tracking",)
     checks = (Check("complete", "Every config of the sweep is evaluated and on the board."),)
 

@@ -146,19 +146,27 @@ def violations(row: dict, c: Constraints) -> list[str]:
     return out
 
 
+# Measured latency is noisy (a loaded machine doubles it): configs within LATENCY_BAND × the fastest one's
+# p95 count as equally fast, so run-to-run noise does not flip the recommendation. Cost is exact.
+LATENCY_BAND = 2.0
 PREFERENCES = {
     "cheapest": ("cost_per_1k_queries", "p95_latency_ms"),
     "fastest": ("p95_latency_ms", "cost_per_1k_queries"),
     "best": ("-overall_score", "cost_per_1k_queries"),
 }
-
-
 WORDS = {"cost_per_1k_queries": "cheapest", "p95_latency_ms": "fastest", "-overall_score": "best"}
+
+
+def _lowest(pool: pl.DataFrame, col: str) -> pl.DataFrame:
+    """The rows with the lowest value of col (latency: within the band of the lowest)."""
+    low = pool[col].min()
+    limit = low * LATENCY_BAND if col == "p95_latency_ms" else low
+    return pool.filter(pl.col(col) <= limit + 1e-12)
 
 
 def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
     """(recommended config key, why): among the configs meeting the constraints, those of the best tier
-    that has any; among them the preferred one (then the other preference, then the higher score)."""
+    that has any; among them the preferred ones, then the other preference's, then the highest score."""
     ok = board.filter(pl.col("meets_constraints") & pl.col("tier").is_not_null())
     if ok.is_empty():
         return None, "no config meets the constraints: " + "; ".join(
@@ -169,7 +177,8 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
         (-pl.col("overall_score")).alias("-overall_score")
     )
     first, second = PREFERENCES[c.prefer]
-    pick = pool.sort([first, second, "-overall_score", "config_key"]).row(0, named=True)
+    narrowed = _lowest(_lowest(pool, first), second)
+    pick = narrowed.sort(["-overall_score", "config_key"]).row(0, named=True)
     top = board.filter(pl.col("tier") == 1).height
     if best_tier == 1:
         where = (
@@ -179,7 +188,8 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
     else:
         where = f"no config of tiers 1–{best_tier - 1} meets the constraints; {pool.height} of tier {best_tier} do"
     why = (
-        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} "
+        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} (p95 within "
+        f"{LATENCY_BAND:g}x of the fastest counts as equally fast), then the best-scoring "
         f"(score {pick['overall_score']:.4f}, "
         f"${pick['cost_per_1k_queries']:.4f} per 1k queries, p95 {pick['p95_latency_ms']:.0f} ms)"
     )

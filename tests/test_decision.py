@@ -183,3 +183,16 @@ def test_one_question_and_identical_scores_give_advice_not_a_crash():
     out, summary = decide(board, runs, W, Constraints())
     assert out["tier"].to_list() == [1, 1] and summary["recommended"] in {"a", "b"}
     assert "would not change the choice" in summary["advice"]
+
+
+def test_latency_noise_within_the_band_does_not_decide_between_free_configs():
+    def pick(slow_ms: float) -> str:
+        runs = {
+            "better": per_query(wrong_on(20), latency_ms=slow_ms),
+            "quick": per_query(wrong_on(21, offset=1), latency_ms=10.0),
+        }
+        board = _board(runs, {"better": 0.0, "quick": 0.0})
+        return decide(board, runs, W, Constraints())[1]["recommended"]
+
+    assert pick(15.0) == "better"  # 1.5x the fastest: equally fast, so the better score decides
+    assert pick(30.0) == "quick"  # 3x: really slower
