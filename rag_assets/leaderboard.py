@@ -114,7 +114,18 @@ class Leaderboard(StageLogic):
             )
         cols = [c for c in DISPLAY_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
-        return {
+        return {  # what to ship first: the UI lists metadata in this order
+            "recommended": decision["recommended"] or "none",
+            "recommendation": dg.MetadataValue.md(
+                f"**{decision['recommended'] or 'none'}**\n\n{decision['why']}\n\n{decision['advice']}"
+            ),
+            **(
+                {"min_detectable_difference": float(decision["min_detectable_difference"])}
+                if decision["min_detectable_difference"] is not None
+                else {}
+            ),
+            "top_tier_size": len(decision["top_tier"]),
+            "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
             "leaderboard": dg.MetadataValue.md(markdown),
             "table": dg.MetadataValue.table(
                 records=[dg.TableRecord(r) for r in frame.select(cols).to_dicts()],
@@ -129,17 +140,6 @@ class Leaderboard(StageLogic):
             "best_config": frame["config_key"][0],
             "best_score": float(frame["overall_score"][0]),
             "tied_with_leader": int(frame["tied_with_leader"].sum()) - 1,
-            "recommended": decision["recommended"] or "none",
-            "recommendation": dg.MetadataValue.md(
-                f"**{decision['recommended'] or 'none'}**\n\n{decision['why']}\n\n{decision['advice']}"
-            ),
-            **(
-                {"min_detectable_difference": float(decision["min_detectable_difference"])}
-                if decision["min_detectable_difference"] is not None
-                else {}
-            ),
-            "top_tier_size": len(decision["top_tier"]),
-            "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
             "weights": dg.MetadataValue.json(sweep.weights),
         }
 
