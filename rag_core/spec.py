@@ -319,6 +319,19 @@ class EvaluationSpec(_Strict):
     judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/judge.py)
 
 
+def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
+    """A mapping of metric -> number (weights, floors): known metric names and finite numbers."""
+    from rag_core.metrics import SCORABLE_METRICS
+
+    unknown = sorted(set(v) - set(SCORABLE_METRICS))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
+    bad = sorted(k for k, x in v.items() if not math.isfinite(x))
+    if bad:
+        raise ValueError(f"{what} must be finite numbers (not nan or inf): {bad}")
+    return v
+
+
 class DecisionSpec(_Strict):
     """What the team can ship: limits a recommended config must meet, and which of the top tier to prefer."""
 
@@ -331,14 +344,7 @@ class DecisionSpec(_Strict):
     @field_validator("min")
     @classmethod
     def _known_metrics(cls, v: dict[str, float]) -> dict[str, float]:
-        from rag_core.metrics import SCORABLE_METRICS
-
-        unknown = sorted(set(v) - set(SCORABLE_METRICS))
-        if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
-        if not all(math.isfinite(x) for x in v.values()):
-            raise ValueError("metric floors must be finite numbers")
-        return v
+        return _metric_values(v, "metric floors")
 
 
 class SearchSpec(_Strict):
@@ -378,14 +384,7 @@ class SweepFile(_Strict):
     @field_validator("weights")
     @classmethod
     def _weights_valid(cls, v: dict[str, float]) -> dict[str, float]:
-        from rag_core.metrics import SCORABLE_METRICS
-
-        unknown = sorted(set(v) - set(SCORABLE_METRICS))
-        if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
-        bad = sorted(k for k, w in v.items() if not math.isfinite(w))
-        if bad:
-            raise ValueError(f"weights must be finite numbers (not nan or inf): {bad}")
+        _metric_values(v, "weights")
         if any(w < 0 for w in v.values()) or sum(v.values()) <= 0:
             raise ValueError("weights must be non-negative and sum to more than 0")
         return v
