@@ -30,6 +30,11 @@ class Scores:
     def diff(self, a: int, b: int) -> np.ndarray:
         return self.samples[:, a] - self.samples[:, b]
 
+    def subset(self, keys: list[str]) -> Scores:
+        """The same resamples, for some of the configs."""
+        idx = [self.keys.index(k) for k in keys]
+        return Scores(list(keys), self.observed[idx], self.samples[:, idx])
+
 
 def bootstrap_scores(
     per_query: dict[str, pl.DataFrame], weights: dict[str, float], n_boot: int = N_BOOT, seed: int = 0
@@ -203,10 +208,12 @@ def decide(
     constraints: Constraints,
     alpha: float = 0.05,
     seed: int = 0,
+    scores: Scores | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """Add to a ranked board: tier, Holm-adjusted p vs the tier's best, cost per 1k queries, p95 latency,
     constraint violations, Pareto membership (quality vs cost, quality vs p95 latency) and the
-    recommendation; return it with a summary (recommended, why, min detectable difference, advice)."""
+    recommendation; return it with a summary (recommended, why, min detectable difference, advice).
+    `scores`: bootstrap_scores of the board's configs, when the caller already has them."""
     keys = board["config_key"].to_list()
     sound = (
         ~board["too_many_errors"].to_numpy()
@@ -216,7 +223,11 @@ def decide(
     if not sound.any():
         sound[:] = True  # every config failed: still compare them, the board says why
     idx = np.flatnonzero(sound)
-    scores = bootstrap_scores({keys[i]: per_query[keys[i]] for i in idx}, weights, seed=seed)
+    sound_keys = [keys[i] for i in idx]
+    if scores is None:
+        scores = bootstrap_scores({k: per_query[k] for k in sound_keys}, weights, seed=seed)
+    else:  # the caller's resamples of every config: the same numbers, computed once
+        scores = scores.subset(sound_keys)
     cost = (board["cost_usd"] / board["n_queries"].clip(lower_bound=1) * 1000).to_numpy()
     p95 = np.array([query_latency_p95(per_query[k]) for k in keys])
     tier = np.full(len(keys), None, dtype=object)

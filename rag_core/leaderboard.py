@@ -27,35 +27,48 @@ DISPLAY_COLUMNS = [
 
 
 def compare_to_leader(
-    board: pl.DataFrame, per_query: dict[str, pl.DataFrame], weights: dict[str, float], seed: int = 0
+    board: pl.DataFrame,
+    per_query: dict[str, pl.DataFrame],
+    weights: dict[str, float],
+    seed: int = 0,
+    scores=None,
 ) -> pl.DataFrame:
     """Add the overall score's 95% bootstrap interval and a paired bootstrap test of each config against
     the leader (rank 1) over the same queries: `p_value_vs_leader`, `tied_with_leader` (the 95% interval of
     the score difference contains 0), and a display column `vs_leader` (leader / tied / worse, or
-    "too many errors" for a config ranked last for its failed generations)."""
+    "too many errors" for a config ranked last for its failed generations). `scores`: the configs'
+    bootstrap scores (rag_core.decision.bootstrap_scores), when the caller already has them."""
     import numpy as np
 
-    from rag_core.metrics.stats import paired_bootstrap, score_ci
+    from rag_core.decision import bootstrap_scores, p_value
 
-    metrics = list(weights)
-    w = np.array([weights[m] for m in metrics])
-
-    def matrix(key: str) -> np.ndarray:
-        frame = per_query[key].sort("query_id")
-        return frame.select(metrics).fill_null(float("nan")).to_numpy().astype(float)
-
-    leader_key = board["config_key"][0]
-    leader = matrix(leader_key)
+    if scores is None:
+        scores = bootstrap_scores(per_query, weights, seed=seed)
+    col = {k: i for i, k in enumerate(scores.keys)}
+    leader = col[board["config_key"][0]]
     rows = []
     for key in board["config_key"]:
-        m = matrix(key)
-        lo, hi = score_ci(m, w, seed=seed)
-        if key == leader_key:
-            rows.append((lo, hi, 0.0, 0.0, 0.0, 1.0, True, "leader"))
+        i = col[key]
+        lo, hi = np.percentile(scores.samples[:, i], [2.5, 97.5])
+        if i == leader:
+            rows.append((float(lo), float(hi), 0.0, 0.0, 0.0, 1.0, True, "leader"))
             continue
-        diff, dlo, dhi, p = paired_bootstrap(leader, m, w, seed=seed)
+        diffs = scores.diff(leader, i)
+        dlo, dhi = np.percentile(diffs, [2.5, 97.5])
         tied = dlo <= 0.0 <= dhi
-        rows.append((lo, hi, diff, dlo, dhi, p, tied, "tied" if tied else "worse"))
+        diff = float(scores.observed[leader] - scores.observed[i])
+        rows.append(
+            (
+                float(lo),
+                float(hi),
+                diff,
+                float(dlo),
+                float(dhi),
+                p_value(diffs),
+                tied,
+                "tied" if tied else "worse",
+            )
+        )
     for i, bad in enumerate(board["too_many_errors"]):
         if bad:  # its score is not a measure of quality: neither tied with the leader nor merely worse
             rows[i] = (*rows[i][:6], False, "too many errors")

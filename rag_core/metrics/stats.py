@@ -53,11 +53,3 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, weights, n_boot: int = N_BOOT
     lo, hi = np.percentile(diffs, [2.5, 97.5])
     p = min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))
     return float(observed), float(lo), float(hi), float(p)
-
-
-def score_ci(a: np.ndarray, weights, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the overall score of one config (a: (n_queries, m))."""
-    a, w = np.asarray(a, float), np.asarray(weights, float)
-    idx = np.random.default_rng(seed).integers(0, len(a), size=(n_boot, len(a)))
-    lo, hi = np.percentile(weighted_score(_resample_means(a, idx), w), [2.5, 97.5])
-    return float(lo), float(hi)
