@@ -91,27 +91,37 @@ def exclusive(data: Path):
         yield
 
 
-def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
-    """(stage, partition) steps in dependency order after the input snapshots: partitions whose latest
-    materialization already holds the artifact these inputs give, and whose file is in `data`, are left out
-    (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
+def completed(plan, instance, data: Path):
+    """`complete(stage, key)`: the artifact ref of a partition whose latest materialization holds the
+    artifact the materialized input snapshots give, whole in `data`; else None."""
     from rag_assets.stage_asset import asset_key
     from rag_assets.sweep_defs import prefix_of
-    from rag_core.stages import CONFIG_STAGE
     from resources.artifacts import ArtifactRef, latest_fingerprint
 
     prefix = prefix_of(plan.sweep.name)
     inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
     expected = plan.fingerprints(inputs)
-    out = []
-    for stage, keys in plan.partitions.items():
-        for key in keys:
-            fp = expected[(stage, key)]
-            done = latest_fingerprint(instance, asset_key(prefix, stage), key) == fp
-            done = done and ArtifactRef(data, stage, fp).intact()  # not so in another data dir, same instance
-            if force or stage == CONFIG_STAGE or not done:
-                out.append((stage, key))
-    return out
+
+    def complete(stage: str, key: str) -> ArtifactRef | None:
+        ref = ArtifactRef(data, stage, expected[(stage, key)], key)
+        done = latest_fingerprint(instance, asset_key(prefix, stage), key) == ref.fp
+        return ref if done and ref.intact() else None  # not intact: another data dir, same instance
+
+    return complete
+
+
+def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
+    """(stage, partition) steps in dependency order after the input snapshots: complete partitions are
+    left out (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
+    from rag_core.stages import CONFIG_STAGE
+
+    complete = completed(plan, instance, data)
+    return [
+        (stage, key)
+        for stage, keys in plan.partitions.items()
+        for key in keys
+        if force or stage == CONFIG_STAGE or complete(stage, key) is None
+    ]
 
 
 def run_sweep(
@@ -134,6 +144,7 @@ def run_sweep(
     from rag_assets.definitions import build_definitions
     from rag_assets.leaderboard import leaderboard_path
     from rag_assets.lib.rag_sweep import deployment_store
+    from rag_assets.search_run import adaptive
     from rag_assets.stage_asset import FORCE_TAG, asset_key
     from rag_assets.sweep_defs import prefix_of
     from rag_core.plan import Plan
@@ -183,8 +194,8 @@ def run_sweep(
             materialize(stage)
         todo = steps(plan, instance, data, force)
         search = None
-        if plan.sweep.search.strategy == "bayesian":
-            search = _adaptive(plan, instance, data, prefix, todo, force, materialize, progress)
+        if adaptive(plan):
+            search = _adaptive(plan, instance, data, todo, force, materialize, progress)
         else:
             bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
             for stage, key in bar:
@@ -195,25 +206,19 @@ def run_sweep(
         return SweepRun(board, defs, instance, plan, data, search)
 
 
-def _adaptive(plan, instance, data: Path, prefix: str, todo, force: bool, materialize, progress: bool):
+def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progress: bool):
     """Run the sweep's adaptive search (rag_assets/search_run.py) over the plan's configs."""
     from tqdm import tqdm
 
-    from rag_assets.search_run import run_search
-    from rag_assets.stage_asset import asset_key
-    from resources.artifacts import ArtifactRef, latest_fingerprint
+    from rag_assets.search_run import run_search, trial_budget
 
-    inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
-    expected = plan.fingerprints(inputs)
+    complete = completed(plan, instance, data)
 
     def summary_of(key: str) -> dict | None:
-        fp = expected[("evaluations", key)]
-        ref = ArtifactRef(data, "evaluations", fp, key)
-        done = latest_fingerprint(instance, asset_key(prefix, "evaluations"), key) == fp and ref.intact()
-        return ref.read().to_dicts()[0] if done else None
+        ref = complete("evaluations", key)
+        return ref.read().to_dicts()[0] if ref else None
 
-    budget = min(plan.sweep.search.max_trials or len(plan.config_keys), len(plan.config_keys))
-    bar = tqdm(total=budget, desc="search", unit="config", disable=not progress, file=sys.stderr)
+    bar = tqdm(total=trial_budget(plan), desc="search", unit="config", disable=not progress, file=sys.stderr)
 
     def show(message: str) -> None:
         bar.set_description(message[:70])

@@ -13,11 +13,12 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun
-from rag_core.decision import Constraints, decide
+from rag_core.decision import Constraints, bootstrap_scores, decide
 from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_configs, score_plot_png, to_markdown
 from rag_core.report import ship_report
-from resources.artifacts import Artifact, atomic_write_parquet
+from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
 
 
 def leaderboard_path(data_dir, sweep_name: str) -> Path:
@@ -27,16 +28,6 @@ def leaderboard_path(data_dir, sweep_name: str) -> Path:
 def read_decision(data_dir, sweep_name: str) -> dict:
     """The recommendation the last leaderboard of a sweep made (see rag_core.decision.decide)."""
     return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _adaptive(plan) -> bool:
-    return plan.sweep.search.strategy == "bayesian"
 
 
 class Leaderboard(StageLogic):
@@ -58,17 +49,18 @@ class Leaderboard(StageLogic):
         if not refs:
             raise dg.Failure(f"no evaluation of sweep {run.plan.sweep.name} is materialized yet")
         missing = [k for k in run.plan.config_keys if k not in refs]
-        if missing and not _adaptive(run.plan):
+        if missing and not adaptive(run.plan):
             run.context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
         keys = [k for k in run.plan.config_keys if k in refs]
         summaries = pl.concat([refs[k].read() for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
         weights, spec = run.plan.sweep.weights, run.plan.sweep.decision
-        board = compare_to_leader(rank_configs(summaries, weights), per_query, weights)
+        scores = bootstrap_scores(per_query, weights)  # one set of resamples for every comparison
+        board = compare_to_leader(rank_configs(summaries, weights), per_query, weights, scores=scores)
         constraints = Constraints(
             spec.max_p95_latency_ms, spec.max_cost_per_1k_queries, spec.min, spec.prefer
         )
-        board, decision = decide(board, per_query, weights, constraints, alpha=spec.alpha)
+        board, decision = decide(board, per_query, weights, constraints, alpha=spec.alpha, scores=scores)
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
@@ -101,7 +93,7 @@ class Leaderboard(StageLogic):
             **{path.with_name(f"{sweep.name}.{name}"): data for name, data in plots.items()},
         }
         for file, data in files.items():
-            _atomic_write(file, data)
+            atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
         markdown = to_markdown(frame)
         if not reused:  # one leaderboard run per content: an unchanged rerun logs none
             run.resources.tracking.log_leaderboard(
@@ -145,13 +137,11 @@ class Leaderboard(StageLogic):
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
         missing = sorted(set(run.plan.config_keys) - set(frame["config_key"].to_list()))
-        search = run.plan.sweep.search
-        wanted = min(search.max_trials or len(run.plan.config_keys), len(run.plan.config_keys))
         return [
             dg.AssetCheckResult(
                 check_name="complete",
                 # an adaptive search evaluates max_trials configs of the plan, by design not all
-                passed=frame.height >= wanted if _adaptive(run.plan) else not missing,
+                passed=frame.height >= trial_budget(run.plan) if adaptive(run.plan) else not missing,
                 severity=dg.AssetCheckSeverity.WARN,
                 metadata={
                     "configs": len(run.plan.config_keys),

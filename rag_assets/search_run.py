@@ -20,6 +20,16 @@ DIMENSIONS = ("chunksets", "embeddings", "vector_index", "retrievals", "rerankin
 EXPENSIVE = ("chunksets", "embeddings", "vector_index")
 
 
+def adaptive(plan: Plan) -> bool:
+    """Whether `rag-sweep run` chooses the configs to evaluate as it goes (else it evaluates them all)."""
+    return plan.sweep.search.strategy == "bayesian"
+
+
+def trial_budget(plan: Plan) -> int:
+    """How many configs an adaptive search evaluates."""
+    return min(plan.sweep.search.max_trials or len(plan.config_keys), len(plan.config_keys))
+
+
 def own_setting(plan: Plan, config_key: str, stage_name: str) -> str:
     """A config's own part of a stage's partition key (the key minus its upstream's key)."""
     c = plan.config(config_key)
@@ -71,7 +81,7 @@ def run_search(
     space, key_of = space_of(plan)
     directions = [DIRECTIONS[o] for o in search.objectives]
     strategy = make(search.strategy, space, seed=search.seed, pool=search.pool, directions=directions)
-    budget = min(search.max_trials or len(plan.config_keys), len(plan.config_keys))
+    budget = trial_budget(plan)
     pending = set(todo)
     evaluated, cost, builds = [], 0.0, 0
 

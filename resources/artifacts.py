@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,17 +23,22 @@ import pyarrow.parquet as pq
 from dagster._core.definitions.data_version import extract_data_version_from_entry
 
 
-def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
+def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
+    """`write(temp path)`, then rename onto `path`: a reader sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        df.write_parquet(tmp)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
+    return atomic_write(path, df.write_parquet)
 
 
 def readable_parquet(path: Path) -> bool:
