@@ -91,19 +91,26 @@ def exclusive(data: Path):
         yield
 
 
-def completed(plan, instance, data: Path):
+def completed(plan, instance, data: Path, questions: int | None = None):
     """`complete(stage, key)`: the artifact ref of a partition whose latest materialization holds the
-    artifact the materialized input snapshots give, whole in `data`; else None."""
+    artifact the materialized input snapshots give, whole in `data`; else None. With `questions`: the
+    artifact of that halving rung (the QA set's first N questions in the search's order), whole in
+    `data`, whatever the partition materialized since."""
     from rag_assets.stage_asset import asset_key
     from rag_assets.sweep_defs import prefix_of
+    from rag_core.search.halving import subset_fingerprint
     from resources.artifacts import ArtifactRef, latest_fingerprint
 
     prefix = prefix_of(plan.sweep.name)
     inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
+    if questions is not None:
+        inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
     expected = plan.fingerprints(inputs)
 
     def complete(stage: str, key: str) -> ArtifactRef | None:
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
+        if questions is not None:  # a past rung: its artifact is enough (the partition moved on since)
+            return ref if ref.intact() else None
         done = latest_fingerprint(instance, asset_key(prefix, stage), key) == ref.fp
         return ref if done and ref.intact() else None  # not intact: another data dir, same instance
 
@@ -161,7 +168,7 @@ def run_sweep(
         tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
         config = {} if verbose else QUIET_LOGS
 
-        def materialize(stage: str, key: str | None = None) -> None:
+        def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
             where = f"{stage}[{key}]" if key else stage
             try:
                 result = dg.materialize(
@@ -170,7 +177,7 @@ def run_sweep(
                     partition_key=key,
                     instance=instance,
                     resources=defs.resources,
-                    tags=tags,
+                    tags={**tags, **(extra_tags or {})},
                     run_config=config,
                     raise_on_error=True,
                 )
@@ -206,27 +213,80 @@ def run_sweep(
         return SweepRun(board, defs, instance, plan, data, search)
 
 
+def search_ledger(data: Path, sweep: str, restart: bool):
+    """`spent()`: the LLM calls and USD paid since this sweep's search started (the call cache's ledger,
+    resources/llm_cache.py); a rerun continues the same search and its budget, `--force` starts anew."""
+    import json
+
+    from resources.llm_cache import LLMCache
+
+    marker = data / "searches" / f"{sweep}.json"
+    if restart or not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"started": time.time()}))
+    started = json.loads(marker.read_text())["started"]
+    cache = LLMCache(data / "llm_cache.sqlite")
+    return lambda: cache.spent(started)
+
+
 def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progress: bool):
     """Run the sweep's adaptive search (rag_assets/search_run.py) over the plan's configs."""
     from tqdm import tqdm
 
-    from rag_assets.search_run import run_search, trial_budget
+    from rag_assets.search_run import run_halving, run_search, trial_budget
+    from rag_assets.stage_asset import QUESTIONS_TAG
 
     complete = completed(plan, instance, data)
-
-    def summary_of(key: str) -> dict | None:
-        ref = complete("evaluations", key)
-        return ref.read().to_dicts()[0] if ref else None
-
+    spent = search_ledger(data, plan.sweep.name, restart=force)
     bar = tqdm(total=trial_budget(plan), desc="search", unit="config", disable=not progress, file=sys.stderr)
 
     def show(message: str) -> None:
         bar.set_description(message[:70])
         bar.update(1)
 
-    report = run_search(plan, todo, materialize, summary_of, show, resume=not force)
+    if plan.sweep.search.strategy == "halving":
+        rungs = {None: complete}
+
+        def at(n: int | None):
+            if n not in rungs:
+                rungs[n] = completed(plan, instance, data, n)
+            return rungs[n]
+
+        def rung_step(stage: str, key: str, n: int | None) -> bool:
+            if not force and at(n)(stage, key) is not None:
+                return False  # this rung of the partition is complete: read back, not recomputed
+            materialize(stage, key, {QUESTIONS_TAG: str(n)} if n is not None else None)
+            return True
+
+        from resources.artifacts import ArtifactRef, latest_fingerprint
+
+        qa_fp = latest_fingerprint(instance, _key(plan, "qa_set"), None)
+        ids = ArtifactRef(data, "qa_set", qa_fp).read()["query_id"].to_list()
+        bar.total = None
+        report = run_halving(
+            plan,
+            ids,
+            rung_step,
+            lambda key, n: at(n)("evaluations", key).read("per_query"),
+            spent,
+            show,
+        )
+    else:
+
+        def summary_of(key: str) -> dict | None:
+            ref = complete("evaluations", key)
+            return ref.read().to_dicts()[0] if ref else None
+
+        report = run_search(plan, todo, materialize, summary_of, show, resume=not force, spent=spent)
     bar.close()
     return report
+
+
+def _key(plan, stage: str):
+    from rag_assets.stage_asset import asset_key
+    from rag_assets.sweep_defs import prefix_of
+
+    return asset_key(prefix_of(plan.sweep.name), stage)
 
 
 class CheckFailed(RuntimeError):
@@ -408,8 +468,11 @@ def main(argv: list[str] | None = None) -> int:
             plan, estimate = bill(args.spec, args.data_dir, args.store)
             search = plan.sweep.search
             adaptive = (
-                f"; search {search.strategy} evaluates {search.max_trials} of them"
+                f"; search {search.strategy} evaluates {search.budget.max_configs or 'all'} of them"
                 if search.strategy == "bayesian"
+                else f"; search halving starts {search.budget.max_configs or 'all'} of them on "
+                f"{search.start_questions} questions"
+                if search.strategy == "halving"
                 else ""
             )
             print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
@@ -435,8 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nSearch ({sweep.search.strategy}): {len(search.evaluated)} of {len(plan.config_keys)} configs "
             f"evaluated ({search.resumed} by an earlier run), {search.index_builds} index builds, "
-            f"LLM cost ${search.llm_cost_usd:.4f}; stopped by {search.stopped_by}"
+            f"{search.llm_calls} LLM calls paid, ${search.llm_cost_usd:.4f}; stopped by {search.stopped_by}"
         )
+        for key, n in (search.dropped or {}).items():
+            print(f"  dropped after {n} questions: {key}")
     _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)

@@ -11,7 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge
-from resources.artifacts import Artifact
+from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 
 
@@ -52,9 +52,11 @@ class Evaluations(StageLogic):
         summary = frame.to_dicts()[0]
         metrics = {k: v for k, v in summary.items() if isinstance(v, float) and "." not in k}
         key, tracking = run.context.partition_key, run.resources.tracking
+        qa = run.inputs["qa_set"]
+        rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
-            run_name=key,
+            run_name=f"{key} ({rung['questions']} questions)" if rung else key,
             fingerprint=summary["fingerprint"],
             params={k: v for k, v in summary.items() if "." in k},
             metrics=metrics,
@@ -63,6 +65,7 @@ class Evaluations(StageLogic):
                 "config_key": key,
                 "dagster_run_id": run.context.run.run_id,
                 "partition_key": key,
+                **rung,  # a halving rung: evaluated on a share of the QA set
             },
             per_query=run.ref.read("per_query") if reused else run.output.parts["per_query"],
             force=not reused,
@@ -71,6 +74,7 @@ class Evaluations(StageLogic):
             f"{key}: recall_at_k={metrics['recall_at_k']:.3f}, token_f1={metrics['token_f1']:.3f}"
         )
         return {
+            **rung,
             **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items()},
             "mlflow_run_id": run_id or "",
             "mlflow_tracking_uri": tracking.resolved_uri(),

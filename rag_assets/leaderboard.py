@@ -52,7 +52,13 @@ class Leaderboard(StageLogic):
         if missing and not adaptive(run.plan):
             run.context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
         keys = [k for k in run.plan.config_keys if k in refs]
-        summaries = pl.concat([refs[k].read() for k in keys], how="diagonal_relaxed")
+        every = {k: refs[k].read() for k in keys}
+        # Configs are compared on the same questions: those evaluated on the most of them (the full set,
+        # unless a halving search stopped early); the ones a halving rung dropped are listed, not ranked.
+        most = max(int(f["n_queries"][0]) for f in every.values())
+        partial = {k: int(f["n_queries"][0]) for k, f in every.items() if int(f["n_queries"][0]) < most}
+        keys = [k for k in keys if k not in partial]
+        summaries = pl.concat([every[k] for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
         weights, spec = run.plan.sweep.weights, run.plan.sweep.decision
         scores = bootstrap_scores(per_query, weights)  # one set of resamples for every comparison
@@ -61,6 +67,8 @@ class Leaderboard(StageLogic):
             spec.max_p95_latency_ms, spec.max_cost_per_1k_queries, spec.min, spec.prefer
         )
         board, decision = decide(board, per_query, weights, constraints, alpha=spec.alpha, scores=scores)
+        decision["questions"] = most
+        decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
@@ -117,6 +125,11 @@ class Leaderboard(StageLogic):
                 else {}
             ),
             "top_tier_size": len(decision["top_tier"]),
+            **(
+                {"dropped_by_halving": dg.MetadataValue.json(decision["not_ranked"])}
+                if decision.get("not_ranked")
+                else {}
+            ),
             "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
             "leaderboard": dg.MetadataValue.md(markdown),
             "table": dg.MetadataValue.table(
@@ -137,11 +150,15 @@ class Leaderboard(StageLogic):
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
         missing = sorted(set(run.plan.config_keys) - set(frame["config_key"].to_list()))
+        bayesian = run.plan.sweep.search.strategy == "bayesian"
         return [
             dg.AssetCheckResult(
                 check_name="complete",
-                # an adaptive search evaluates max_trials configs of the plan, by design not all
-                passed=frame.height >= trial_budget(run.plan) if adaptive(run.plan) else not missing,
+                # an adaptive search evaluates some configs of the plan by design: bayesian its budget,
+                # halving its survivors (the rest it dropped on a share of the questions)
+                passed=(frame.height >= trial_budget(run.plan) if bayesian else frame.height >= 1)
+                if adaptive(run.plan)
+                else not missing,
                 severity=dg.AssetCheckSeverity.WARN,
                 metadata={
                     "configs": len(run.plan.config_keys),

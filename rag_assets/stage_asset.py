@@ -19,9 +19,11 @@ import polars as pl
 from rag_core.plan import Partition, Plan
 from rag_core.spec import RagConfig
 from rag_core.stages import Stage, artifact_fingerprint, stage
-from resources.artifacts import Artifact, ArtifactRef
+from resources.artifacts import Artifact, ArtifactRef, QuestionSubset
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
+# A successive-halving rung: the run's stages see the QA set's first N questions in the search's order.
+QUESTIONS_TAG = "rag/questions"
 # Output(data_version=...) is how an asset states its own data version (the artifact fingerprint).
 warnings.filterwarnings("ignore", message="Parameter `data_version`", category=dg.BetaWarning)
 
@@ -111,6 +113,14 @@ def forced(context: dg.AssetExecutionContext) -> bool:
     return context.run.tags.get(FORCE_TAG, "").lower() == "true"
 
 
+def rung_inputs(context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs as a halving rung sees them: the QA set narrowed to the run's `rag/questions`."""
+    n = context.run.tags.get(QUESTIONS_TAG)
+    if n is None or "qa_set" not in inputs:
+        return inputs
+    return {**inputs, "qa_set": QuestionSubset.of(inputs["qa_set"], int(n), plan.sweep.search.seed)}
+
+
 def asset_key(prefix: str, name: str) -> dg.AssetKey:
     return dg.AssetKey([prefix, name])
 
@@ -164,6 +174,8 @@ def stage_asset(
     )
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
         part = plan.partition(name, context.partition_key) if s.partitioned else None
+        if s.partitioned:
+            inputs = rung_inputs(context, plan, inputs)
         run = StageRun(context, plan, part, inputs)
         fp = artifact_fingerprint(name, logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads})
         ref = run.ref = context.resources.artifacts.ref(

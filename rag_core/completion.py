@@ -16,6 +16,7 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached: bool = False  # answered from the call cache: no provider call, nothing spent
 
 
 class Completer(Protocol):

@@ -347,21 +347,36 @@ class DecisionSpec(_Strict):
         return _metric_values(v, "metric floors")
 
 
-class SearchSpec(_Strict):
-    """grid/random: the configs are chosen on load (the first `max_trials`, or a seeded sample).
-    bayesian: the plan holds every config; `rag-sweep run` evaluates `max_trials` of them, one at a time,
-    chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
-    that reuses an existing index (rag_core/search)."""
+class SearchBudget(_Strict):
+    """Where an adaptive search stops (it keeps what it found so far). max_configs also caps grid/random."""
 
-    strategy: Literal["grid", "random", "bayesian"] = "grid"
-    max_trials: int | None = Field(default=None, gt=0)
+    max_configs: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)  # LLM spend of this search
+    max_llm_calls: int | None = Field(default=None, gt=0)  # LLM calls made (answers from the cache are free)
+
+
+class SearchSpec(_Strict):
+    """grid/random: the configs are chosen on load (the first `budget.max_configs`, or a seeded sample).
+    bayesian: the plan holds every config; `rag-sweep run` evaluates `max_configs` of them, one at a time,
+    chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
+    that reuses an existing index (rag_core/search). halving: every config answers `start_questions`
+    questions; a paired test drops those worse than the leader, the rest answer `growth` times more."""
+
+    strategy: Literal["grid", "random", "bayesian", "halving"] = "grid"
+    budget: SearchBudget = Field(default_factory=SearchBudget)
     seed: int = 0
     pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
     # bayesian: what TPE optimizes; several make it multi-objective (lower latency and cost are better)
     objectives: list[Literal["overall_score", "p95_latency_ms", "cost_per_1k_queries"]] = Field(
         default_factory=lambda: ["overall_score"], min_length=1
     )
-    max_cost_usd: float | None = Field(default=None, gt=0)  # bayesian: no new config once spent
+    start_questions: int = Field(default=10, ge=2)  # halving: the first rung's questions
+    growth: float = Field(default=2.0, gt=1)  # halving: each rung's questions × growth
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether `rag-sweep run` chooses what to evaluate as it goes (the plan holds the whole space)."""
+        return self.strategy in ("bayesian", "halving")
 
 
 class SweepFile(_Strict):
@@ -537,11 +552,10 @@ def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) ->
 
 
 def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:
-    if search.strategy == "bayesian":  # adaptive: the whole space is planned, the run picks what to evaluate
-        return configs
-    if search.max_trials is None or search.max_trials >= len(configs):
+    n = search.budget.max_configs
+    if search.adaptive or n is None or n >= len(configs):  # adaptive: the run picks what to evaluate
         return configs
     if search.strategy == "grid":
-        return configs[: search.max_trials]
-    picked = sorted(random.Random(search.seed).sample(range(len(configs)), search.max_trials))
+        return configs[:n]
+    picked = sorted(random.Random(search.seed).sample(range(len(configs)), n))
     return [configs[i] for i in picked]

@@ -35,6 +35,7 @@ def build_resources(data_dir: str) -> dict:
         "llm": LLMClient(
             api_base=os.environ.get("RAG_LLM_API_BASE"),
             api_key=dg.EnvVar("RAG_LLM_API_KEY") if os.environ.get("RAG_LLM_API_KEY") else None,
+            cache_path=str(Path(data_dir) / "llm_cache.sqlite"),
         ),
         "tracking": MlflowTracking(default_dir=data_dir),
     }

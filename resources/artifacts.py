@@ -87,6 +87,27 @@ class ArtifactRef:
             raise dg.Failure(f"{where}: artifact {path} is damaged ({e}): materialize {where} again") from e
 
 
+@dataclass(frozen=True)
+class QuestionSubset(ArtifactRef):
+    """A rung of successive halving: the QA set's first `n` questions in the search's seeded order, with
+    its own fingerprint, so every artifact computed from it is told apart from the full set's."""
+
+    source: ArtifactRef | None = None
+    n: int = 0
+    seed: int = 0
+
+    @classmethod
+    def of(cls, qa: ArtifactRef, n: int, seed: int) -> QuestionSubset:
+        from rag_core.search.halving import subset_fingerprint
+
+        return cls(qa.root, qa.stage, subset_fingerprint(qa.fp, n, seed), qa.partition, qa, n, seed)
+
+    def read(self, part: str | None = None) -> pl.DataFrame:
+        from rag_core.search.halving import question_subset
+
+        return question_subset(self.source.read(part), self.n, self.seed)
+
+
 @dataclass
 class Artifact:
     """An asset's output: its reference, and the frames to write when it was computed (None: reused)."""

@@ -14,6 +14,7 @@ import time
 import dagster as dg
 
 from rag_core.completion import Completion
+from resources.llm_cache import LLMCache, call_key
 
 # litellm fetches a remote cost map at import and deadlocks with mlflow without this (shared/notes/stack.md).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -46,10 +47,22 @@ class LLMClient(dg.ConfigurableResource):
     max_retries: int = 2
     retry_backoff_s: float = 1.0
     max_concurrency: int = 4
+    cache_path: str | None = None  # the call cache and ledger (resources/llm_cache.py); None: no cache
 
     def complete(
         self, model: str, prompt: str, temperature: float = 0.0, max_tokens: int = 128
     ) -> Completion:
+        if self.cache_path is None:
+            return self._call(model, prompt, temperature, max_tokens)
+        cache = LLMCache(self.cache_path)
+        key = call_key(model, self.api_base, prompt, temperature, max_tokens)
+        if (hit := cache.get(key)) is not None:
+            return hit
+        out = self._call(model, prompt, temperature, max_tokens)
+        cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
+        return out
+
+    def _call(self, model: str, prompt: str, temperature: float, max_tokens: int) -> Completion:
         import litellm
 
         litellm.suppress_debug_info = True  # no "Give Feedback" banner on stdout for every failed call

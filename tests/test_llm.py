@@ -183,3 +183,28 @@ def test_llm_judge_parses_verdicts_and_counts_failures():
     assert summary["n_judge_failures"] == 2.0
     assert summary["faithfulness_judge"] == pytest.approx(0.45)  # mean of 0.9 and 0.0; failures left out
     assert JUDGE_PROMPT_VERSION == "faithfulness-v1"
+
+
+def test_the_call_cache_answers_a_repeated_call_and_never_keeps_a_failure(tmp_path):
+    from resources.llm_cache import LLMCache
+
+    calls = []
+
+    def respond(prompt: str):
+        calls.append(prompt)
+        return (500, "down", 0.0) if len(calls) == 1 else (200, "Paris", 0.0)
+
+    with OpenAIStub(respond) as stub:
+        cache = tmp_path / "llm_cache.sqlite"
+        client = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0, cache_path=str(cache))
+        failed = client.complete(MODEL, "Capital of France?")
+        assert failed.error and not failed.cached and LLMCache(cache).spent() == (0, 0.0)
+        first = client.complete(MODEL, "Capital of France?")  # the failure was not kept: asked again
+        again = client.complete(MODEL, "Capital of France?")
+        assert len(stub.requests) == 2
+        # another endpoint, model or max_tokens is another call
+        other = LLMClient(api_base=stub.api_base, api_key="k", cache_path=str(cache))
+        assert other.complete(MODEL, "Capital of France?", max_tokens=5).cached is False
+    assert first.text == again.text == "Paris" and not first.cached and again.cached
+    assert (again.prompt_tokens, again.latency_ms) == (first.prompt_tokens, first.latency_ms)
+    assert LLMCache(cache).spent()[0] == 2 and LLMCache(cache).spent(since=time.time() + 1) == (0, 0.0)

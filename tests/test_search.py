@@ -169,17 +169,89 @@ def _drive(plan, done: dict | None = None):
 
 
 def test_a_search_stops_at_its_cost_budget_and_a_rerun_resumes_it():
-    plan = _plan({"strategy": "bayesian", "max_trials": 10, "max_cost_usd": 1.0})
+    plan = _plan({"strategy": "bayesian", "budget": {"max_configs": 10, "max_cost_usd": 1.0}})
     report, steps, done = _drive(plan)
     assert report.stopped_by == "max_cost_usd" and len(report.evaluated) == 4  # 4 x $0.30 >= $1
     assert len(steps) == len(set(steps))  # no partition materialized twice
     assert report.index_builds == len({plan.key_of(plan.config(k), "vector_index") for k in report.evaluated})
-    again, steps2, _ = _drive(_plan({"strategy": "bayesian", "max_trials": 6}), done)
-    assert again.resumed == 4 and len(again.evaluated) == 6 and again.stopped_by == "max_trials"
+    again, steps2, _ = _drive(_plan({"strategy": "bayesian", "budget": {"max_configs": 6}}), done)
+    assert again.resumed == 4 and len(again.evaluated) == 6 and again.stopped_by == "max_configs"
     assert not {("evaluations", k) for k in report.evaluated} & set(steps2)  # nothing evaluated twice
 
 
 def test_a_multi_objective_search_runs_over_the_plan():
-    plan = _plan({"strategy": "bayesian", "max_trials": 5, "objectives": ["overall_score", "p95_latency_ms"]})
+    plan = _plan(
+        {
+            "strategy": "bayesian",
+            "budget": {"max_configs": 5},
+            "objectives": ["overall_score", "p95_latency_ms"],
+        }
+    )
     report, _, _ = _drive(plan)
-    assert len(report.evaluated) == 5 and report.stopped_by == "max_trials"
+    assert len(report.evaluated) == 5 and report.stopped_by == "max_configs"
+
+
+def test_rungs_are_nested_random_samples_with_their_own_fingerprint():
+    import polars as pl
+
+    from rag_core.search.halving import question_subset, subset_fingerprint
+
+    qa = pl.DataFrame({"query_id": [f"q{i}" for i in range(30)], "question": ["?"] * 30})
+    small, large = question_subset(qa, 5, seed=3), question_subset(qa, 12, seed=3)
+    assert small.height == 5 and large.height == 12
+    assert set(small["query_id"]) < set(large["query_id"])  # a larger rung holds the smaller one
+    assert set(small["query_id"]) != set(qa["query_id"][:5])  # a sample, not the file's head
+    assert question_subset(qa, 30, seed=3) is qa and question_subset(qa, 99, seed=3) is qa
+    assert len({subset_fingerprint("qa", 5, 3), subset_fingerprint("qa", 12, 3), "qa"}) == 3
+
+
+def test_a_question_scores_on_the_metrics_it_has():
+    import polars as pl
+
+    from rag_core.search.halving import question_scores
+
+    per_query = pl.DataFrame({"query_id": ["a", "b"], "recall_at_k": [1.0, None], "token_f1": [0.0, 0.5]})
+    got = question_scores(per_query, {"recall_at_k": 0.5, "token_f1": 0.5, "faithfulness": 1.0})
+    assert got == {"a": 0.5, "b": 0.5}  # b has no gold docs: its recall is left out, not 0
+
+
+def test_halving_over_the_plan_drops_the_worse_config_and_materializes_each_rung_once():
+    """run_halving with a made-up evaluation: a bm25 config is worse by construction on every question,
+    hybrid and vector are tied; the driver materializes each rung once and the survivors end on the
+    full set."""
+    import polars as pl
+
+    from rag_assets.search_run import run_halving
+
+    raw = {"strategy": "halving", "start_questions": 8, "growth": 2, "seed": 1}
+    plan = _plan({**raw, "budget": {"max_configs": 6}})  # a seeded sample of 6 of the 12 configs
+    ids = [f"q{i:02d}" for i in range(40)]
+    steps: list[tuple[str, str, int | None]] = []
+    rows: dict[tuple[str, int | None], pl.DataFrame] = {}
+
+    def materialize(stage_name: str, key: str, n: int | None) -> bool:
+        if (stage_name, key, n) in steps:
+            return False
+        steps.append((stage_name, key, n))
+        if stage_name == "evaluations":
+            from rag_core.search.halving import question_order
+
+            asked = question_order(ids, 1)[: n or len(ids)]
+            mode = plan.config(key).retrieval.mode
+            rng = __import__("random").Random(7)
+            noise = {q: rng.random() for q in ids}
+            score = [noise[q] * (0.2 if mode == "bm25" else 1.0) for q in asked]
+            rows[(key, n)] = pl.DataFrame({"query_id": asked, "token_f1": score})
+        return True
+
+    spent = lambda: (0, 0.0)  # noqa: E731
+    report = run_halving(plan, ids, materialize, lambda k, n: rows[(k, n)], spent)
+    modes = {k: plan.config(k).retrieval.mode for k in report.evaluated}
+    assert "bm25" in modes.values() and report.dropped
+    assert len(report.evaluated) == 6 and report.stopped_by == "halving"
+    assert {k for k in report.dropped if modes[k] == "bm25"} == {k for k in modes if modes[k] == "bm25"}
+    survivors = [k for k in report.evaluated if k not in report.dropped]
+    assert survivors and all(modes[k] != "bm25" for k in survivors)
+    assert all(("evaluations", k, None) in steps for k in survivors)  # the full set, as ordinary configs
+    assert all(n <= 16 for n in report.dropped.values())
+    assert len(steps) == len(set(steps))  # every rung of a partition materialized once

@@ -86,7 +86,7 @@ def test_fingerprint_is_stable_across_processes():
 
 
 def test_random_search_is_seeded(tmp_path):
-    spec = dict(BASE, search={"strategy": "random", "max_trials": 5, "seed": 7})
+    spec = dict(BASE, search={"strategy": "random", "budget": {"max_configs": 5}, "seed": 7})
     a = Plan.resolve(load_sweep(write(tmp_path, spec, "a.yaml"))).config_keys
     b = Plan.resolve(load_sweep(write(tmp_path, spec, "b.yaml"))).config_keys
     assert a == b and len(a) == 5

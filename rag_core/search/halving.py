@@ -13,11 +13,47 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
+import polars as pl
 
 from rag_core.decision import holm, p_value
+from rag_core.fingerprint import fingerprint
 from rag_core.search.space import Candidate
 
 N_BOOT = 1000
+
+
+def question_order(question_ids: Sequence[str], seed: int) -> list[str]:
+    """The QA set in the order rungs take it: a seeded shuffle, so every rung is a random sample and a
+    larger rung holds every question of a smaller one."""
+    order = sorted(question_ids)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def question_subset(qa: pl.DataFrame, n: int, seed: int) -> pl.DataFrame:
+    """The QA set's rows of a rung of `n` questions (in the file's order)."""
+    if n >= qa.height:
+        return qa
+    keep = question_order(qa["query_id"].to_list(), seed)[:n]
+    return qa.filter(pl.col("query_id").is_in(keep))
+
+
+def subset_fingerprint(qa_fp: str, n: int, seed: int) -> str:
+    """The fingerprint of a rung's QA subset: every artifact computed from it differs from the full set's."""
+    return fingerprint("qa_subset", qa_fp, n, seed)
+
+
+def question_scores(per_query: pl.DataFrame, weights: dict[str, float]) -> dict[str, float]:
+    """Each question's weighted score over the metrics it has (an undefined metric leaves its weight out),
+    the per-question quantity halving's paired test compares."""
+    metrics = [m for m in weights if m in per_query.columns]
+    w = np.array([weights[m] for m in metrics], dtype=float)
+    values = per_query.select(metrics).fill_null(float("nan")).to_numpy().astype(float)
+    have = ~np.isnan(values)
+    total = np.where(have, values, 0.0) @ w
+    weight = have.astype(float) @ w
+    score = np.divide(total, weight, out=np.zeros_like(total), where=weight > 0)
+    return dict(zip(per_query["query_id"].to_list(), score.tolist(), strict=True))
 
 
 class Halving:
@@ -32,8 +68,7 @@ class Halving:
         seed: int = 0,
     ):
         self.candidates = list(candidates)
-        self.order = list(question_ids)
-        random.Random(seed).shuffle(self.order)  # every rung is a random sample of the QA set
+        self.order = question_order(question_ids, seed)
         self.size = min(start, len(self.order))
         self.growth, self.alpha, self.budget, self.seed = growth, alpha, budget, seed
         self.alive = set(range(len(self.candidates)))

@@ -1,0 +1,84 @@
+"""The LLM call cache and ledger: `<data_dir>/llm_cache.sqlite`.
+
+An identical call (model, endpoint, prompt, temperature, max tokens) is answered from here instead of
+the provider, so a question already asked is never paid for again: when successive halving grows a
+config's question set, when a killed run resumes inside a partition, when two configs send the same
+prompt. Only successful completions are stored; a failed call is asked again next time. The rows are
+also the ledger of what was spent: `spent(since)` is the calls and cost paid after a moment.
+
+SQLite in WAL mode: steps in several processes and threads read and write it at once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+from rag_core.completion import Completion
+from rag_core.fingerprint import fingerprint
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
+    cost_usd REAL, latency_ms REAL, attempts INTEGER, created REAL)"""
+
+
+def call_key(model: str, api_base: str | None, prompt: str, temperature: float, max_tokens: int) -> str:
+    return fingerprint("completion", model, api_base or "", prompt, float(temperature), int(max_tokens))
+
+
+class LLMCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=60)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(SCHEMA)
+        return conn
+
+    def get(self, key: str) -> Completion | None:
+        """The stored completion (its original tokens, cost and latency: what the config costs per query)."""
+        if not self.path.exists():
+            return None
+        with closing(self._connect()) as conn:
+            row = conn.execute(
+                "SELECT text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts "
+                "FROM completions WHERE key = ?",
+                (key,),
+            ).fetchone()
+        if row is None:
+            return None
+        text, pt, ct, cost, ms, attempts = row
+        return Completion(text, None, attempts, ms, pt, ct, cost, cached=True)
+
+    def put(self, key: str, model: str, c: Completion) -> None:
+        if c.error is not None or c.cached:
+            return
+        with closing(self._connect()) as conn, conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    model,
+                    c.text,
+                    c.prompt_tokens,
+                    c.completion_tokens,
+                    c.cost_usd,
+                    c.latency_ms,
+                    c.attempts,
+                    time.time(),
+                ),
+            )
+
+    def spent(self, since: float = 0.0) -> tuple[int, float]:
+        """(calls, USD) paid to providers since `since` (a time.time()), successful calls only."""
+        if not self.path.exists():
+            return 0, 0.0
+        with closing(self._connect()) as conn:
+            n, cost = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM completions WHERE created >= ?", (since,)
+            ).fetchone()
+        return int(n), float(cost)
