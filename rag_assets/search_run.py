@@ -22,6 +22,7 @@ from rag_core.metrics import overall_score
 from rag_core.plan import Plan
 from rag_core.search import Halving, Space, make
 from rag_core.search.halving import question_scores
+from rag_core.spec import RagConfig
 from rag_core.stages import CONFIG_STAGE, PARTITIONED, stage
 
 # The stages whose settings make a config; the first three decide the index (the expensive part).
@@ -60,11 +61,33 @@ def own_setting(plan: Plan, config_key: str, stage_name: str) -> str:
     return key[len(plan.key_of(c, up)) + 2 :] if up else key
 
 
+def generation_usd(c: RagConfig) -> float:
+    """A rough LLM price per query of a config's generator from litellm's table: its prompt (top_k
+    passages of ~200 tokens) and a completion at max_tokens; 0 when extractive or unpriced. It only
+    orders equally promising candidates, so rough is enough."""
+    if c.generation.is_extractive:
+        return 0.0
+    import litellm
+
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=c.generation.model,
+            prompt_tokens=200 * c.retrieval.top_k + 50,
+            completion_tokens=c.generation.max_tokens,
+        )
+        return float(prompt + completion)
+    except Exception:  # a local or custom model litellm has no price for
+        return 0.0
+
+
 def space_of(plan: Plan) -> tuple[Space, dict[tuple, str]]:
-    """The plan's configs as a search space, and candidate key -> config key."""
+    """The plan's configs as a search space (reuse-aware: index builds, then LLM price), and candidate
+    key -> config key."""
     candidates = [{d: own_setting(plan, k, d) for d in DIMENSIONS} for k in plan.config_keys]
     space = Space.of(candidates, expensive=EXPENSIVE)
-    return space, {space.key(c): k for c, k in zip(candidates, plan.config_keys, strict=True)}
+    keys = {space.key(c): k for c, k in zip(candidates, plan.config_keys, strict=True)}
+    space.llm_usd = {ck: generation_usd(plan.config(k)) for ck, k in keys.items()}
+    return space, keys
 
 
 @dataclass

@@ -255,3 +255,31 @@ def test_halving_over_the_plan_drops_the_worse_config_and_materializes_each_rung
     assert all(("evaluations", k, None) in steps for k in survivors)  # the full set, as ordinary configs
     assert all(n <= 16 for n in report.dropped.values())
     assert len(steps) == len(set(steps))  # every rung of a partition materialized once
+
+
+def test_among_equal_index_costs_the_cheaper_llm_is_proposed_first():
+    from rag_assets.search_run import generation_usd, space_of
+
+    raw = {
+        "name": "s",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "bm25", "top_k": 3},
+        "generation": {"model": ["gpt-4o", "gpt-4o-mini", "extractive"]},
+        "search": {"strategy": "bayesian", "pool": 3},
+    }
+    from pathlib import Path
+
+    from rag_core.plan import Plan
+    from rag_core.spec import sweep_from_dict
+
+    plan = Plan.resolve(sweep_from_dict(raw, Path("/tmp/s.yaml")))
+    prices = {plan.config(k).generation.model: generation_usd(plan.config(k)) for k in plan.config_keys}
+    assert prices["gpt-4o"] > prices["gpt-4o-mini"] > prices["extractive"] == 0.0  # litellm's table
+    space, key_of = space_of(plan)
+    s = make("bayesian", space, seed=0, pool=3, n_startup_trials=3)
+    order = []
+    while (c := s.propose()) is not None:
+        order.append(plan.config(key_of[space.key(c)]).generation.model)
+        s.observe(c, 0.5)  # equally promising
+    assert order == ["extractive", "gpt-4o-mini", "gpt-4o"]

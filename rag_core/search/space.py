@@ -2,7 +2,9 @@
 
 A candidate is a dict {dimension: value}. The `expensive` dimensions (chunking and embedding: they decide
 the index) cost an index build the first time a combination of their values is seen; the rest (top_k, a
-reranker, a generator) run over an existing index and cost one evaluation.
+reranker, a generator) run over an existing index and cost one evaluation. `llm_usd` prices a candidate's
+LLM calls per query (litellm's table, filled by the caller): among equally cheap moves in index builds,
+the cheaper LLM is preferred.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Space:
     index_cost: float = 10.0  # an index build, in evaluations of a config over an existing index
     built: set[tuple] = field(default_factory=set)  # indexes that exist
     candidates: list[Candidate] | None = None  # the valid points, when not every combination is one
+    llm_usd: dict[tuple, float] = field(default_factory=dict)  # candidate key -> LLM USD per query
 
     def __post_init__(self) -> None:
         unknown = set(self.expensive) - set(self.dims)
@@ -54,9 +57,12 @@ class Space:
     def index_of(self, c: Candidate) -> tuple:
         return tuple(c[d] for d in self.expensive)
 
-    def cost(self, c: Candidate) -> float:
-        """What evaluating c costs now: one evaluation, plus an index build if its index does not exist."""
-        return 1.0 + (0.0 if self.index_of(c) in self.built else self.index_cost)
+    def cost(self, c: Candidate) -> tuple[float, float]:
+        """What evaluating c costs now, compared in order: evaluations (one, plus an index build if its
+        index does not exist), then its LLM price per query."""
+        return 1.0 + (0.0 if self.index_of(c) in self.built else self.index_cost), self.llm_usd.get(
+            self.key(c), 0.0
+        )
 
     def mark_built(self, c: Candidate) -> None:
         self.built.add(self.index_of(c))
