@@ -283,3 +283,17 @@ def test_among_equal_index_costs_the_cheaper_llm_is_proposed_first():
         order.append(plan.config(key_of[space.key(c)]).generation.model)
         s.observe(c, 0.5)  # equally promising
     assert order == ["extractive", "gpt-4o-mini", "gpt-4o"]
+
+
+def test_the_sign_flip_test_is_exact_and_honest_on_few_questions():
+    from rag_core.search.halving import sign_flip_p
+
+    rng = np.random.default_rng(0)
+    assert sign_flip_p(np.ones(5), rng) == pytest.approx(2 / 32)  # 5 questions can never reach 0.05
+    assert sign_flip_p(np.r_[np.ones(10)], rng) == pytest.approx(2 / 1024)
+    # 4 of 10 questions differ, all the same way (a bootstrap puts this at p ~ 0.01 and drops a config
+    # that the full QA set shows to be tied): only 4 signs carry evidence, p = 2/16
+    assert sign_flip_p(np.r_[np.full(4, 0.1), np.zeros(6)], rng) == pytest.approx(2 / 16)
+    assert sign_flip_p(np.zeros(8), rng) == 1.0
+    assert sign_flip_p(np.r_[np.ones(20), -np.ones(20)], rng) > 0.9  # drawn, above 12 questions
+    assert sign_flip_p(np.ones(30), rng) < 0.001
