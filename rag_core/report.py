@@ -269,6 +269,18 @@ def ship_report(
         (f"Cost and latency per stage of {rec}", None, stages),
         ("The other configs", None, others),
     ]
+    if dropped := decision.get("not_ranked"):  # a halving search: out on an early rung
+        table = pl.DataFrame(
+            {"config_key": list(dropped), "questions answered": list(dropped.values())}
+        ).sort("questions answered", "config_key", descending=[True, False])
+        sections.append(
+            (
+                f"Dropped by the search (worse than the leader on the first questions; not ranked on all "
+                f"{decision.get('questions', n)})",
+                None,
+                table,
+            )
+        )
     md = [f"# Ship report: {sweep}", ""]
     body = []
     for title, text, extra in sections:

@@ -175,6 +175,11 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     assert missed["question"].to_list() == ["Q20?", "Q21?"]
     modes = effects(out).filter(pl.col("setting") == "retrieval.mode")
     assert modes["value"].to_list() == ["vector", "hybrid", "bm25"]  # by mean overall score
+    assert "Dropped by the search" not in md
+    halved = {**decision, "questions": 100, "not_ranked": {"early": 10, "later": 40}}
+    md, _, _ = ship_report("demo", out, halved, runs, qa, W, {})
+    dropped = md.split("## Dropped by the search")[1]
+    assert "not ranked on all 100" in dropped and dropped.index("later") < dropped.index("early")
 
 
 def test_one_question_and_identical_scores_give_advice_not_a_crash():
