@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from rag_core.text import normalize_answer
+
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String, "metadata": pl.String}
 QA_SCHEMA = {
     "query_id": pl.String,
@@ -154,11 +156,18 @@ def load_qa(
                 raise DatasetError(
                     f"{_where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
                 )
+        answers = _string_list(path, row, i, "answers")
+        for j, a in enumerate(answers):
+            if not normalize_answer(a):  # an empty (failed) answer would match it: EM 1, F1 1
+                raise DatasetError(
+                    f"{_where(path, row, i)}: field 'answers': answer {j + 1} ({a!r}) is empty once "
+                    "normalized (case, punctuation and articles removed): give the answer or leave it out"
+                )
         out.append(
             {
                 "query_id": qid,
                 "question": _string(path, row, i, "question"),
-                "answers": _string_list(path, row, i, "answers"),
+                "answers": answers,
                 "relevant_doc_ids": rel,
                 "relevant_doc_grades": _grades(path, row, i, len(rel)),
             }

@@ -64,7 +64,7 @@ def test_parquet_rows_are_numbered(tmp_path):
 
 
 def test_qa_validation(tmp_path):
-    ok = {"query_id": "q1", "question": "?", "answers": ["a"], "relevant_doc_ids": ["d1"]}
+    ok = {"query_id": "q1", "question": "?", "answers": ["x"], "relevant_doc_ids": ["d1"]}
     p = jsonl(tmp_path / "q.jsonl", [ok, {**ok, "query_id": "q2", "relevant_doc_ids": []}])
     assert load_qa(p, {"d1"}).height == 2
     assert load_qa(p, {"d1"}, max_queries=1).height == 1
@@ -82,8 +82,18 @@ def test_qa_validation(tmp_path):
         load_qa(tmp_path / "missing.jsonl")
 
 
+@pytest.mark.parametrize("answer", ["", "The", "...", " a "])
+def test_a_gold_answer_that_normalizes_to_nothing_is_refused_naming_the_row(tmp_path, answer):
+    ok = {"query_id": "q1", "question": "?", "answers": ["Paris"], "relevant_doc_ids": []}
+    p = jsonl(tmp_path / "q.jsonl", [ok, {**ok, "query_id": "q2", "answers": ["Paris", answer]}])
+    with pytest.raises(
+        DatasetError, match=r"q.jsonl: line 2: field 'answers': answer 2 .* empty once normalized"
+    ):
+        load_qa(p)
+
+
 def test_graded_relevance(tmp_path):
-    base = {"question": "?", "answers": ["a"], "relevant_doc_ids": ["d1", "d2"]}
+    base = {"question": "?", "answers": ["x"], "relevant_doc_ids": ["d1", "d2"]}
     p = jsonl(
         tmp_path / "g.jsonl",
         [{**base, "query_id": "q1", "relevant_doc_grades": [3, 1]}, {**base, "query_id": "q2"}],
