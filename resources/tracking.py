@@ -57,20 +57,38 @@ class MlflowTracking(dg.ConfigurableResource):
         if exp is None:
             return None
         runs = client.search_runs(
-            [exp.experiment_id], filter_string=f"tags.eval_fingerprint = '{fingerprint}'", max_results=1
+            [exp.experiment_id],
+            filter_string=f"tags.eval_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'",
+            max_results=1,
         )
         return runs[0].info.run_id if runs else None
+
+    def _retire_unfinished(self, experiment: str, fingerprint: str) -> None:
+        """A run of this evaluation left RUNNING (its process was killed while logging) holds partial
+        metrics: mark it KILLED, so only the finished run that replaces it is read."""
+        client = self._client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return
+        for run in client.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.eval_fingerprint = '{fingerprint}' and attributes.status != 'FINISHED'",
+        ):
+            if run.info.status == "RUNNING":
+                client.set_terminated(run.info.run_id, "KILLED")
 
     def ensure_run(
         self, experiment: str, fingerprint: str, force: bool, tags: dict[str, str], **kwargs
     ) -> str | None:
-        """Log a run for this evaluation unless one exists (a reused artifact is not logged twice)."""
+        """Log a run for this evaluation unless a finished one exists (a reused artifact is not logged
+        twice; a run a kill left RUNNING is replaced, never reused)."""
         if not self.enabled:
             return None
         if not force:
             existing = self.find_run(experiment, fingerprint)
             if existing:
                 return existing
+        self._retire_unfinished(experiment, fingerprint)
         return self.log_evaluation(experiment, tags={**tags, "eval_fingerprint": fingerprint}, **kwargs)
 
     def log_evaluation(
