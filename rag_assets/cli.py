@@ -478,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
             print("\n".join(estimate.lines()))
             return 0
+        if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
+            raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
         t0 = time.perf_counter()
         board, _, _, plan, data, search = run_sweep(
             args.spec, args.data_dir, args.force, args.verbose, store=args.store

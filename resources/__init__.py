@@ -15,6 +15,22 @@ def default_data_dir() -> str:
     return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
 
 
+def env_number(name: str, default, cast):
+    """A non-negative number from the environment, or a one-line error naming the variable."""
+    from rag_core.spec import SpecError
+
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SpecError(f"${name}={raw!r}: expected a non-negative {cast.__name__}")
+    return value
+
+
 def build_resources(data_dir: str) -> dict:
     import dagster as dg
 
@@ -36,6 +52,8 @@ def build_resources(data_dir: str) -> dict:
             api_base=os.environ.get("RAG_LLM_API_BASE"),
             api_key=dg.EnvVar("RAG_LLM_API_KEY") if os.environ.get("RAG_LLM_API_KEY") else None,
             cache_path=str(Path(data_dir) / "llm_cache.sqlite"),
+            timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
+            max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
         ),
         "tracking": MlflowTracking(default_dir=data_dir),
     }

@@ -59,6 +59,25 @@ def test_run_prints_a_data_error_in_one_line_and_the_traceback_only_when_verbose
     assert "Traceback" in err and err.strip().endswith("field 'metadata' is a string but not JSON")
 
 
+def test_a_bad_output_path_or_llm_setting_is_refused_before_any_work(
+    slice_sweep, tmp_path, capsys, monkeypatch
+):
+    data = tmp_path / "data"
+    assert main(["run", str(slice_sweep), "--data-dir", str(data), "--output", "board.xlsx"]) == 2
+    assert "error: --output board.xlsx: use a .csv or .parquet path" in capsys.readouterr().err
+    assert not data.exists()  # nothing was started
+    monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "soon")
+    from rag_core.spec import SpecError
+    from resources import build_resources
+
+    with pytest.raises(SpecError, match=r"\$RAG_LLM_TIMEOUT_S='soon': expected a non-negative float"):
+        build_resources(str(tmp_path))
+    monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "5")
+    monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
+    llm = build_resources(str(tmp_path))["llm"]
+    assert (llm.timeout_s, llm.max_retries) == (5.0, 0)
+
+
 @pytest.mark.slow
 def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_path, capsys):
     words = [f"word{i}" for i in range(400)]
