@@ -109,10 +109,10 @@ def completed(plan, instance, data: Path, questions: int | None = None):
 
     def complete(stage: str, key: str) -> ArtifactRef | None:
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
-        if questions is not None:  # a past rung: its artifact is enough (the partition moved on since)
-            return ref if ref.intact() else None
-        done = latest_fingerprint(instance, asset_key(prefix, stage), key) == ref.fp
-        return ref if done and ref.intact() else None  # not intact: another data dir, same instance
+        if questions is None and latest_fingerprint(instance, asset_key(prefix, stage), key) != ref.fp:
+            return None  # (a past rung: its artifact is enough, the partition moved on since)
+        # not intact: another data dir, same instance; failed LLM calls: asked again
+        return ref if ref.intact() and not ref.failed_calls() else None
 
     return complete
 

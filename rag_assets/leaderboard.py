@@ -111,6 +111,7 @@ class Leaderboard(StageLogic):
                 png,
                 report={"ship_report.html": page, "ship_report.md": md},
                 decision=decision,
+                fingerprint=run.ref.fp,
             )
         cols = [c for c in DISPLAY_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}

@@ -91,9 +91,13 @@ class StageLogic:
         return run.partition.own
 
     def reusable(self, run: StageRun) -> bool:
-        """Whether this step's artifact (`run.ref`) is complete and may be reused; a damaged one is not."""
+        """Whether this step's artifact (`run.ref`) is complete and may be reused; a damaged one is not,
+        nor one that holds failed LLM calls (a rerun asks them again; the rest come from the call cache)."""
         if run.ref.exists() and not run.ref.intact():
             run.context.log.warning(f"artifact {run.ref.path()} is damaged: computing it again")
+            return False
+        if run.ref.exists() and (failed := run.ref.failed_calls()):
+            run.context.log.info(f"{failed} failed LLM calls in {run.ref.path()}: computing it again")
             return False
         return run.ref.exists()
 

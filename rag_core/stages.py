@@ -27,6 +27,9 @@ class Stage:
     version: int
     key: Callable[[RagConfig], str] | None = None  # None: an unpartitioned stage
     settings: Callable[[RagConfig, Any], Any] = lambda c, judge: None  # what the stage adds
+    # the column that counts failed LLM calls in its artifact: one that holds any is never reused, so a
+    # rerun asks the failed calls again (the answers that came back come from the call cache)
+    failures: str | None = None
 
     @property
     def partitioned(self) -> bool:
@@ -95,6 +98,7 @@ STAGES: tuple[Stage, ...] = (
         5,  # 5: an empty completion is a failed call (retried, counted), not an empty answer
         key=lambda c: c.generation.key,
         settings=lambda c, j: c.generation.model_dump(),
+        failures="error",
     ),
     Stage(
         "evaluations",
@@ -103,8 +107,10 @@ STAGES: tuple[Stage, ...] = (
         7,  # 7: chunk_truncated_share (chunks longer than the embedder reads)
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
+        failures="n_generation_errors",
     ),
-    Stage("leaderboard", None, ("evaluations", "qa_set"), 3),  # 3: latency within 2x counts as equally fast
+    # 3: latency within 2x counts as equally fast
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 3, failures="n_generation_errors"),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -73,6 +73,16 @@ class ArtifactRef:
         short by a full disk or a copy is never trusted."""
         return self.exists() and all(readable_parquet(p) for p in self.files())
 
+    def failed_calls(self) -> int:
+        """How many failed LLM calls the artifact holds (its stage's `failures` column; 0 when none)."""
+        from rag_core.stages import BY_NAME
+
+        column = BY_NAME[self.stage].failures if self.stage in BY_NAME else None
+        if column is None or column not in pq.read_schema(self.path()).names:
+            return 0
+        values = pl.read_parquet(self.path(), columns=[column])[column]
+        return int(values.drop_nulls().len() if values.dtype == pl.String else values.fill_null(0).sum())
+
     def read(self, part: str | None = None) -> pl.DataFrame:
         path = self.path(part)
         where = f"{self.stage}[{self.partition}]" if self.partition else self.stage

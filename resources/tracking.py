@@ -63,33 +63,35 @@ class MlflowTracking(dg.ConfigurableResource):
         )
         return runs[0].info.run_id if runs else None
 
-    def _retire_unfinished(self, experiment: str, fingerprint: str) -> None:
-        """A run of this evaluation left RUNNING (its process was killed while logging) holds partial
-        metrics: mark it KILLED, so only the finished run that replaces it is read."""
+    def _replace(self, experiment: str, tag: str, value: str, keep: str | None) -> None:
+        """Delete every other run tagged `tag = value` (a recomputed evaluation or leaderboard replaces its
+        earlier run: one run per content); one a kill left RUNNING is first marked KILLED."""
         client = self._client()
         exp = client.get_experiment_by_name(experiment)
         if exp is None:
             return
-        for run in client.search_runs(
-            [exp.experiment_id],
-            filter_string=f"tags.eval_fingerprint = '{fingerprint}' and attributes.status != 'FINISHED'",
-        ):
+        for run in client.search_runs([exp.experiment_id], filter_string=f"tags.{tag} = '{value}'"):
+            if run.info.run_id == keep:
+                continue
             if run.info.status == "RUNNING":
                 client.set_terminated(run.info.run_id, "KILLED")
+            client.delete_run(run.info.run_id)
 
     def ensure_run(
         self, experiment: str, fingerprint: str, force: bool, tags: dict[str, str], **kwargs
     ) -> str | None:
         """Log a run for this evaluation unless a finished one exists (a reused artifact is not logged
-        twice; a run a kill left RUNNING is replaced, never reused)."""
+        twice); a logged run replaces the earlier ones of the same fingerprint (a forced or retried
+        evaluation, or one a kill left RUNNING, which is never reused)."""
         if not self.enabled:
             return None
         if not force:
             existing = self.find_run(experiment, fingerprint)
             if existing:
                 return existing
-        self._retire_unfinished(experiment, fingerprint)
-        return self.log_evaluation(experiment, tags={**tags, "eval_fingerprint": fingerprint}, **kwargs)
+        run_id = self.log_evaluation(experiment, tags={**tags, "eval_fingerprint": fingerprint}, **kwargs)
+        self._replace(experiment, "eval_fingerprint", fingerprint, keep=run_id)
+        return run_id
 
     def log_evaluation(
         self,
@@ -137,6 +139,7 @@ class MlflowTracking(dg.ConfigurableResource):
         png: bytes,
         report: dict[str, str] | None = None,
         decision: dict | None = None,
+        fingerprint: str | None = None,
     ) -> str | None:
         """A `leaderboard` run beside the config runs: the ranked table, its plot, the ship report and the
         recommendation (tag `recommended_config`, metric `min_detectable_difference`)."""
@@ -150,6 +153,7 @@ class MlflowTracking(dg.ConfigurableResource):
             tags={
                 "sweep": experiment,
                 "kind": "leaderboard",
+                **({"board_fingerprint": fingerprint} if fingerprint else {}),
                 "recommended_config": str(decision.get("recommended")),
                 "mlflow.note.content": f"**Recommended: {decision.get('recommended')}**\n\n{decision.get('why', '')}",
             },
@@ -168,4 +172,6 @@ class MlflowTracking(dg.ConfigurableResource):
                 run.info.run_id, "min_detectable_difference", float(decision["min_detectable_difference"])
             )
         client.set_terminated(run.info.run_id, "FINISHED")
+        if fingerprint:
+            self._replace(experiment, "board_fingerprint", fingerprint, keep=run.info.run_id)
         return run.info.run_id

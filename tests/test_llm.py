@@ -208,3 +208,52 @@ def test_the_call_cache_answers_a_repeated_call_and_never_keeps_a_failure(tmp_pa
     assert first.text == again.text == "Paris" and not first.cached and again.cached
     assert (again.prompt_tokens, again.latency_ms) == (first.prompt_tokens, first.latency_ms)
     assert LLMCache(cache).spent()[0] == 2 and LLMCache(cache).spent(since=time.time() + 1) == (0, 0.0)
+
+
+@pytest.mark.slow
+def test_failed_calls_are_never_reused_a_rerun_asks_only_them(slice_data, tmp_path, monkeypatch):
+    """An outage's failures are not results: the rerun with the provider back asks exactly the calls that
+    failed (the rest come from the call cache), the board has no error left, and MLflow holds one run
+    per config and one leaderboard run (the recomputed ones replace the earlier)."""
+    from mlflow import MlflowClient
+
+    qa = pl.read_parquet(slice_data["qa"])
+    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    down = set(qa["question"][:3])
+    healthy = False
+
+    def respond(prompt: str):
+        question = next(q for q in answer_of if q in prompt)
+        return (
+            (500, "upstream error", 0.0)
+            if question in down and not healthy
+            else (200, answer_of[question], 0.0)
+        )
+
+    spec = write_sweep(
+        tmp_path / "retry.yaml",
+        slice_data,
+        name="retry",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation={"model": MODEL, "max_tokens": 16},
+    )
+    data = str(tmp_path / "data")
+    with OpenAIStub(respond) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
+        first = run_sweep(str(spec), data, progress=False)
+        asked = len(stub.requests)
+        healthy = True
+        second = run_sweep(str(spec), data, progress=False)
+        again = [r["body"]["messages"][-1]["content"] for r in stub.requests[asked:]]
+    assert first.board["n_generation_errors"][0] == 3.0 and asked == 20
+    assert len(again) == 3 and {next(q for q in down if q in p) for p in again} == down
+    assert second.board["n_generation_errors"][0] == 0.0
+    assert second.board["exact_match"][0] > first.board["exact_match"][0]
+    client = MlflowClient(tracking_uri=f"sqlite:///{second.data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("retry")
+    (config_run,) = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
+    assert config_run.data.metrics["n_generation_errors"] == 0.0
+    assert len(client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")) == 1

@@ -25,4 +25,8 @@ def test_a_run_left_running_by_a_kill_is_replaced_not_reused(tmp_path):
     first = tracking.ensure_run(force=False, **args)
     assert first != killed and client.get_run(first).data.metrics == {"recall_at_k": 0.5}
     assert client.get_run(killed).info.status == "KILLED"
+    assert client.get_run(killed).info.lifecycle_stage == "deleted"
     assert tracking.ensure_run(force=False, **args) == first  # a finished run is reused
+    again = tracking.ensure_run(force=True, **args)  # recomputed (forced, or failed calls retried)
+    assert again != first and client.get_run(first).info.lifecycle_stage == "deleted"
+    assert [r.info.run_id for r in client.search_runs([exp])] == [again]  # one run per evaluation
