@@ -12,6 +12,7 @@ SQLite in WAL mode: steps in several processes and threads read and write it at 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -22,6 +23,24 @@ from rag_core.fingerprint import fingerprint
 SCHEMA = """CREATE TABLE IF NOT EXISTS completions (
     key TEXT PRIMARY KEY, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
     cost_usd REAL, latency_ms REAL, attempts INTEGER, created REAL)"""
+
+
+_READY: set[Path] = set()  # stores this process has set up
+_INIT = threading.Lock()
+
+
+def _set_up(conn: sqlite3.Connection, attempts: int = 100) -> None:
+    """WAL mode and the table. Switching to WAL needs the database to itself and SQLite does not wait
+    for that (no busy timeout), so a first use by several steps at once retries here."""
+    for attempt in range(attempts):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(SCHEMA)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 + 0.01 * attempt)
 
 
 def call_key(model: str, api_base: str | None, prompt: str, temperature: float, max_tokens: int) -> str:
@@ -35,8 +54,11 @@ class LLMCache:
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=60)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(SCHEMA)
+        if self.path not in _READY:
+            with _INIT:  # one thread of this process sets the store up; other processes: retried
+                if self.path not in _READY:
+                    _set_up(conn)
+                    _READY.add(self.path)
         return conn
 
     def get(self, key: str) -> Completion | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -257,3 +258,38 @@ def test_failed_calls_are_never_reused_a_rerun_asks_only_them(slice_data, tmp_pa
     (config_run,) = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
     assert config_run.data.metrics["n_generation_errors"] == 0.0
     assert len(client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")) == 1
+
+
+def test_a_new_call_cache_takes_many_writers_at_once(tmp_path):
+    """Steps in several processes, each with several threads, set up and write one new cache at once.
+    (A CI run once failed a step with "database is locked" on the WAL switch of a new cache, which
+    SQLite does not wait for; set-up is now once per process and retried across processes.)"""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading; sys.path.insert(0, '.')\n"
+        "from rag_core.completion import Completion\n"
+        "from resources.llm_cache import LLMCache\n"
+        "cache = LLMCache(sys.argv[1])\n"
+        "def put(i):\n"
+        "    for j in range(10):\n"
+        "        cache.get(f'{sys.argv[2]}-{i}-{j}')\n"
+        "        cache.put(f'{sys.argv[2]}-{i}-{j}', 'm', Completion('ok', None, 1, 1.0))\n"
+        "ts = [threading.Thread(target=put, args=(i,)) for i in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    for round_ in range(3):
+        path = tmp_path / f"cache{round_}.sqlite"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(path), str(p)], cwd=root, stderr=subprocess.PIPE
+            )
+            for p in range(6)
+        ]
+        errors = [p.communicate()[1].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, errors
+        from resources.llm_cache import LLMCache
+
+        assert LLMCache(path).spent()[0] == 6 * 8 * 10
