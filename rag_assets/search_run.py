@@ -119,32 +119,26 @@ def run_search(
     todo: list[tuple[str, str | None]],
     materialize: Callable[[str, str], None],
     summary_of: Callable[[str], dict | None],
+    spent: Spent,
     progress: Callable[[str], None] = lambda _: None,
     resume: bool = True,
-    spent: Spent | None = None,
 ) -> SearchReport:
     """Evaluate up to `budget.max_configs` configs chosen by the sweep's strategy. `todo` holds the (stage,
     key) steps that are not complete yet (a chosen config's evaluation always runs); `summary_of(config
     key)` is that config's evaluation summary, or None when it has none that these inputs give; `spent`
-    reads the LLM call ledger (default: the evaluated configs' own cost, one call per query)."""
+    reads the LLM call ledger."""
     search = plan.sweep.search
     space, key_of = space_of(plan)
     directions = [DIRECTIONS[o] for o in search.objectives]
     strategy = make(search.strategy, space, seed=search.seed, pool=search.pool, directions=directions)
     budget = trial_budget(plan)
     pending = set(todo)
-    evaluated, summaries, builds = [], [], 0
-    if spent is None:
-        spent = lambda: (  # noqa: E731
-            int(sum(s.get("n_queries", 0) for s in summaries if s.get("cost_usd", 0) > 0)),
-            float(sum(s.get("cost_usd", 0.0) for s in summaries)),
-        )
+    evaluated, builds = [], 0
 
     def observe(key: str, summary: dict) -> None:
         c = next(c for c in space.all() if key_of[space.key(c)] == key)
         strategy.observe(c, objective_values(summary, plan.sweep.weights, search.objectives))
         evaluated.append(key)
-        summaries.append(summary)
 
     for key in plan.config_keys if resume else ():  # what an earlier run evaluated is known, not redone
         if (summary := summary_of(key)) is not None:

@@ -164,7 +164,11 @@ def _drive(plan, done: dict | None = None):
         )
         for k in plan.keys(s)
     ]
-    report = run_search(plan, todo, materialize, done.get)
+
+    def spent() -> tuple[int, float]:  # the ledger: 10 calls per evaluated config, at its cost
+        return 10 * len(done), sum(s["cost_usd"] for s in done.values())
+
+    report = run_search(plan, todo, materialize, done.get, spent)
     return report, steps, done
 
 
