@@ -57,11 +57,9 @@ class SweepRun(NamedTuple):
 
     def artifact(self, stage: str, key: str | None = None, part: str | None = None):
         """The rows of a stage's artifact as its latest materialization recorded it."""
-        from rag_assets.stage_asset import asset_key
-        from rag_assets.sweep_defs import prefix_of
         from resources.artifacts import ArtifactRef, latest_fingerprint
 
-        asset = asset_key(prefix_of(self.plan.sweep.name), stage)
+        asset = _key(self.plan, stage)
         fp = latest_fingerprint(self.instance, asset, key)
         if fp is None:
             raise KeyError(f"{asset.to_user_string()}[{key}] is not materialized")
@@ -96,20 +94,17 @@ def completed(plan, instance, data: Path, questions: int | None = None):
     artifact the materialized input snapshots give, whole in `data`; else None. With `questions`: the
     artifact of that halving rung (the QA set's first N questions in the search's order), whole in
     `data`, whatever the partition materialized since."""
-    from rag_assets.stage_asset import asset_key
-    from rag_assets.sweep_defs import prefix_of
     from rag_core.search.halving import subset_fingerprint
     from resources.artifacts import ArtifactRef, latest_fingerprint
 
-    prefix = prefix_of(plan.sweep.name)
-    inputs = {s: latest_fingerprint(instance, asset_key(prefix, s), None) for s in ("corpus", "qa_set")}
+    inputs = {s: latest_fingerprint(instance, _key(plan, s), None) for s in ("corpus", "qa_set")}
     if questions is not None:
         inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
     expected = plan.fingerprints(inputs)
 
     def complete(stage: str, key: str) -> ArtifactRef | None:
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
-        if questions is None and latest_fingerprint(instance, asset_key(prefix, stage), key) != ref.fp:
+        if questions is None and latest_fingerprint(instance, _key(plan, stage), key) != ref.fp:
             return None  # (a past rung: its artifact is enough, the partition moved on since)
         # not intact: another data dir, same instance; failed LLM calls: asked again
         return ref if ref.intact() and not ref.failed_calls() else None
@@ -152,8 +147,7 @@ def run_sweep(
     from rag_assets.leaderboard import leaderboard_path
     from rag_assets.lib.rag_sweep import deployment_store
     from rag_assets.search_run import adaptive
-    from rag_assets.stage_asset import FORCE_TAG, asset_key
-    from rag_assets.sweep_defs import prefix_of
+    from rag_assets.stage_asset import FORCE_TAG
     from rag_core.plan import Plan
     from rag_core.spec import load_sweep
     from resources import default_data_dir
@@ -163,7 +157,6 @@ def run_sweep(
     with exclusive(data):
         defs = build_definitions([plan], str(data), resources)
         instance = _instance(data)
-        prefix = prefix_of(plan.sweep.name)
         assets = list(defs.assets)
         tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
         config = {} if verbose else QUIET_LOGS
@@ -173,7 +166,7 @@ def run_sweep(
             try:
                 result = dg.materialize(
                     assets,
-                    selection=[asset_key(prefix, stage)],
+                    selection=[_key(plan, stage)],
                     partition_key=key,
                     instance=instance,
                     resources=defs.resources,
@@ -277,12 +270,13 @@ def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progre
             ref = complete("evaluations", key)
             return ref.read().to_dicts()[0] if ref else None
 
-        report = run_search(plan, todo, materialize, summary_of, show, resume=not force, spent=spent)
+        report = run_search(plan, todo, materialize, summary_of, spent, show, resume=not force)
     bar.close()
     return report
 
 
 def _key(plan, stage: str):
+    """The asset key of a stage of the plan's sweep."""
     from rag_assets.stage_asset import asset_key
     from rag_assets.sweep_defs import prefix_of
 
