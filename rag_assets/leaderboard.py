@@ -55,8 +55,9 @@ class Leaderboard(StageLogic):
         every = {k: refs[k].read() for k in keys}
         # Configs are compared on the same questions: those evaluated on the most of them (the full set,
         # unless a halving search stopped early); the ones a halving rung dropped are listed, not ranked.
-        most = max(int(f["n_queries"][0]) for f in every.values())
-        partial = {k: int(f["n_queries"][0]) for k, f in every.items() if int(f["n_queries"][0]) < most}
+        answered = {k: int(f["n_queries"][0]) for k, f in every.items()}
+        most = max(answered.values())
+        partial = {k: n for k, n in answered.items() if n < most}
         keys = [k for k in keys if k not in partial]
         summaries = pl.concat([every[k] for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
