@@ -31,7 +31,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rag_assets.cli import run_sweep  # noqa: E402
-from tests.openai_stub import OpenAIStub  # noqa: E402
+from tests.openai_stub import GoldAnswers, OpenAIStub  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
@@ -43,16 +43,16 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=100)
     args = parser.parse_args()
     qa = pl.read_parquet(DATA / "queries.parquet").head(args.questions)
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
 
     def respond(prompt: str, model: str):
-        question = next(q for q in answer_of if q in prompt)
+        question = gold.question(prompt)
         right = {
             "good": True,
             "half": hashlib.sha256(question.encode()).digest()[0] % 2 == 0,  # the same half in every run
             "bad": False,
         }[model]
-        return 200, answer_of[question] if right else "I really could not say.", 0.0
+        return 200, gold.answer[question] if right else "I really could not say.", 0.0
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp, OpenAIStub(respond, by_model=True) as stub:

@@ -16,6 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MALFORMED = -1  # a 200 reply whose body is the text as is, not the protocol's JSON
 
 
+class GoldAnswers:
+    """A QA set's first gold answer per question, to script replies: `question(prompt)` is the question a
+    prompt asks, `answer[question]` its gold answer."""
+
+    def __init__(self, qa):
+        self.answer = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+
+    def question(self, prompt: str) -> str:
+        return next(q for q in self.answer if q in prompt)
+
+
 class OpenAIStub:
     def __init__(self, responder: Callable[..., tuple[int, str, float]], by_model: bool = False):
         self.responder = responder  # responder(prompt), or responder(prompt, model) when by_model

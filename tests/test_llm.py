@@ -11,7 +11,7 @@ import pytest
 from rag_assets.cli import run_sweep
 from resources.llm import LLMClient
 from tests.conftest import write_sweep
-from tests.openai_stub import MALFORMED, OpenAIStub
+from tests.openai_stub import MALFORMED, GoldAnswers, OpenAIStub
 
 MODEL = "openai/stub-model"
 
@@ -89,12 +89,12 @@ def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slic
     from rag_assets.cli import _print_board
 
     qa = pl.read_parquet(slice_data["qa"])
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
     failing = qa["question"][0]
 
     def respond(prompt: str):
-        question = next(q for q in answer_of if q in prompt)
-        return (500, "upstream error", 0.0) if question == failing else (200, answer_of[question], 0.0)
+        question = gold.question(prompt)
+        return (500, "upstream error", 0.0) if question == failing else (200, gold.answer[question], 0.0)
 
     gen = {"temperature": 0.0, "max_tokens": 16}
     spec = write_sweep(
@@ -219,16 +219,16 @@ def test_failed_calls_are_never_reused_a_rerun_asks_only_them(slice_data, tmp_pa
     from mlflow import MlflowClient
 
     qa = pl.read_parquet(slice_data["qa"])
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
     down = set(qa["question"][:3])
     healthy = False
 
     def respond(prompt: str):
-        question = next(q for q in answer_of if q in prompt)
+        question = gold.question(prompt)
         return (
             (500, "upstream error", 0.0)
             if question in down and not healthy
-            else (200, answer_of[question], 0.0)
+            else (200, gold.answer[question], 0.0)
         )
 
     spec = write_sweep(
@@ -293,3 +293,4 @@ def test_a_new_call_cache_takes_many_writers_at_once(tmp_path):
         from resources.llm_cache import LLMCache
 
         assert LLMCache(path).spent()[0] == 6 * 8 * 10
+

@@ -18,7 +18,7 @@ from rag_core.query_transform import parse_reply
 from rag_core.rerank import mmr, parse_ordering
 from resources.llm import LLMClient
 from tests.conftest import write_sweep
-from tests.openai_stub import OpenAIStub
+from tests.openai_stub import GoldAnswers, OpenAIStub
 
 MODEL = "openai/stub-model"
 
@@ -110,29 +110,26 @@ def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
 @pytest.mark.slow
 def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_cross_encoder):
     qa = pl.read_parquet(slice_data["qa"])
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
     odd_question = qa["question"][1]  # gets an empty rewrite and a malformed ranking: both must fall back
-
-    def question_in(prompt: str) -> str:
-        return next(q for q in answer_of if q in prompt)
 
     def respond(prompt: str):
         if prompt.startswith("Rewrite the question"):
-            q = question_in(prompt)
+            q = gold.question(prompt)
             return 200, ("" if q == odd_question else q), 0.0
         if prompt.startswith("Write 2 different search queries"):
-            q = question_in(prompt)
+            q = gold.question(prompt)
             return 200, f"1. {q}\n2. {q} wikipedia", 0.0
         if prompt.startswith("Write a short encyclopedic paragraph"):
-            q = question_in(prompt)
-            return 200, f"{answer_of[q]} is the answer to: {q}", 0.0
+            q = gold.question(prompt)
+            return 200, f"{gold.answer[q]} is the answer to: {q}", 0.0
         if prompt.startswith("Rank the passages"):
             return 200, ("I cannot rank these" if odd_question in prompt else "2, 1"), 0.0
         if prompt.startswith("Copy the sentences"):
             passage = prompt.split("PASSAGE: ", 1)[1].rsplit("\nRELEVANT SENTENCES:", 1)[0]
             return (500, "compressor down", 0.0) if "the" not in passage else (200, passage, 0.0)
-        q = question_in(prompt)  # generation: the gold answer, citing the first block
-        return 200, f"{answer_of[q]} [1]", 0.0
+        q = gold.question(prompt)  # generation: the gold answer, citing the first block
+        return 200, f"{gold.answer[q]} [1]", 0.0
 
     spec = write_sweep(
         tmp_path / "stages.yaml",

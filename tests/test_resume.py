@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import assert_same_board, write_sweep
-from tests.openai_stub import OpenAIStub
+from tests.openai_stub import GoldAnswers, OpenAIStub
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +38,14 @@ def llm(slice_data):
     """Answers each question with its gold answer after a short delay; one question gets an auth error
     that echoes the key, as some providers do."""
     qa = pl.read_parquet(slice_data["qa"])
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
     echoing = qa["question"][0]
 
     def respond(prompt: str):
-        question = next(q for q in answer_of if q in prompt)
+        question = gold.question(prompt)
         if question == echoing:
             return 401, f"Incorrect API key provided: {KEY}", 0.0
-        return 200, answer_of[question], 0.15
+        return 200, gold.answer[question], 0.15
 
     with OpenAIStub(respond) as stub:
         yield stub

@@ -68,14 +68,14 @@ def test_halving_drops_a_worse_config_early_stops_at_its_budget_and_resumes(
     from mlflow import MlflowClient
 
     from rag_assets.leaderboard import read_decision
-    from tests.openai_stub import OpenAIStub
+    from tests.openai_stub import GoldAnswers, OpenAIStub
 
     qa = pl.read_parquet(slice_data["qa"])
-    answer_of = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+    gold = GoldAnswers(qa)
 
     def respond(prompt: str, model: str):
-        question = next(q for q in answer_of if q in prompt)
-        return 200, answer_of[question] if model == "good" else "I really could not say.", 0.0
+        question = gold.question(prompt)
+        return 200, gold.answer[question] if model == "good" else "I really could not say.", 0.0
 
     def sweep(budget: dict) -> str:
         return str(
