@@ -25,17 +25,16 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS completions (
     cost_usd REAL, latency_ms REAL, attempts INTEGER, created REAL)"""
 
 
-_READY: set[Path] = set()  # stores this process has set up
+_READY: set[tuple[Path, int]] = set()  # stores (path, inode) this process switched to WAL
 _INIT = threading.Lock()
 
 
-def _set_up(conn: sqlite3.Connection, attempts: int = 100) -> None:
-    """WAL mode and the table. Switching to WAL needs the database to itself and SQLite does not wait
-    for that (no busy timeout), so a first use by several steps at once retries here."""
+def _wal(conn: sqlite3.Connection, attempts: int = 100) -> None:
+    """WAL mode (readers and a writer at once). Switching to it needs the database to itself and SQLite
+    does not wait for that (no busy timeout), so a first use by several steps at once retries here."""
     for attempt in range(attempts):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(SCHEMA)
             return
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) or attempt == attempts - 1:
@@ -54,11 +53,13 @@ class LLMCache:
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=60)
-        if self.path not in _READY:
-            with _INIT:  # one thread of this process sets the store up; other processes: retried
-                if self.path not in _READY:
-                    _set_up(conn)
-                    _READY.add(self.path)
+        store = (self.path, self.path.stat().st_ino)  # a deleted and re-created cache is a new store
+        if store not in _READY:
+            with _INIT:  # one thread of this process switches the store to WAL; other processes: retried
+                if store not in _READY:
+                    _wal(conn)
+                    _READY.add(store)
+        conn.execute(SCHEMA)  # a plain write when missing (it waits for a busy database): every time
         return conn
 
     def get(self, key: str) -> Completion | None:

@@ -294,3 +294,18 @@ def test_a_new_call_cache_takes_many_writers_at_once(tmp_path):
 
         assert LLMCache(path).spent()[0] == 6 * 8 * 10
 
+
+def test_a_deleted_call_cache_is_set_up_again_in_the_same_process(tmp_path):
+    """The README says: delete llm_cache.sqlite to ask again. A long-lived process (Dagster's code server)
+    then writes to a new, empty file, which needs its table again."""
+    from rag_core.completion import Completion
+    from resources.llm_cache import LLMCache
+
+    path = tmp_path / "llm_cache.sqlite"
+    LLMCache(path).put("k1", "m", Completion("ok", None, 1, 1.0))
+    path.unlink()
+    for wal in tmp_path.glob("llm_cache.sqlite-*"):
+        wal.unlink()
+    assert LLMCache(path).get("k1") is None
+    LLMCache(path).put("k2", "m", Completion("ok", None, 1, 1.0))
+    assert LLMCache(path).get("k2").text == "ok" and LLMCache(path).spent()[0] == 1
