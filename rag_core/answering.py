@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
 from rag_core.completion import NO_USAGE, Completer, Completion, usage
+from rag_core.concurrency import map_concurrently
 from rag_core.context import apply_budget, compress_prompt, parent_spans, parse_compressed, word_count
 from rag_core.generation import build_prompt, extractive_answer, format_context
 from rag_core.metrics.generation import citations
@@ -131,8 +131,7 @@ def answer(
         return generate(c.generation, row["question"], titles, texts, llm), texts, docs, fallbacks, spent
 
     workers = 1 if c.generation.is_extractive else llm.max_concurrency
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, items))
+    results = map_concurrently(one, items, workers)
     return pl.DataFrame(
         [
             {

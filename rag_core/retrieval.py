@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.concurrency import map_concurrently
 from rag_core.fusion import rrf_many
 from rag_core.query_transform import parse_reply, prompt_for
 from rag_core.spec import RagConfig
@@ -89,8 +89,7 @@ def transform_queries(
         parsed = [] if out.error else parse_reply(r.query_transform, out.text, r.n_queries)
         return (parsed, False, usage(out)) if parsed else ([q], True, usage(out))
 
-    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
-        return list(pool.map(one, questions))
+    return map_concurrently(one, questions, llm.max_concurrency)
 
 
 def search(

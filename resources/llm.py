@@ -1,13 +1,16 @@
 """LLM calls through litellm, so any provider works (OpenAI, Anthropic, Ollama, a local server ...).
 
 A failed call (an error status, a reply that is not the protocol, an empty completion, a timeout) is
-retried with backoff; if every attempt fails the error is returned, never raised, so one bad query never
+retried with backoff, or after the wait the provider asks for (a 429's `Retry-After`, up to
+`max_retry_after_s`); if every attempt fails the error is returned, never raised, so one bad query never
 halts a batch and is never silently dropped. A call takes at most (max_retries + 1) × timeout_s plus the
-backoff.
+waits. The latency recorded is the time spent in calls, without the waits between them: a rate limit is
+the sweep's burst of requests, not the model's speed.
 """
 
 from __future__ import annotations
 
+import email.utils
 import os
 import time
 
@@ -36,6 +39,20 @@ def redact(text: str, *secrets: str | None) -> str:
     return text
 
 
+def retry_after_s(error: Exception) -> float | None:
+    """The wait a provider asked for in its reply's Retry-After header (seconds or an HTTP date)."""
+    response = getattr(error, "response", None)
+    headers = getattr(error, "litellm_response_headers", None) or getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_tz(value)
+        return max(0.0, email.utils.mktime_tz(when) - time.time()) if when else None
+
+
 class LLMClient(dg.ConfigurableResource):
     """`api_base`/`api_key` are passed to litellm when set; otherwise litellm reads the provider's usual
     environment variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, OLLAMA_API_BASE ...). Give `api_key` as
@@ -46,6 +63,7 @@ class LLMClient(dg.ConfigurableResource):
     timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 1.0
+    max_retry_after_s: float = 60.0  # the longest Retry-After honoured; a longer one waits this long
     max_concurrency: int = 4
     cache_path: str | None = None  # the call cache and ledger (resources/llm_cache.py); None: no cache
 
@@ -67,7 +85,7 @@ class LLMClient(dg.ConfigurableResource):
 
         litellm.suppress_debug_info = True  # no "Give Feedback" banner on stdout for every failed call
         t0 = time.perf_counter()
-        error = None
+        error, waited = None, 0.0
         for attempt in range(1, self.max_retries + 2):
             try:
                 resp = litellm.completion(
@@ -92,7 +110,7 @@ class LLMClient(dg.ConfigurableResource):
                     text=text,
                     error=None,
                     attempts=attempt,
-                    latency_ms=(time.perf_counter() - t0) * 1000,
+                    latency_ms=(time.perf_counter() - t0 - waited) * 1000,
                     prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                     completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                     cost_usd=cost,
@@ -100,7 +118,17 @@ class LLMClient(dg.ConfigurableResource):
             except Exception as e:  # litellm maps provider errors onto many exception types
                 error = redact(f"{type(e).__name__}: {e}", self.api_key)[:500]
                 if attempt <= self.max_retries:
-                    time.sleep(self.retry_backoff_s * attempt)
+                    asked = retry_after_s(e)
+                    wait = (
+                        self.retry_backoff_s * attempt
+                        if asked is None
+                        else min(asked, self.max_retry_after_s)
+                    )
+                    time.sleep(wait)
+                    waited += wait
         return Completion(
-            text="", error=error, attempts=self.max_retries + 1, latency_ms=(time.perf_counter() - t0) * 1000
+            text="",
+            error=error,
+            attempts=self.max_retries + 1,
+            latency_ms=(time.perf_counter() - t0 - waited) * 1000,
         )

@@ -1,8 +1,9 @@
 """A local HTTP server that speaks the OpenAI chat-completions protocol, for tests only.
 
 Hosted LLMs cannot be reached from here, so litellm's real HTTP path is exercised against this server.
-`responder(prompt) -> (status, text, delay_s)` scripts each reply (status `MALFORMED` sends `text` as the
-raw body, e.g. broken JSON); every request is recorded.
+`responder(prompt) -> (status, text, delay_s[, headers])` scripts each reply (status `MALFORMED` sends
+`text` as the raw body, e.g. broken JSON; `headers`, e.g. Retry-After, are added to the reply); every
+request is recorded with its arrival time (`time.monotonic()`).
 """
 
 from __future__ import annotations
@@ -40,11 +41,17 @@ class OpenAIStub:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.requests.append(
-                    {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                    {
+                        "path": self.path,
+                        "body": body,
+                        "auth": self.headers.get("Authorization"),
+                        "t": time.monotonic(),
+                    }
                 )
                 prompt = body["messages"][-1]["content"]
                 args = (prompt, body["model"]) if by_model else (prompt,)
-                status, text, delay = stub.responder(*args)
+                status, text, delay, *more = stub.responder(*args)
+                extra_headers = more[0] if more else {}
                 time.sleep(delay)
                 if status == MALFORMED:
                     status, payload = 200, None
@@ -74,6 +81,8 @@ class OpenAIStub:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in extra_headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left

@@ -309,3 +309,37 @@ def test_a_deleted_call_cache_is_set_up_again_in_the_same_process(tmp_path):
     assert LLMCache(path).get("k1") is None
     LLMCache(path).put("k2", "m", Completion("ok", None, 1, 1.0))
     assert LLMCache(path).get("k2").text == "ok" and LLMCache(path).spent()[0] == 1
+
+
+@pytest.mark.parametrize("header", ["2", "http-date"])
+def test_a_429_is_retried_after_the_wait_the_provider_asks_for(header):
+    """Retry-After in seconds or as an HTTP date: the retry comes after it, not after the 0.01 s backoff;
+    the wait is not counted as the model's latency."""
+    import email.utils
+
+    def limited(prompt):
+        if len(stub.requests) == 1:
+            value = "2" if header == "2" else email.utils.formatdate(time.time() + 3, usegmt=True)
+            return 429, "rate limit reached", 0.0, {"Retry-After": value}
+        return 200, "ok", 0.0
+
+    with OpenAIStub(limited) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="k", max_retries=2, retry_backoff_s=0.01)
+        out = client.complete(MODEL, "q")
+    gap = stub.requests[1]["t"] - stub.requests[0]["t"]
+    assert out.text == "ok" and out.attempts == 2
+    assert gap >= 1.0, gap  # HTTP dates have whole seconds: at least 1 s of the 2-3 s asked for
+    assert out.latency_ms < 1000 * gap - 500  # the wait is not latency
+
+
+def test_a_retry_after_longer_than_the_limit_waits_the_limit():
+    def limited(prompt):
+        return (
+            (429, "slow down", 0.0, {"Retry-After": "3600"}) if len(stub.requests) == 1 else (200, "ok", 0.0)
+        )
+
+    with OpenAIStub(limited) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="k", max_retries=1, max_retry_after_s=0.5)
+        t0 = time.perf_counter()
+        out = client.complete(MODEL, "q")
+    assert out.text == "ok" and 0.5 <= time.perf_counter() - t0 < 5
