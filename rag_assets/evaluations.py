@@ -46,7 +46,10 @@ class Evaluations(StageLogic):
             **c.flat_params(),
             **metrics,
         }
-        return Artifact(run.ref, pl.DataFrame([summary]), {"per_query": per_query})
+        undefined = {k: pl.Float64 for k, v in metrics.items() if v is None}  # a float column, null
+        return Artifact(
+            run.ref, pl.DataFrame([summary], schema_overrides=undefined), {"per_query": per_query}
+        )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         summary = frame.to_dicts()[0]
@@ -71,7 +74,11 @@ class Evaluations(StageLogic):
             force=not reused,
         )
         run.context.log.info(
-            f"{key}: recall_at_k={metrics['recall_at_k']:.3f}, token_f1={metrics['token_f1']:.3f}"
+            f"{key}: "
+            + ", ".join(
+                f"{m}={metrics[m]:.3f}" if m in metrics else f"{m} undefined"
+                for m in ("recall_at_k", "token_f1")
+            )
         )
         return {
             **rung,

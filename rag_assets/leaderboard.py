@@ -16,7 +16,14 @@ import polars as pl
 from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.decision import Constraints, bootstrap_scores, decide
-from rag_core.leaderboard import DISPLAY_COLUMNS, compare_to_leader, rank_configs, score_plot_png, to_markdown
+from rag_core.leaderboard import (
+    DISPLAY_COLUMNS,
+    compare_to_leader,
+    defined_weights,
+    rank_configs,
+    score_plot_png,
+    to_markdown,
+)
 from rag_core.report import ship_report
 from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
 
@@ -61,7 +68,17 @@ class Leaderboard(StageLogic):
         keys = [k for k in keys if k not in partial]
         summaries = pl.concat([every[k] for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
-        weights, spec = run.plan.sweep.weights, run.plan.sweep.decision
+        spec = run.plan.sweep.decision
+        try:
+            weights, undefined = defined_weights(run.plan.sweep.weights, summaries)
+        except ValueError as e:
+            raise dg.Failure(f"sweep {run.plan.sweep.name}: {e}") from None
+        if undefined:
+            run.context.log.warning(
+                f"{', '.join(undefined)} are undefined for every config (no query has gold documents for "
+                "retrieval metrics, or gold answers for answer metrics): left out of the overall score, the "
+                "other weights keep their proportions"
+            )
         scores = bootstrap_scores(per_query, weights)  # one set of resamples for every comparison
         board = compare_to_leader(rank_configs(summaries, weights), per_query, weights, scores=scores)
         constraints = Constraints(
@@ -69,6 +86,8 @@ class Leaderboard(StageLogic):
         )
         board, decision = decide(board, per_query, weights, constraints, alpha=spec.alpha, scores=scores)
         decision["questions"] = most
+        decision["weights"] = weights  # the weights the overall score used
+        decision["undefined_metrics"] = undefined
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
@@ -89,7 +108,7 @@ class Leaderboard(StageLogic):
             decision,
             per_query,
             run.read("qa_set"),
-            sweep.weights,
+            decision["weights"],
             sweep.decision.model_dump(),
         )
         path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
@@ -147,7 +166,12 @@ class Leaderboard(StageLogic):
             "best_config": frame["config_key"][0],
             "best_score": float(frame["overall_score"][0]),
             "tied_with_leader": int(frame["tied_with_leader"].sum()) - 1,
-            "weights": dg.MetadataValue.json(sweep.weights),
+            "weights": dg.MetadataValue.json(decision["weights"]),
+            **(
+                {"undefined_metrics": dg.MetadataValue.json(decision["undefined_metrics"])}
+                if decision["undefined_metrics"]
+                else {}
+            ),
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:

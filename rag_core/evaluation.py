@@ -4,13 +4,13 @@ and the tokens, cost and latency of every LLM-calling stage."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
 
 from rag_core.chunking import split_sentences
 from rag_core.completion import NO_USAGE, Completer, usage
+from rag_core.concurrency import map_concurrently
 from rag_core.generation import format_context
 from rag_core.judge import judge_prompt, parse_verdict
 from rag_core.metrics import evaluate_queries, metric_columns, percentile, summarize
@@ -88,8 +88,7 @@ def judge(
         )
         return (None if out.error else parse_verdict(out.text)), usage(out)
 
-    with ThreadPoolExecutor(max_workers=llm.max_concurrency) as pool:
-        results = list(pool.map(one, rows))
+    results = map_concurrently(one, rows, llm.max_concurrency)
     scores = {r["query_id"]: score for r, (score, _) in zip(rows, results, strict=True)}
     spent = {k: sum(u[k] for _, u in results) for k in NO_USAGE}
     return scores, spent
@@ -106,8 +105,8 @@ def evaluate(
     token_counts: Callable[[list[str]], list[int]],
     max_tokens: int | None,
     judged: tuple[dict, dict] | None,
-) -> tuple[pl.DataFrame, dict[str, float]]:
-    """(per-query metrics, summary): metric means with their 95% bootstrap intervals, chunk quality
+) -> tuple[pl.DataFrame, dict[str, float | None]]:
+    """(per-query metrics, summary): metric means (None where no query defines one) with their 95% bootstrap intervals, chunk quality
     (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged` is the judge's (scores, usage) when a judge is set."""
     per_query = evaluate_queries(
         qa,
@@ -120,8 +119,10 @@ def evaluate(
     )
     metrics = summarize(per_query)
     for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
-        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = bootstrap_ci(
-            per_query[m].fill_null(float("nan")).to_numpy()
+        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = (
+            bootstrap_ci(per_query[m].fill_null(float("nan")).to_numpy())
+            if metrics[m] is not None
+            else (None, None)  # undefined for every query: no interval either
         )
     cohesion, separation = chunk_cohesion_separation(chunks, embed)
     metrics |= {

@@ -93,6 +93,22 @@ def compare_to_leader(
     return out.select(front + [c for c in out.columns if c not in front])
 
 
+def defined_weights(weights: dict[str, float], summaries: pl.DataFrame) -> tuple[dict[str, float], list[str]]:
+    """(the weights of the metrics some config defines, the weighted metrics none defines). A metric is
+    undefined for every config when no query can define it (recall without any gold documents): it is
+    left out of the overall score, whose other weights keep their proportions, instead of counting as 0."""
+    undefined = [
+        m for m in weights if m not in summaries.columns or summaries[m].null_count() == summaries.height
+    ]
+    kept = {m: w for m, w in weights.items() if m not in undefined}
+    if not kept:
+        raise ValueError(
+            f"no weighted metric is defined for any config ({', '.join(undefined)}): give weight to a "
+            "metric this QA set defines (retrieval metrics need gold documents, answer metrics gold answers)"
+        )
+    return kept, undefined
+
+
 def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
     """Rank by overall score, then cost, then latency; configs with `too_many_errors` (generation errors
     on more than MAX_ERROR_SHARE of the queries) come after every other config."""
@@ -121,6 +137,8 @@ def to_markdown(df: pl.DataFrame, columns: list[str] | None = None) -> str:
     columns = [c for c in (columns or DISPLAY_COLUMNS) if c in df.columns]
 
     def fmt(v) -> str:
+        if v is None:
+            return "undefined"  # a metric no query defines (recall without gold documents)
         if isinstance(v, float):
             return f"{v:.4f}" if abs(v) < 10 else f"{v:.1f}"
         return str(v)
@@ -148,6 +166,8 @@ def score_plot_png(df: pl.DataFrame) -> bytes:
         (0, "recall_at_k", "#8fb8de"),
         (0.25, "token_f1", "#f2a65a"),
     ):
+        if df[col].null_count() == df.height:
+            continue  # undefined for every config (e.g. recall without gold documents): no bars
         ax.barh([i + offset for i in y], df[col].to_list()[::-1], height=0.25, label=col, color=color)
     ax.set_yticks(list(y), keys, fontsize=7)
     ax.set_xlim(0, 1)

@@ -26,6 +26,16 @@ def query_scores(per_query: pl.DataFrame, weights: dict[str, float]) -> pl.Serie
     return pl.Series("score", scores)
 
 
+def _score_note(weights: dict[str, float], undefined: list[str]) -> str:
+    note = "The weighted mean of " + ", ".join(f"{m} (weight {w:g})" for m, w in weights.items()) + "."
+    if undefined:
+        note += (
+            f" Undefined for every config, so left out: {', '.join(undefined)} (retrieval metrics need "
+            "questions with gold documents, answer metrics gold answers)."
+        )
+    return note
+
+
 def missed_questions(
     per_query: dict[str, pl.DataFrame],
     qa: pl.DataFrame,
@@ -253,6 +263,7 @@ def ship_report(
             None,
         ),
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
+        ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
         ("Top tier", None, top),
         (
             ("Quality against cost", "![cost](pareto_cost.png)", "pareto_cost.png")

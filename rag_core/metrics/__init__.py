@@ -150,12 +150,13 @@ def metric_columns(per_query: pl.DataFrame) -> list[str]:
     return [m for m in SCORABLE_METRICS if m in per_query.columns]
 
 
-def summarize(per_query: pl.DataFrame) -> dict[str, float]:
-    """Means of every metric over the queries where it is defined, plus counts and latency percentiles."""
-    out: dict[str, float] = {"n_queries": float(per_query.height)}
+def summarize(per_query: pl.DataFrame) -> dict[str, float | None]:
+    """Means of every metric over the queries where it is defined, plus counts and latency percentiles. A
+    metric defined for no query (retrieval metrics without any gold documents) is None: undefined, not 0."""
+    out: dict[str, float | None] = {"n_queries": float(per_query.height)}
     for m in metric_columns(per_query):
         col = per_query[m].drop_nulls()
-        out[m] = float(col.mean()) if col.len() else 0.0
+        out[m] = float(col.mean()) if col.len() else None
     out["n_queries_without_gold"] = float(per_query["recall_at_k"].null_count())
     out["n_queries_without_answers"] = float(per_query["token_f1"].null_count())
     out["n_answers_without_citations"] = float(per_query["citation_accuracy"].null_count())
