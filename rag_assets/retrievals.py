@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import StageLogic, StageRun
 from rag_core.metrics import percentile
 from rag_core.retrieval import retrieve
+from rag_core.text import UNSEGMENTED_ADVICE, unsegmented_share
 
 
 class Retrievals(StageLogic):
@@ -19,18 +21,35 @@ class Retrievals(StageLogic):
     def compute(self, run: StageRun) -> pl.DataFrame:
         c = run.config
         embedder = run.resources.embedder
+        store, collection = (
+            run.resources.vector_stores.get(c.index.store),
+            run.read("vector_index")["collection"][0],
+        )
+        if not store.info(collection)["exists"]:
+            raise dg.Failure(
+                f"the vector index {collection!r} is gone from {c.index.store} (its files or server were "
+                f"reset): materialize vector_index partition {run.partition.reads['vector_index']!r} again"
+            )
         return retrieve(
             c,
             run.read("qa_set"),
             run.read("chunksets"),
-            run.resources.vector_stores.get(c.index.store),
-            run.read("vector_index")["collection"][0],
+            store,
+            collection,
             lambda texts: embedder.embed(c.embedding.model, texts)[0],
             run.resources.llm,
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         c, lat = run.config, frame["latency_ms"].to_list()
+        keyword = {}
+        if c.retrieval.mode != "vector":
+            share = unsegmented_share(run.read("qa_set")["question"].to_list())
+            keyword["unsegmented_question_share"] = round(share, 4)
+            if share:
+                run.context.log.warning(
+                    f"{share:.0%} of the questions are written without spaces between words: {UNSEGMENTED_ADVICE}"
+                )
         return {
             "dagster/row_count": frame.height,
             "latency_p50_ms": round(percentile(lat, 50), 3),
@@ -39,6 +58,7 @@ class Retrievals(StageLogic):
             "fetch_k": c.fetch_k,
             "store": c.index.store,
             "transform_fallbacks": int(frame["transform_fallback"].sum()),
+            **keyword,
             **{
                 f"config/{k}": v
                 for k, v in run.partition.own.items()

@@ -31,3 +31,28 @@ def tokens(s: str) -> list[str]:
 def fold(s: str) -> str:
     """Accent-insensitive lowercase form used for lexical matching (not for SQuAD scores)."""
     return "".join(c for c in unicodedata.normalize("NFKD", s.lower()) if not unicodedata.combining(c))
+
+
+# Scripts written without spaces between words: Han, Hiragana, Katakana, Thai, Lao, Myanmar, Khmer. The
+# keyword analyzers here (runs of letters and digits) read a whole unbroken run of them as one "word".
+_UNSEGMENTED = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
+)
+
+
+def unsegmented(text: str, threshold: float = 0.2) -> bool:
+    """Whether at least `threshold` of the text's letters belong to a script written without spaces."""
+    letters = sum(ch.isalpha() for ch in text)
+    return bool(letters) and len(_UNSEGMENTED.findall(text)) >= threshold * letters
+
+
+def unsegmented_share(texts: list[str]) -> float:
+    """The share of texts written mostly in a script without spaces between words (see `unsegmented`)."""
+    return sum(map(unsegmented, texts)) / len(texts) if texts else 0.0
+
+
+UNSEGMENTED_ADVICE = (
+    "BM25's analyzer splits words at spaces and punctuation, so a run of Chinese, Japanese or Thai text "
+    "is one 'word' and keyword search rarely matches it: rank these configs by vector search, or segment "
+    "the text (spaces between words) before indexing"
+)
