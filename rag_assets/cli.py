@@ -47,6 +47,38 @@ def _instance(data_dir: Path):
     return dg.DagsterInstance.from_config(str(home))
 
 
+CLI_PID_TAG = "rag/cli_pid"  # the rag-sweep process that ran a Dagster run in process
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def close_abandoned_runs(instance) -> int:
+    """Mark as failed the Dagster runs a killed `rag-sweep run` left started: it ran them in its own
+    process, which is gone, so nothing else will ever end them (the UI would show them running forever)."""
+    import dagster as dg
+
+    live = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    abandoned = [
+        r
+        for r in instance.get_runs(filters=dg.RunsFilter(statuses=live))
+        if CLI_PID_TAG in r.tags and not _alive(int(r.tags[CLI_PID_TAG]))
+    ]
+    for r in abandoned:
+        instance.report_run_failed(
+            r,
+            f"the rag-sweep run (pid {r.tags[CLI_PID_TAG]}) that ran this ended before it finished (killed)",
+        )
+    return len(abandoned)
+
+
 class SweepRun(NamedTuple):
     board: Any  # the leaderboard (polars DataFrame)
     defs: Any
@@ -73,8 +105,15 @@ def exclusive(data: Path):
     kernel releases the lock when its process ends, even when killed."""
     import fcntl
 
-    data.mkdir(parents=True, exist_ok=True)
-    with open(data / ".rag-sweep.lock", "a+") as lock:
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        lock = open(data / ".rag-sweep.lock", "a+")  # noqa: SIM115 (closed below; its errors named here)
+    except OSError as e:  # a read-only disk or mount, a folder of another user, a file in the way
+        raise DataDirError(
+            f"data dir {data}: cannot write there ({e.strerror}); choose another with --data-dir or "
+            "$RAG_DATA_DIR"
+        ) from e
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -89,35 +128,50 @@ def exclusive(data: Path):
         yield
 
 
-def completed(plan, instance, data: Path, questions: int | None = None):
+def completed(plan, instance, data: Path, questions: int | None = None, stores=None):
     """`complete(stage, key)`: the artifact ref of a partition whose latest materialization holds the
     artifact the materialized input snapshots give, whole in `data`; else None. With `questions`: the
     artifact of that halving rung (the QA set's first N questions in the search's order), whole in
-    `data`, whatever the partition materialized since."""
+    `data`, whatever the partition materialized since. A vector index is complete only when `stores`
+    (the VectorStores resource) still hold the collection its marker records."""
+    from rag_assets.indexes import index_present
     from rag_core.search.halving import subset_fingerprint
-    from resources.artifacts import ArtifactRef, latest_fingerprint
+    from rag_core.stages import stage as stage_of
+    from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
 
     inputs = {s: latest_fingerprint(instance, _key(plan, s), None) for s in ("corpus", "qa_set")}
     if questions is not None:
         inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
     expected = plan.fingerprints(inputs)
+    latest: dict[str, dict[str, str]] = {}  # stage -> partition -> its latest materialized fingerprint
 
     def complete(stage: str, key: str) -> ArtifactRef | None:
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
-        if questions is None and latest_fingerprint(instance, _key(plan, stage), key) != ref.fp:
-            return None  # (a past rung: its artifact is enough, the partition moved on since)
+        if questions is None:  # (a past rung: its artifact is enough, the partition moved on since)
+            if stage not in latest:
+                latest[stage] = latest_fingerprints(instance, _key(plan, stage))
+            if latest[stage].get(key) != ref.fp and ref.exists():  # materialized since that read?
+                latest[stage][key] = latest_fingerprint(instance, _key(plan, stage), key)
+            if latest[stage].get(key) != ref.fp:
+                return None
         # not intact: another data dir, same instance; failed LLM calls: asked again
-        return ref if ref.intact() and not ref.failed_calls() else None
+        if not ref.intact() or ref.failed_calls():
+            return None
+        if stage_of(stage).external:  # a vector index: its marker can outlive the store's collection
+            config = plan.partition(stage, key).config
+            if stores is None or not index_present(stores.get(config.index.store), key, ref):
+                return None
+        return ref
 
     return complete
 
 
-def steps(plan, instance, data: Path, force: bool) -> list[tuple[str, str]]:
+def steps(plan, instance, data: Path, force: bool, stores=None) -> list[tuple[str, str]]:
     """(stage, partition) steps in dependency order after the input snapshots: complete partitions are
     left out (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
     from rag_core.stages import CONFIG_STAGE
 
-    complete = completed(plan, instance, data)
+    complete = completed(plan, instance, data, stores=stores)
     return [
         (stage, key)
         for stage, keys in plan.partitions.items()
@@ -145,20 +199,26 @@ def run_sweep(
 
     from rag_assets.definitions import build_definitions
     from rag_assets.leaderboard import leaderboard_path
-    from rag_assets.lib.rag_sweep import deployment_store
+    from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
     from rag_assets.search_run import adaptive
     from rag_assets.stage_asset import FORCE_TAG
     from rag_core.plan import Plan
     from rag_core.spec import load_sweep
     from resources import default_data_dir
 
-    plan = Plan.resolve(load_sweep(spec), store or deployment_store())
+    plan = Plan.resolve(load_sweep(spec), store or deployment_store(), deployment_llm_api_base())
     data = Path(data_dir or default_data_dir()).resolve()
     with exclusive(data):
         defs = build_definitions([plan], str(data), resources)
         instance = _instance(data)
+        if n := close_abandoned_runs(instance):
+            print(f"marked {n} Dagster run(s) a killed rag-sweep run left started as failed", file=sys.stderr)
         assets = list(defs.assets)
-        tags = {"sweep": plan.sweep.name, **({FORCE_TAG: "true"} if force else {})}
+        tags = {
+            "sweep": plan.sweep.name,
+            CLI_PID_TAG: str(os.getpid()),
+            **({FORCE_TAG: "true"} if force else {}),
+        }
         config = {} if verbose else QUIET_LOGS
 
         def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
@@ -192,10 +252,11 @@ def run_sweep(
         )  # the input files' content hashes, as the UI would observe them
         for stage in ("corpus", "qa_set"):
             materialize(stage)
-        todo = steps(plan, instance, data, force)
+        stores = defs.resources["vector_stores"]
+        todo = steps(plan, instance, data, force, stores)
         search = None
         if adaptive(plan):
-            search = _adaptive(plan, instance, data, todo, force, materialize, progress)
+            search = _adaptive(plan, instance, data, todo, force, materialize, progress, stores)
         else:
             bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
             for stage, key in bar:
@@ -222,14 +283,14 @@ def search_ledger(data: Path, sweep: str, restart: bool):
     return lambda: cache.spent(started)
 
 
-def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progress: bool):
+def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progress: bool, stores):
     """Run the sweep's adaptive search (rag_assets/search_run.py) over the plan's configs."""
     from tqdm import tqdm
 
     from rag_assets.search_run import run_halving, run_search, trial_budget
     from rag_assets.stage_asset import QUESTIONS_TAG
 
-    complete = completed(plan, instance, data)
+    complete = completed(plan, instance, data, stores=stores)
     spent = search_ledger(data, plan.sweep.name, restart=force)
     bar = tqdm(total=trial_budget(plan), desc="search", unit="config", disable=not progress, file=sys.stderr)
 
@@ -242,7 +303,7 @@ def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progre
 
         def at(n: int | None):
             if n not in rungs:
-                rungs[n] = completed(plan, instance, data, n)
+                rungs[n] = completed(plan, instance, data, n, stores)
             return rungs[n]
 
         def rung_step(stage: str, key: str, n: int | None) -> bool:
@@ -283,6 +344,10 @@ def _key(plan, stage: str):
     return asset_key(prefix_of(plan.sweep.name), stage)
 
 
+class DataDirError(RuntimeError):
+    """The data dir cannot hold a run's artifacts and stores."""
+
+
 class CheckFailed(RuntimeError):
     """A blocking asset check failed with severity ERROR: the sweep stops before bad data spreads."""
 
@@ -303,7 +368,7 @@ class StepFailed(RuntimeError):
         return cls(f"{where}: {what}")
 
 
-def _load_data(sweep) -> tuple[int, int]:
+def _load_data(sweep):
     """Load the corpus and QA set as a run would (cheap next to a run): a missing or bad file is an error
     naming its field of the sweep file, then the file, row and field."""
     from rag_core.datasets import DatasetError, load_corpus, load_qa
@@ -316,7 +381,45 @@ def _load_data(sweep) -> tuple[int, int]:
         qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
-    return corpus.height, qa.height
+    return corpus, qa
+
+
+LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
+
+
+def _warn_size(plan) -> None:
+    """A grid evaluates every config, each stage a Dagster run per partition: say what that means."""
+    steps = sum(len(keys) for keys in plan.partitions.values())
+    search = plan.sweep.search
+    if search.adaptive:
+        print(
+            f"a {search.strategy} search evaluates {search.budget.max_configs or 'all'} of the "
+            f"{len(plan.configs)} configs, choosing as it goes"
+        )
+        return
+    print(f"a run evaluates all {len(plan.configs)} configs: up to {steps} steps, one Dagster run each")
+    if len(plan.configs) > LARGE_SWEEP:
+        print(
+            f"warning: {len(plan.configs)} configs is a large grid; `rag-sweep plan` estimates its time. To "
+            "evaluate a part of it, set search.strategy: bayesian or halving (they choose as they go) or "
+            "random, with search.budget.max_configs",
+            file=sys.stderr,
+        )
+
+
+def _warn_unsegmented(plan, corpus, qa) -> None:
+    """Keyword search cannot split text written without spaces between words (rag_core/text.py)."""
+    from rag_core.text import UNSEGMENTED_ADVICE, unsegmented_share
+
+    if all(c.retrieval.mode == "vector" for c in plan.configs):
+        return
+    docs, questions = unsegmented_share(corpus["text"].to_list()), unsegmented_share(qa["question"].to_list())
+    if docs or questions:
+        print(
+            f"warning: {docs:.0%} of the documents and {questions:.0%} of the questions are written without "
+            f"spaces between words. {UNSEGMENTED_ADVICE}",
+            file=sys.stderr,
+        )
 
 
 # Shown only when some config has a non-zero value: they say a score is not what it seems.
@@ -329,10 +432,9 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     import litellm
     import polars as pl
 
-    from rag_assets.lib.rag_sweep import deployment_store
+    from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
     from rag_core.bill import estimate
     from rag_core.chunking import chunk_corpus
-    from rag_core.datasets import load_corpus, load_qa
     from rag_core.fingerprint import file_hash
     from rag_core.plan import Plan
     from rag_core.spec import load_sweep
@@ -341,11 +443,10 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     from resources.artifacts import ArtifactRef
     from resources.embedders import EmbeddingService
 
-    plan = Plan.resolve(load_sweep(spec), store or deployment_store())
+    plan = Plan.resolve(load_sweep(spec), store or deployment_store(), deployment_llm_api_base())
     sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
-    _load_data(sweep)  # a missing or bad file is an error naming its field
-    corpus = load_corpus(sweep.corpus_path)
-    n_queries = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries).height
+    corpus, qa = _load_data(sweep)  # a missing or bad file is an error naming its field
+    n_queries = qa.height
     corpus_fp = artifact_fingerprint("corpus", file_hash(sweep.corpus_path), {})
     qa_fp = artifact_fingerprint(
         "qa_set", (file_hash(sweep.qa_path), sweep.max_queries), {"corpus": corpus_fp}
@@ -404,6 +505,11 @@ def _print_recommendation(data: Path, sweep: str) -> None:
     print(f"\nRecommended: {decision['recommended'] or 'none'}\n  {decision['why']}")
     if decision["advice"]:
         print(f"  {decision['advice']}")
+    if decision.get("undefined_metrics"):
+        print(
+            f"  Undefined for every config, left out of the overall score: {', '.join(decision['undefined_metrics'])}"
+            " (retrieval metrics need queries with gold documents)"
+        )
     print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
 
 
@@ -441,22 +547,27 @@ def main(argv: list[str] | None = None) -> int:
     pln.add_argument("--store", help="vector store of configs that name none")
     args = parser.parse_args(argv)
 
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
     from rag_core.datasets import DatasetError
     from rag_core.spec import SpecError, load_sweep
 
     try:
         if args.command == "validate":
-            from rag_assets.lib.rag_sweep import deployment_store
+            from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
             from rag_core.plan import Plan
 
-            plan = Plan.resolve(load_sweep(args.spec), deployment_store())
-            docs, questions = _load_data(plan.sweep)
+            plan = Plan.resolve(load_sweep(args.spec), deployment_store(), deployment_llm_api_base())
+            corpus, qa = _load_data(plan.sweep)
             print(
-                f"{plan.sweep.name}: {docs} documents, {questions} questions; {len(plan.configs)} configs, "
+                f"{plan.sweep.name}: {corpus.height} documents, {qa.height} questions; "
+                f"{len(plan.configs)} configs, "
                 + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
             )
+            _warn_unsegmented(plan, corpus, qa)
             for key in plan.config_keys:
                 print(f"  {key}")
+            _warn_size(plan)
             return 0
         if args.command == "plan":
             plan, estimate = bill(args.spec, args.data_dir, args.store)
@@ -479,7 +590,15 @@ def main(argv: list[str] | None = None) -> int:
             args.spec, args.data_dir, args.force, args.verbose, store=args.store
         )
         sweep = plan.sweep
-    except (SpecError, DatasetError, CheckFailed, StepFailed) as e:
+    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        print(
+            "\ninterrupted: every complete artifact is kept; run the same command again to resume",
+            file=sys.stderr,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
+    except (SpecError, DatasetError, DataDirError, CheckFailed, StepFailed) as e:
         if getattr(args, "verbose", False):
             traceback.print_exception(e.__cause__ or e, file=sys.stderr)
         print(f"error: {e}", file=sys.stderr)

@@ -18,6 +18,13 @@ def collection_name(partition_key: str, fp: str) -> str:
     return f"Rag_{readable}_{fp[:10]}"
 
 
+def index_present(store, partition_key: str, ref) -> bool:
+    """Whether `store` holds the whole index the marker `ref` records: the store's files can be lost
+    while the marker stays."""
+    info = store.info(collection_name(partition_key, ref.fp))
+    return bool(info["exists"]) and info["count"] == ref.read()["count"][0]
+
+
 class VectorIndex(StageLogic):
     description = "One collection per partition holding chunk text, doc id and the precomputed vectors."
     resources = ("vector_stores",)
@@ -30,11 +37,7 @@ class VectorIndex(StageLogic):
         return run.resources.vector_stores.get(run.config.index.store)
 
     def reusable(self, run: StageRun) -> bool:
-        ref = run.ref
-        if not super().reusable(run):
-            return False
-        info = self._store(run).info(collection_name(run.context.partition_key, ref.fp))
-        return info["exists"] and info["count"] == ref.read()["count"][0]
+        return super().reusable(run) and index_present(self._store(run), run.context.partition_key, run.ref)
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         chunks, emb = run.read("chunksets"), run.read("embeddings")

@@ -20,7 +20,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
-from dagster._core.definitions.data_version import extract_data_version_from_entry
+from dagster._core.definitions.data_version import DATA_VERSION_TAG, extract_data_version_from_entry
+from dagster._core.events import DagsterEventType
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
@@ -136,6 +137,16 @@ def latest_fingerprint(instance: dg.DagsterInstance, key: dg.AssetKey, partition
     return version.value if version else None
 
 
+def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
+    """partition -> the data version of its latest materialization, for every partition of an asset in
+    one query (the event log indexes the data version tag): asking partition by partition takes minutes on
+    a sweep of thousands of configs."""
+    tags = instance.event_log_storage.get_latest_tags_by_partition(
+        key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
+    )
+    return {p: t[DATA_VERSION_TAG] for p, t in tags.items() if DATA_VERSION_TAG in t}
+
+
 class ArtifactIOManager(dg.ConfigurableIOManager):
     """Stores every stage's artifacts under `data_dir`; see the module docstring."""
 
@@ -159,15 +170,13 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         key = context.asset_key
         stage = key.path[-1]
         if not context.has_asset_partitions:
-            return self._upstream(context.instance, key, stage, None, required=True)
+            return self._upstream(context.instance, key, stage, None)
         if not (context.definition_metadata or {}).get("all_partitions"):
             (partition,) = context.asset_partition_keys  # every stage reads one upstream partition
-            return self._upstream(context.instance, key, stage, partition, required=True)
-        # the leaderboard: every partition materialized so far
-        refs = {
-            k: self._upstream(context.instance, key, stage, k, False) for k in context.asset_partition_keys
-        }
-        return {k: r for k, r in refs.items() if r is not None}
+            return self._upstream(context.instance, key, stage, partition)
+        # the leaderboard: every partition materialized so far (their fingerprints in one query)
+        latest = latest_fingerprints(context.instance, key)
+        return {k: self.ref(stage, latest[k], k) for k in context.asset_partition_keys if k in latest}
 
     def _upstream(
         self,
@@ -175,12 +184,9 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         key: dg.AssetKey,
         stage: str,
         partition: str | None,
-        required: bool,
-    ) -> ArtifactRef | None:
+    ) -> ArtifactRef:
         fp = latest_fingerprint(instance, key, partition)
         if fp is None:
-            if not required:
-                return None
             where = f"{key.to_user_string()}[{partition}]" if partition else key.to_user_string()
             raise dg.Failure(f"{where} is not materialized yet: materialize it first")
         return self.ref(stage, fp, partition)

@@ -140,3 +140,99 @@ def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
     assert all(new == 0 for _, new in after.partitions.values()) and after.texts_to_embed == 0
     assert main(["plan", str(spec), "--data-dir", str(data)]) == 0
     assert "texts to embed: 0" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_keyword_search_over_text_without_spaces_is_warned_about_not_silent(tmp_path, capsys):
+    """BM25 reads a run of Chinese characters as one word: a Chinese question finds nothing by keywords.
+    validate and run say so, for the keyword configs only."""
+    docs = [
+        {"doc_id": "d0", "text": "长城是中国古代的军事防御工程，全长两万多公里。"},
+        {"doc_id": "d1", "text": "黄河是中国第二长河，发源于青海省。"},
+        {"doc_id": "d2", "text": "The Rhine flows from the Alps to the North Sea."},
+    ]
+    corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
+    corpus.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs))
+    qa.write_text(
+        json.dumps(
+            {
+                "query_id": "q",
+                "question": "长城全长多少公里？",
+                "answers": ["两万多公里"],
+                "relevant_doc_ids": ["d0"],
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        {"corpus": corpus, "qa": qa},
+        name="cjk",
+        chunking={"method": "paragraph", "chunk_size": 1000, "chunk_overlap": 0},
+        retrieval={"mode": ["vector", "bm25"], "top_k": 1},
+    )
+    assert main(["validate", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 67% of the documents and 100% of the questions are written without spaces" in err
+
+    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "without spaces" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: retrievals[paragraph-1000-0__all-minilm")
+    assert "bm25" in warnings[0].split(":")[1]  # the keyword config's retrieval, not the vector one
+    board = pl.read_parquet(tmp_path / "d" / "leaderboards" / "cjk.parquet")
+    recall = dict(zip(board["config_key"].str.contains("bm25"), board["recall_at_k"], strict=True))
+    assert recall[True] == 0.0  # what the warning is about
+
+
+def test_validate_says_what_a_large_grid_means(slice_data, tmp_path, capsys):
+    """A grid of thousands of configs: validate gives the steps a run takes and suggests sampling."""
+    spec = write_sweep(
+        tmp_path / "big.yaml",
+        slice_data,
+        chunking={"method": "recursive", "chunk_size": [200, 300, 400, 500, 600, 700], "chunk_overlap": 0},
+        retrieval={
+            "mode": "hybrid",
+            "top_k": list(range(1, 11)),
+            "hybrid_alpha": [i / 10 for i in range(10)],
+        },
+    )
+    assert main(["validate", str(spec)]) == 0
+    out, err = capsys.readouterr()
+    assert "600 configs" in out and "a run evaluates all 600 configs: up to 2418 steps" in out
+    assert "warning: 600 configs is a large grid" in err and "search.budget.max_configs" in err
+    small = write_sweep(tmp_path / "small.yaml", slice_data, **SECTIONS)
+    assert main(["validate", str(small)]) == 0
+    assert "large grid" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder this process cannot write: a read-only mount (root writes through file modes), else 0o555."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)]).returncode:
+        pytest.skip("root without the right to mount: no way to make a folder read-only for this process")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_data_dir_that_cannot_be_written_is_a_one_line_error_naming_it(
+    slice_data, tmp_path, read_only_dir, capsys
+):
+    spec = write_sweep(tmp_path / "s.yaml", slice_data, **SECTIONS)
+    for data in (read_only_dir, read_only_dir / "new"):  # an existing data dir, and one to create
+        assert main(["run", str(spec), "--data-dir", str(data)]) == 2
+        err = capsys.readouterr().err
+        assert f"error: data dir {data}: cannot write there (Read-only file system" in err or (
+            f"error: data dir {data}: cannot write there (Permission denied" in err
+        )
+        assert "Traceback" not in err

@@ -92,14 +92,15 @@ def _run(spec: Path, data: Path, llm: OpenAIStub) -> tuple[pl.DataFrame, str]:
     return pl.read_parquet(out), stdout + stderr
 
 
-def _kill_when(proc: subprocess.Popen, condition, timeout: float = 600) -> None:
+def _kill_when(proc: subprocess.Popen, condition, sig: int = signal.SIGKILL, timeout: float = 600) -> None:
     t0 = time.monotonic()
     while not condition():
         assert proc.poll() is None, f"the run ended before the kill point: {proc.communicate()[1][-2000:]}"
         assert time.monotonic() - t0 < timeout, "the kill point never came"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    if sig == signal.SIGKILL:
+        proc.wait()
 
 
 def _cache_parts(data: Path) -> list[Path]:
@@ -113,6 +114,13 @@ def _cached_rows(data: Path) -> int:
 def _artifacts(data: Path, stage: str) -> list[Path]:
     """Main artifact files (not side tables, not temp files)."""
     return [p for p in (data / stage).glob("*.parquet") if p.name.count(".") == 1]
+
+
+def _dagster_runs(data: Path) -> list:
+    from rag_assets.cli import _instance
+
+    with _instance(data) as instance:
+        return list(instance.get_runs())
 
 
 def _seed_cache(reference: Path, data: Path) -> None:
@@ -160,8 +168,14 @@ def test_killed_during_answers_recomputes_only_the_unfinished_partition(spec, ll
     proc = _start(spec, data, llm)
     _kill_when(proc, lambda: len(llm.requests) - asked >= 8)  # inside the first answers partition
     assert not _artifacts(data, "answers")  # nothing half-written was left as an artifact
-    board, _ = _run(spec, data, llm)
+    board, output = _run(spec, data, llm)
     assert _cache_parts(data) == parts  # nothing embedded again
+    # the killed run's Dagster run is ended as failed, not left started for the UI to show forever
+    assert "marked 1 Dagster run(s) a killed rag-sweep run left started as failed" in output
+    runs = _dagster_runs(data)
+    assert not [r for r in runs if not r.is_finished]
+    (killed,) = [r for r in runs if r.status.value == "FAILURE"]
+    assert killed.tags["rag/cli_pid"] == str(proc.pid)
     assert all(pq.read_metadata(p).num_rows == 20 for p in _artifacts(data, "answers"))
     assert_same_board(board, reference["board"])
 
@@ -250,3 +264,35 @@ def test_damaged_artifact_and_cache_part_are_recomputed_never_trusted(spec, llm,
     for path in (*_artifacts(data, "embeddings"), *_artifacts(data, "answers")):
         pq.read_metadata(path)  # whole again
     assert_same_board(board, reference["board"])
+
+
+def test_a_lost_index_is_rebuilt_not_trusted_for_its_marker(spec, llm, reference, tmp_path):
+    """The vector store's files are gone, the index markers remain, and a new retrieval setting needs the
+    indexes: the rerun rebuilds them instead of failing on a missing collection."""
+    import yaml
+
+    data = tmp_path / "data"
+    shutil.copytree(reference["data"], data)
+    shutil.rmtree(data / "lancedb")
+    wider = yaml.safe_load(spec.read_text())
+    wider["retrieval"]["top_k"] = 3  # new retrievals over the same indexes
+    other = tmp_path / "wider.yaml"
+    other.write_text(yaml.safe_dump(wider))
+    board, _ = _run(other, data, llm)
+    assert len(list((data / "lancedb").glob("*.lance"))) == N_CONFIGS  # both indexes rebuilt
+    assert board.height == N_CONFIGS and (board["recall_at_k"] > 0).all()
+
+
+def test_ctrl_c_stops_at_once_without_waiting_for_llm_calls_in_flight(spec, reference, tmp_path):
+    """A provider that takes 60 s a call: Ctrl-C during answers ends the run in seconds, with one line."""
+    data = tmp_path / "data"
+    _seed_cache(reference["data"], data)
+    with OpenAIStub(lambda prompt: (200, "late", 60.0)) as slow:
+        proc = _start(spec, data, slow)
+        _kill_when(proc, lambda: len(slow.requests) >= 2, signal.SIGINT)
+        t0 = time.monotonic()
+        _, stderr = proc.communicate(timeout=120)
+        waited = time.monotonic() - t0
+    assert proc.returncode == 130 and waited < 15, (waited, stderr[-2000:])
+    assert "interrupted: every complete artifact is kept" in stderr and "Traceback" not in stderr
+    assert not _artifacts(data, "answers")

@@ -16,7 +16,7 @@ from rag_assets.definitions import build_definitions
 from rag_assets.stage_asset import FORCE_TAG
 from rag_core.plan import Plan
 from rag_core.spec import load_sweep
-from resources.artifacts import latest_fingerprint
+from resources.artifacts import latest_fingerprint, latest_fingerprints
 from tests.conftest import write_sweep
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -99,6 +99,8 @@ def test_editing_the_corpus_after_its_snapshot_changes_nothing_downstream(tmp_pa
         assert _materialize(defs, instance, "chunksets", chunkset).success
         second = latest_fingerprint(instance, dg.AssetKey(["snap", "chunksets"]), chunkset)
         assert second != first
+        # every partition's latest fingerprint in one query (what the CLI reads): the same answer
+        assert latest_fingerprints(instance, dg.AssetKey(["snap", "chunksets"])) == {chunkset: second}
         assert (
             pl.read_parquet(tmp_path / "data" / "chunksets" / f"{second}.parquet")["doc_id"].n_unique() == 10
         )

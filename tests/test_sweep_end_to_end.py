@@ -73,9 +73,12 @@ def test_leaderboard_has_one_row_per_config_with_metrics_in_unit_interval(sweep_
     assert sorted(board["config_key"].to_list()) == sorted(plan.config_keys)
     present = [m for m in SCORABLE_METRICS if m in board.columns]
     assert set(SCORABLE_METRICS) - set(present) == {"faithfulness_judge"}  # no judge model configured
+    # extractive answers cite nothing: citation accuracy is undefined for every query (null, not 0.0)
+    assert board["citation_accuracy"].is_null().all()
+    assert (board["n_answers_without_citations"] == board["n_queries"]).all()
     for m in (*present, "overall_score", "answer_coverage", "chunk_cohesion", "chunk_separation"):
         values = board[m].to_list()
-        assert all(0.0 <= v <= 1.0 for v in values), m
+        assert m == "citation_accuracy" or all(0.0 <= v <= 1.0 for v in values), m
     assert board["overall_score"].is_sorted(descending=True)
     assert board["recall_at_k"].max() > 0.3  # real retrieval finds gold paragraphs
     assert board["rank"].to_list() == list(range(1, 5))
@@ -105,7 +108,8 @@ def test_mlflow_holds_one_run_per_config(sweep_run):
 def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
     plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
     # only evaluations (the MLflow check) remain after the input snapshots
-    assert {s for s, _ in steps(plan, instance, data, force=False)} == {"evaluations"}
+    stores = sweep_run["defs"].resources["vector_stores"]
+    assert {s for s, _ in steps(plan, instance, data, force=False, stores=stores)} == {"evaluations"}
     before = len(_materializations(instance, "embeddings"))
     # every step reads only what its asset declares (the asset graph is the UI's lineage)
     graph = sweep_run["defs"].resolve_asset_graph()
@@ -194,3 +198,58 @@ def test_the_ship_report_renders_in_a_real_browser(sweep_run, tmp_path):
         page.screenshot(path=str(tmp_path / "ship_report.png"), full_page=True)
         browser.close()
     assert (tmp_path / "ship_report.png").stat().st_size > 50_000
+
+
+def test_queries_without_gold_documents_are_left_out_of_retrieval_metrics_and_counted(
+    slice_data, tmp_path, capsys
+):
+    """5 of 20 queries have no gold documents: retrieval metrics are means over the other 15, the 5 are
+    counted. With none anywhere, the retrieval metrics are undefined (null, not 0.0), left out of the
+    overall score, and the run says so."""
+    from rag_core.metrics import RETRIEVAL_METRICS, overall_score
+    from tests.conftest import write_sweep
+
+    qa = pl.read_parquet(slice_data["qa"])
+    no_gold = qa["query_id"].head(5).to_list()
+    some = tmp_path / "some.parquet"
+    qa.with_columns(
+        pl.when(pl.col("query_id").is_in(no_gold))
+        .then(pl.lit([], dtype=pl.List(pl.String)))
+        .otherwise(pl.col("relevant_doc_ids"))
+        .alias("relevant_doc_ids")
+    ).write_parquet(some)
+    none = tmp_path / "none.parquet"
+    qa.with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("relevant_doc_ids")).write_parquet(none)
+    sections = {
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "vector", "top_k": 3},
+    }
+    data = tmp_path / "data"
+    full = write_sweep(tmp_path / "full.yaml", slice_data, name="full", **sections)
+    partial = write_sweep(tmp_path / "some.yaml", {**slice_data, "qa": some}, name="some", **sections)
+    board_full = run_sweep(str(full), str(data), progress=False).board
+    run = run_sweep(str(partial), str(data), progress=False)
+    per_query = run.artifact("evaluations", run.plan.config_keys[0], "per_query")
+    assert per_query.filter(pl.col("query_id").is_in(no_gold))["recall_at_k"].null_count() == 5
+    with_gold = per_query.filter(~pl.col("query_id").is_in(no_gold))["recall_at_k"]
+    assert run.board["recall_at_k"][0] == pytest.approx(with_gold.mean())
+    assert run.board["n_queries_without_gold"][0] == 5
+    # the 15 with gold are scored as in the full set: same per-query recall there
+    full_pq = run_sweep(str(full), str(data), progress=False).artifact(
+        "evaluations", run.plan.config_keys[0], "per_query"
+    )
+    assert full_pq.filter(~pl.col("query_id").is_in(no_gold))["recall_at_k"].to_list() == with_gold.to_list()
+    assert board_full["n_queries_without_gold"][0] == 0
+
+    capsys.readouterr()
+    nothing = write_sweep(tmp_path / "none.yaml", {**slice_data, "qa": none}, name="none", **sections)
+    run = run_sweep(str(nothing), str(data), progress=False)
+    row = run.board.row(0, named=True)
+    assert all(row[m] is None for m in RETRIEVAL_METRICS)  # undefined, not 0.0
+    assert row["n_queries_without_gold"] == 20
+    rest = {m: w for m, w in run.plan.sweep.weights.items() if m not in RETRIEVAL_METRICS}
+    assert row["overall_score"] == pytest.approx(overall_score(row, rest))
+    assert "no query has gold documents" in capsys.readouterr().err
+    assert run.search is None and run.board["overall_score"].is_not_null().all()
+    report = (data / "leaderboards" / "none.report.md").read_text()
+    assert "Undefined for every config, so left out: recall_at_k" in report
