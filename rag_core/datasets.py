@@ -3,7 +3,7 @@
 Corpus: Parquet or JSONL with `doc_id`, `text` (`title`, `metadata` optional), or a directory of `.txt`/`.md`
 files (doc_id = path relative to the directory, title = file stem).
 QA set: Parquet or JSONL with `query_id`, `question`, `answers` (list of strings), `relevant_doc_ids` (list,
-may be empty).
+may be empty); BEIR, Ragas and MLflow evaluation datasets are read too (rag_core/qa/formats.py).
 Errors name the file, the row (1-based; the line for JSONL) and the field.
 """
 
@@ -55,7 +55,11 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     raise DatasetError(f"{path}: unsupported format (use .parquet, .jsonl or a directory of .txt/.md)")
 
 
-def _where(path: Path, row: dict, index: int) -> str:
+def where(path: Path, row: dict, index: int) -> str:
+    """The place of a row in errors: its file and line (JSONL) or row (Parquet), or where a format reader
+    found it (`__where__`)."""
+    if "__where__" in row:
+        return row["__where__"]
     return f"{path}: line {row['__row__']}" if "__row__" in row else f"{path}: row {index + 1}"
 
 
@@ -63,23 +67,23 @@ def _string(path: Path, row: dict, i: int, field: str, required: bool = True) ->
     value = row.get(field)
     if value is None:
         if required:
-            raise DatasetError(f"{_where(path, row, i)}: field '{field}' is missing")
+            raise DatasetError(f"{where(path, row, i)}: field '{field}' is missing")
         return None
     if not isinstance(value, str):
         raise DatasetError(
-            f"{_where(path, row, i)}: field '{field}' must be a string, got {type(value).__name__}"
+            f"{where(path, row, i)}: field '{field}' must be a string, got {type(value).__name__}"
         )
     if required and not value.strip():
-        raise DatasetError(f"{_where(path, row, i)}: field '{field}' is empty")
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' is empty")
     return value
 
 
 def _string_list(path: Path, row: dict, i: int, field: str) -> list[str]:
     value = row.get(field)
     if value is None:
-        raise DatasetError(f"{_where(path, row, i)}: field '{field}' is missing")
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' is missing")
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise DatasetError(f"{_where(path, row, i)}: field '{field}' must be a list of strings")
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' must be a list of strings")
     return list(value)
 
 
@@ -99,16 +103,20 @@ def _metadata(path: Path, row: dict, i: int) -> dict | None:
         try:
             meta = json.loads(meta) if meta.strip() else None
         except json.JSONDecodeError:
-            raise DatasetError(f"{_where(path, row, i)}: field 'metadata' is a string but not JSON") from None
+            raise DatasetError(f"{where(path, row, i)}: field 'metadata' is a string but not JSON") from None
     if meta is not None and not isinstance(meta, dict):
         raise DatasetError(
-            f"{_where(path, row, i)}: field 'metadata' must be a JSON object, got {type(meta).__name__}"
+            f"{where(path, row, i)}: field 'metadata' must be a JSON object, got {type(meta).__name__}"
         )
     return meta
 
 
 def load_corpus(path: str | Path) -> pl.DataFrame:
+    """The project's corpus format, a folder of text files, or a BEIR corpus (`corpus.jsonl` with `_id`,
+    `title`, `text`, or the BEIR dataset folder holding it)."""
     path = Path(path)
+    if path.is_dir() and (path / "corpus.jsonl").is_file():
+        path = path / "corpus.jsonl"
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
         if not files:
@@ -118,10 +126,12 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
         rows = _read_rows(path)
     out, seen = [], {}
     for i, row in enumerate(rows):
+        if "doc_id" not in row and "_id" in row:  # BEIR
+            row["doc_id"] = str(row["_id"])
         doc_id = _string(path, row, i, "doc_id")
         if doc_id in seen:
             raise DatasetError(
-                f"{_where(path, row, i)}: field 'doc_id': duplicate id {doc_id!r} (first at row {seen[doc_id] + 1})"
+                f"{where(path, row, i)}: field 'doc_id': duplicate id {doc_id!r} (first at row {seen[doc_id] + 1})"
             )
         seen[doc_id] = i
         meta = _metadata(path, row, i)
@@ -139,28 +149,45 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
 
 
 def load_qa(
-    path: str | Path, known_doc_ids: set[str] | None = None, max_queries: int | None = None
+    path: str | Path,
+    known_doc_ids: set[str] | None = None,
+    max_queries: int | None = None,
+    corpus: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
+    """The project's QA format, or BEIR, Ragas or an MLflow evaluation dataset (rag_core/qa/formats.py);
+    `corpus` (doc_id, text) finds the gold documents of a Ragas set."""
+    from rag_core.qa import formats
+
     path = Path(path)
-    rows = _read_rows(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: file not found")
+    rows = None if path.is_dir() or path.suffix == ".tsv" else _read_rows(path)
+    kind = formats.detect(path, rows)
+    if kind == "beir":
+        rows = formats.read_beir(path)
+    elif kind == "ragas":
+        pairs = list(zip(corpus["doc_id"], corpus["text"], strict=True)) if corpus is not None else None
+        rows = formats.read_ragas(path, rows, pairs)
+    elif kind == "mlflow":
+        rows = formats.read_mlflow(path, rows)
     out, seen = [], set()
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
         if qid in seen:
-            raise DatasetError(f"{_where(path, row, i)}: field 'query_id': duplicate id {qid!r}")
+            raise DatasetError(f"{where(path, row, i)}: field 'query_id': duplicate id {qid!r}")
         seen.add(qid)
         rel = _string_list(path, row, i, "relevant_doc_ids")
         if known_doc_ids is not None:
             missing = [d for d in rel if d not in known_doc_ids]
             if missing:
                 raise DatasetError(
-                    f"{_where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
+                    f"{where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
                 )
         answers = _string_list(path, row, i, "answers")
         for j, a in enumerate(answers):
             if not normalize_answer(a):  # an empty (failed) answer would match it: EM 1, F1 1
                 raise DatasetError(
-                    f"{_where(path, row, i)}: field 'answers': answer {j + 1} ({a!r}) is empty once "
+                    f"{where(path, row, i)}: field 'answers': answer {j + 1} ({a!r}) is empty once "
                     "normalized (case, punctuation and articles removed): give the answer or leave it out"
                 )
         out.append(
@@ -192,9 +219,9 @@ def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:
     if isinstance(value, str) or not all(
         isinstance(g, int | float) and not isinstance(g, bool) for g in value
     ):
-        raise DatasetError(f"{_where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
+        raise DatasetError(f"{where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
     if len(value) != n or any(g <= 0 for g in value):
         raise DatasetError(
-            f"{_where(path, row, i)}: field 'relevant_doc_grades' needs one grade > 0 per relevant_doc_ids entry"
+            f"{where(path, row, i)}: field 'relevant_doc_grades' needs one grade > 0 per relevant_doc_ids entry"
         )
     return [float(g) for g in value]
