@@ -246,6 +246,10 @@ def run_sweep(
 
         from dagster._core.definitions.observe import observe  # not re-exported at the top level
 
+        sweep = plan.sweep
+        if sweep.qa_generation is not None and not sweep.qa_path.exists():
+            print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
+            materialize("qa_file")  # an existing file (a reviewed copy) is used as is
         sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
         observe(
             sources, instance=instance, run_config=config
@@ -377,8 +381,10 @@ def _load_data(sweep):
         corpus = load_corpus(sweep.corpus_path)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.corpus': {e}") from None
+    if sweep.qa_generation is not None and not sweep.qa_path.exists():
+        return corpus, None  # the run writes it first (qa_generation)
     try:
-        qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries)
+        qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
     return corpus, qa
@@ -413,7 +419,8 @@ def _warn_unsegmented(plan, corpus, qa) -> None:
 
     if all(c.retrieval.mode == "vector" for c in plan.configs):
         return
-    docs, questions = unsegmented_share(corpus["text"].to_list()), unsegmented_share(qa["question"].to_list())
+    docs = unsegmented_share(corpus["text"].to_list())
+    questions = unsegmented_share(qa["question"].to_list()) if qa is not None else 0.0
     if docs or questions:
         print(
             f"warning: {docs:.0%} of the documents and {questions:.0%} of the questions are written without "
@@ -446,11 +453,17 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     plan = Plan.resolve(load_sweep(spec), store or deployment_store(), deployment_llm_api_base())
     sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
     corpus, qa = _load_data(sweep)  # a missing or bad file is an error naming its field
-    n_queries = qa.height
     corpus_fp = artifact_fingerprint("corpus", file_hash(sweep.corpus_path), {})
-    qa_fp = artifact_fingerprint(
-        "qa_set", (file_hash(sweep.qa_path), sweep.max_queries), {"corpus": corpus_fp}
-    )
+    if qa is not None:
+        n_queries = qa.height
+        qa_fp = artifact_fingerprint(
+            "qa_set", (file_hash(sweep.qa_path), sweep.max_queries), {"corpus": corpus_fp}
+        )
+    else:  # to be generated: nothing downstream of it can exist yet
+        from rag_assets.qa_generation import estimate_line
+
+        print(estimate_line(sweep.qa_generation, corpus, sweep.qa_path))
+        n_queries, qa_fp = sweep.qa_generation.questions, "to-be-generated"
     expected = plan.fingerprints({"corpus": corpus_fp, "qa_set": qa_fp})
     done = {(s, k) for (s, k), fp in expected.items() if ArtifactRef(data, s, fp).intact()}
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
@@ -545,6 +558,26 @@ def main(argv: list[str] | None = None) -> int:
     pln.add_argument("spec")
     pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     pln.add_argument("--store", help="vector store of configs that name none")
+    gen = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
+    gen.add_argument("corpus", help="corpus file or folder (the formats a sweep's data.corpus reads)")
+    gen.add_argument("--model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
+    gen.add_argument("--out", required=True, help="the QA set to write (.jsonl)")
+    gen.add_argument("--questions", type=int, default=50, help="questions to keep (default 50)")
+    gen.add_argument("--types", help="question type weights, e.g. factoid=0.7,multi_hop=0.2,unanswerable=0.1")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.add_argument(
+        "--no-require-context",
+        action="store_true",
+        help="keep questions the model answers without the passage",
+    )
+    gen.add_argument("--max-calls", type=int, help="the budget: no LLM call beyond this many")
+    gen.add_argument(
+        "--data-dir", help="where the LLM call cache lives (default $RAG_DATA_DIR or ./.rag_data)"
+    )
+    gen.add_argument(
+        "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
+    )
+    gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = parser.parse_args(argv)
 
     from dagster._core.errors import DagsterExecutionInterruptedError
@@ -553,14 +586,23 @@ def main(argv: list[str] | None = None) -> int:
     from rag_core.spec import SpecError, load_sweep
 
     try:
+        if args.command == "generate-qa":
+            from rag_assets.qa_generation import generate_qa_command
+
+            return generate_qa_command(args)
         if args.command == "validate":
             from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
             from rag_core.plan import Plan
 
             plan = Plan.resolve(load_sweep(args.spec), deployment_store(), deployment_llm_api_base())
             corpus, qa = _load_data(plan.sweep)
+            if qa is None:
+                from rag_assets.qa_generation import estimate_line
+
+                print(estimate_line(plan.sweep.qa_generation, corpus, plan.sweep.qa_path))
+            questions = qa.height if qa is not None else f"{plan.sweep.qa_generation.questions} generated"
             print(
-                f"{plan.sweep.name}: {corpus.height} documents, {qa.height} questions; "
+                f"{plan.sweep.name}: {corpus.height} documents, {questions} questions; "
                 f"{len(plan.configs)} configs, "
                 + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
             )

@@ -11,6 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge
+from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 
@@ -61,7 +62,10 @@ class Evaluations(StageLogic):
             experiment=run.plan.sweep.name,
             run_name=f"{key} ({rung['questions']} questions)" if rung else key,
             fingerprint=summary["fingerprint"],
-            params={k: v for k, v in summary.items() if "." in k},
+            params={
+                **{k: v for k, v in summary.items() if "." in k},
+                **generation_params(run.plan.sweep.qa_path),  # a generated QA set: its generator
+            },
             metrics=metrics,
             tags={
                 "sweep": run.plan.sweep.name,

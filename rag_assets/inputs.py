@@ -2,7 +2,6 @@
 content hash; `corpus` and `qa_set` snapshot them (validated, normalized to Parquet). Every downstream
 stage reads the snapshot, never the file, so editing a file changes nothing until it is snapshotted again."""
 
-from __future__ import annotations
 
 import warnings
 from pathlib import Path
@@ -13,6 +12,16 @@ import polars as pl
 from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key
 from rag_core.datasets import load_corpus, load_qa
 from rag_core.fingerprint import file_hash
+from rag_core.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
+from rag_core.qa.generation import (
+    DEDUPE_MODEL,
+    QAGeneration,
+    generate_qa,
+    generation_metadata,
+    write_generated,
+)
+from resources.embedders import EmbeddingService
+from resources.llm import LLMClient
 
 # The automation sensor observes the files every 15 minutes; a changed hash re-snapshots the input, and
 # the eager conditions downstream follow. An unchanged hash starts nothing.
@@ -20,7 +29,9 @@ warnings.filterwarnings("ignore", message="Function `observable_source_asset`", 
 OBSERVE = dg.AutomationCondition.cron_tick_passed("*/15 * * * *") & ~dg.AutomationCondition.in_progress()
 
 
-def source_files(prefix: str, corpus: Path, qa: Path) -> list[dg.SourceAsset]:
+def source_files(prefix: str, corpus: Path, qa: Path, generation: QAGeneration | None = None) -> list:
+    """The observed input files; with `generation`, the QA file is an asset that writes it from the corpus."""
+
     def observable(name: str, path: Path, what: str):
         @dg.observable_source_asset(
             key=asset_key(prefix, name),
@@ -34,7 +45,67 @@ def source_files(prefix: str, corpus: Path, qa: Path) -> list[dg.SourceAsset]:
 
         return _observe
 
-    return [observable("corpus_file", corpus, "corpus"), observable("qa_file", qa, "QA set")]
+    corpus_file = observable("corpus_file", corpus, "corpus")
+    if generation is None:
+        return [corpus_file, observable("qa_file", qa, "QA set")]
+    return [corpus_file, generated_qa_file(prefix, corpus, qa, generation)]
+
+
+class GenerateQAConfig(dg.Config):
+    regenerate: bool = False  # replace the file even when it exists (a reviewed copy is kept otherwise)
+
+
+def generated_qa_file(prefix: str, corpus: Path, qa: Path, settings: QAGeneration) -> dg.AssetsDefinition:
+    """The QA set written by an LLM from the corpus (rag_core/qa/generation.py). Materialized on request
+    only (it costs LLM calls): an existing file is a reviewed copy and is used as is unless `regenerate`."""
+
+    @dg.asset(
+        key=asset_key(prefix, "qa_file"),
+        group_name=prefix,
+        deps=[asset_key(prefix, "corpus_file")],
+        description=f"The QA set {qa}, generated from the corpus by {settings.model} when it does not exist "
+        "(review and edit it: an existing file is used as is); its data version is the SHA-256 of its bytes.",
+        metadata={"path": dg.MetadataValue.path(str(qa)), "generator_model": settings.model},
+        pool="llm",
+    )
+    def qa_file(
+        context: dg.AssetExecutionContext,
+        config: GenerateQAConfig,
+        llm: LLMClient,
+        embedder: EmbeddingService,
+    ):
+        if qa.exists() and not config.regenerate:
+            context.log.info(f"{qa} exists: used as is (materialize with regenerate: true to replace it)")
+            return dg.MaterializeResult(
+                data_version=dg.DataVersion(file_hash(qa)),
+                metadata={"generated": False, **_generated(qa)},
+            )
+        docs = load_corpus(corpus)
+
+        def progress(kept: int, wanted: int, calls: int) -> None:
+            context.log.info(f"{kept}/{wanted} questions kept, {calls} LLM calls so far")
+
+        frame, report = generate_qa(
+            docs,
+            settings,
+            llm,
+            embed=lambda texts: embedder.embed(DEDUPE_MODEL, texts)[0],
+            progress=progress,
+        )
+        if frame.height == 0:
+            raise dg.Failure(
+                f"no question was kept ({report.calls} calls, {report.failed_calls} failed, "
+                f"{report.malformed_replies} malformed, rejected {dict(report.rejected)}); nothing written"
+            )
+        if frame.height < settings.questions:
+            context.log.warning(f"{frame.height} of {settings.questions} questions kept (see the metadata)")
+        write_generated(frame, report, qa)
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(file_hash(qa)),
+            metadata={"generated": True, "dagster/row_count": frame.height, **_generated(qa)},
+        )
+
+    return qa_file
 
 
 class Corpus(StageLogic):
@@ -57,34 +128,92 @@ class Corpus(StageLogic):
         }
 
 
+def _generated(qa_path: Path) -> dict:
+    """Metadata of a generated QA set (its sidecar): generator model, seed, prompt versions and counts."""
+    meta = generation_metadata(qa_path)
+    if meta is None:
+        return {}
+    return {
+        "generator_model": meta.get("generator_model", ""),
+        "generation_seed": meta.get("seed", 0),
+        "prompt_versions": dg.MetadataValue.json(meta.get("prompt_versions") or {}),
+        "generation": dg.MetadataValue.json(
+            {k: meta.get(k) for k in ("kept", "rejected", "calls", "failed_calls", "tokens", "cost_usd")}
+        ),
+    }
+
+
 class QASet(StageLogic):
     description = "The QA set snapshot: questions, gold answers and gold doc ids, checked against the corpus."
     deps = ("qa_file",)
     checks = (
         Check("gold_docs_in_corpus", "Every gold doc id of the QA set is a document of the corpus.", True),
+        Check("unique_questions", "No question is asked twice (case, punctuation and articles aside)."),
+        Check(
+            "queries_with_gold_docs",
+            "Every query has a gold document; those without are left out of the retrieval metrics.",
+        ),
+        Check(
+            "answers_in_gold_passages",
+            f"At least {MIN_ANSWER_IN_GOLD:.0%} of the reference answers appear in their gold passages "
+            "(lexical): a low rate means answers or gold ids that do not belong together.",
+        ),
     )
 
     def identity(self, run: StageRun) -> tuple:
         return file_hash(run.plan.sweep.qa_path), run.plan.sweep.max_queries
 
     def compute(self, run: StageRun) -> pl.DataFrame:
-        docs = set(run.read("corpus")["doc_id"].to_list())
-        return load_qa(run.plan.sweep.qa_path, docs, run.plan.sweep.max_queries)
+        corpus = run.read("corpus")
+        sweep = run.plan.sweep
+        return load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         return {
             "source": dg.MetadataValue.path(str(run.plan.sweep.qa_path)),
             "dagster/row_count": frame.height,
             "queries_without_gold_docs": int((frame["relevant_doc_ids"].list.len() == 0).sum()),
+            **_generated(run.plan.sweep.qa_path),
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
-        docs = set(run.read("corpus")["doc_id"].to_list())
-        missing = sorted({d for ids in frame["relevant_doc_ids"].to_list() for d in ids} - docs)
+        q = qa_quality(frame, run.read("corpus"))
+        warn = dg.AssetCheckSeverity.WARN
+        rate = q.answer_in_gold
         return [
             dg.AssetCheckResult(
                 check_name="gold_docs_in_corpus",
-                passed=not missing,
-                metadata={"missing_doc_ids": len(missing), "examples": ", ".join(missing[:5])},
-            )
+                passed=not q.missing_gold_ids,
+                metadata={
+                    "missing_doc_ids": len(q.missing_gold_ids),
+                    "examples": ", ".join(q.missing_gold_ids[:5]),
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name="unique_questions",
+                passed=not q.duplicate_questions,
+                severity=warn,
+                metadata={
+                    "duplicate_questions": len(q.duplicate_questions),
+                    "examples": " | ".join(q.duplicate_questions[:3]),
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name="queries_with_gold_docs",
+                passed=q.without_gold == 0,
+                severity=warn,
+                metadata={
+                    "queries_without_gold_docs": q.without_gold,
+                    "share": round(q.without_gold_share, 4),
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name="answers_in_gold_passages",
+                passed=rate is None or rate >= MIN_ANSWER_IN_GOLD,
+                severity=warn,
+                metadata={
+                    "rate": round(rate, 4) if rate is not None else "undefined (no query has both)",
+                    "queries_judged": q.answer_in_gold_of,
+                },
+            ),
         ]

@@ -47,7 +47,7 @@ def stage_assets(plan: Plan) -> list:
     prefix = prefix_of(plan.sweep.name)
     partitions = {s.name: dg.StaticPartitionsDefinition(plan.keys(s.name)) for s in STAGES if s.partitioned}
     return [
-        *source_files(prefix, plan.sweep.corpus_path, plan.sweep.qa_path),
+        *source_files(prefix, plan.sweep.corpus_path, plan.sweep.qa_path, plan.sweep.qa_generation),
         *(stage_asset(plan, prefix, s.name, LOGIC[s.name], partitions) for s in STAGES),
     ]
 

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rag_core.fingerprint import fingerprint, short_hash, slug
+from rag_core.qa.generation import QAGeneration
 
 DEFAULT_PROMPT = (
     "Answer the question using only the context. Reply with a short answer (a few words), no explanation.\n\n"
@@ -395,6 +396,8 @@ class SweepFile(_Strict):
     search: SearchSpec = Field(default_factory=SearchSpec)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     decision: DecisionSpec = Field(default_factory=DecisionSpec)
+    # the QA set written from the corpus by an LLM into data.qa when that file does not exist yet
+    qa_generation: QAGeneration | None = None
 
     @field_validator("weights")
     @classmethod
@@ -420,6 +423,7 @@ class Sweep(BaseModel):
     judge_model: str | None = None
     decision: DecisionSpec = DecisionSpec()
     search: SearchSpec = SearchSpec()
+    qa_generation: QAGeneration | None = None
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
@@ -533,6 +537,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         judge_model=spec.evaluation.judge_model,
         decision=spec.decision,
         search=spec.search,
+        qa_generation=spec.qa_generation,
     )
 
 

@@ -44,6 +44,9 @@ def test_every_asset_check_passed(sweep_run):
         assert evaluation.passed, (evaluation.asset_key, evaluation.check_name, evaluation.metadata)
     assert seen == {
         "gold_docs_in_corpus",
+        "unique_questions",
+        "queries_with_gold_docs",
+        "answers_in_gold_passages",
         "aligned_with_chunks",
         "row_count_matches_chunkset",
         "error_rate",
