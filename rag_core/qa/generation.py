@@ -19,6 +19,7 @@ A failed or malformed call is skipped and counted, never raised; `max_calls` cap
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import threading
@@ -47,7 +48,8 @@ PROMPT_VERSIONS = {
 }
 DEDUPE_MODEL = "all-MiniLM-L6-v2"  # the packaged embedder: near-duplicate questions, offline
 CLOSED_BOOK_F1 = 0.8  # a closed-book answer this close to the reference: the question needs no passage
-ROUNDS = 3  # draws of fresh samples to replace rejected questions, before giving up short
+ROUNDS = 8  # draws of fresh samples to replace rejected questions, before giving up short
+MAX_OVERSAMPLE = 3.0  # a round draws up to this many samples per missing question (the observed keep rate)
 
 
 class QAGeneration(BaseModel):
@@ -407,11 +409,16 @@ def generate_qa(
                 return "answerable_without_context"
         return None
 
+    drawn = Counter()
     for _ in range(ROUNDS):
-        need = {t: n - sum(1 for k in kept if k.sample.kind == t) for t, n in targets.items()}
+        need = {t: n - report.kept[t] for t, n in targets.items() if n > report.kept[t]}
         samples = []
         for kind, n in need.items():
-            for _ in range(n):
+            # after the first round, draw as many more as this type's rejections say it takes
+            rate = report.kept[kind] / drawn[kind] if drawn[kind] else 1.0
+            extra = min(MAX_OVERSAMPLE, 1 / rate) if rate > 0 else MAX_OVERSAMPLE
+            for _ in range(math.ceil(n * extra)):
+                drawn[kind] += 1
                 s = sampler.draw(kind)
                 if s is None:
                     report.no_pair += 1
@@ -454,6 +461,8 @@ def generate_qa(
             progress(len(kept), settings.questions, report.calls)
         if len(kept) >= settings.questions:
             break
+        if sampler.drawn >= len(sampler.ids) and not any(report.kept[t] > targets[t] - need[t] for t in need):
+            break  # every document tried and a whole round kept nothing: more of the same would not either
     rows = [
         {
             "query_id": f"gen-{i + 1:04d}",
