@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 import time
 import traceback
 from contextlib import contextmanager
@@ -490,12 +491,13 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     return plan, estimate(plan, done, chunks_of, embedder.cached_hashes, n_queries, price)
 
 
-def _print_board(board) -> None:
-    from rag_core.leaderboard import to_markdown
+def _print_board(board, full_table: Path | None = None) -> None:
+    """The leaderboard as a compact table (short labels; fits 120 columns) with a legend."""
+    from rag_core.leaderboard import TERMINAL_LEGEND, to_terminal
 
     cols = [
         "rank",
-        "config_key",
+        "label" if "label" in board.columns else "config_key",
         "overall_score",
         "overall_ci95",
         "tier",
@@ -508,7 +510,10 @@ def _print_board(board) -> None:
         "retrieval_p50_ms",
     ]
     cols += [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]
-    print(to_markdown(board, cols))
+    print(to_terminal(board, cols))
+    print("\n" + textwrap.fill(TERMINAL_LEGEND, width=118))
+    if full_table is not None:
+        print(f"every metric and the full config keys: {full_table}")
 
 
 def _print_recommendation(data: Path, sweep: str) -> None:
@@ -650,7 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {time.perf_counter() - t0:.0f} s):\n"
     )
-    _print_board(board)
+    from rag_assets.leaderboard import leaderboard_path
+
+    _print_board(board, leaderboard_path(data, sweep.name))
     if search is not None:
         print(
             f"\nSearch ({sweep.search.strategy}): {len(search.evaluated)} of {len(plan.config_keys)} configs "

@@ -11,6 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge
+from rag_core.labels import short_labels
 from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
@@ -58,9 +59,10 @@ class Evaluations(StageLogic):
         key, tracking = run.context.partition_key, run.resources.tracking
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
+        label = short_labels(run.plan.configs).get(key, key)  # the full key is tag config_key
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
-            run_name=f"{key} ({rung['questions']} questions)" if rung else key,
+            run_name=f"{label} ({rung['questions']} questions)" if rung else label,
             fingerprint=summary["fingerprint"],
             params={
                 **{k: v for k, v in summary.items() if "." in k},

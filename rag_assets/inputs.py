@@ -2,7 +2,6 @@
 content hash; `corpus` and `qa_set` snapshot them (validated, normalized to Parquet). Every downstream
 stage reads the snapshot, never the file, so editing a file changes nothing until it is snapshotted again."""
 
-
 import warnings
 from pathlib import Path
 

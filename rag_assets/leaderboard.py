@@ -16,6 +16,7 @@ import polars as pl
 from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.decision import Constraints, bootstrap_scores, decide
+from rag_core.labels import short_labels
 from rag_core.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
@@ -26,6 +27,23 @@ from rag_core.leaderboard import (
 )
 from rag_core.report import ship_report
 from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
+
+# The Dagster table: the short label for the key (the full keys are the `config_keys` metadata), the
+# score with its interval and tier as the CLI shows them, then the display metrics.
+TABLE_COLUMNS = [
+    "rank",
+    "label",
+    "overall_score",
+    "overall_ci95",
+    "tier",
+    "vs_leader",
+    *[c for c in DISPLAY_COLUMNS if c not in ("rank", "config_key", "overall_score")],
+]
+COLUMN_NOTES = {
+    "label": "what differs between the sweep's configs; full keys in the config_keys metadata",
+    "tier": "1: the best config and every config not significantly worse (paired bootstrap, Holm)",
+    "vs_leader": "leader; tied (in tier 1); worse (a lower tier); too many errors (failed LLM calls)",
+}
 
 
 def leaderboard_path(data_dir, sweep_name: str) -> Path:
@@ -89,6 +107,9 @@ class Leaderboard(StageLogic):
         decision["weights"] = weights  # the weights the overall score used
         decision["undefined_metrics"] = undefined
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
+        labels = short_labels(run.plan.configs)
+        board = board.with_columns(pl.col("config_key").replace_strict(labels, default=None).alias("label"))
+        board = board.select("rank", "label", pl.exclude("rank", "label"))
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
@@ -124,6 +145,7 @@ class Leaderboard(StageLogic):
             atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
         markdown = to_markdown(frame)
         if not reused:  # one leaderboard run per content: an unchanged rerun logs none
+            run.resources.tracking.log_ranking(sweep.name, frame)
             run.resources.tracking.log_leaderboard(
                 sweep.name,
                 frame,
@@ -133,8 +155,9 @@ class Leaderboard(StageLogic):
                 decision=decision,
                 fingerprint=run.ref.fp,
             )
-        cols = [c for c in DISPLAY_COLUMNS if c in frame.columns]
+        cols = [c for c in TABLE_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
+        table = frame.select(cols).with_columns(pl.selectors.float().round(4))
         return {  # what to ship first: the UI lists metadata in this order
             "recommended": decision["recommended"] or "none",
             "recommendation": dg.MetadataValue.md(
@@ -154,11 +177,15 @@ class Leaderboard(StageLogic):
             "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
             "leaderboard": dg.MetadataValue.md(markdown),
             "table": dg.MetadataValue.table(
-                records=[dg.TableRecord(r) for r in frame.select(cols).to_dicts()],
+                records=[dg.TableRecord(r) for r in table.to_dicts()],
                 schema=dg.TableSchema(
-                    columns=[dg.TableColumn(c, kind.get(frame[c].dtype, "string")) for c in cols]
+                    columns=[
+                        dg.TableColumn(c, kind.get(frame[c].dtype, "string"), description=COLUMN_NOTES.get(c))
+                        for c in cols
+                    ]
                 ),
             ),
+            "config_keys": dg.MetadataValue.json(dict(zip(frame["label"], frame["config_key"], strict=True))),
             "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"),
             "board_path": dg.MetadataValue.path(str(path)),
             "dagster/row_count": frame.height,

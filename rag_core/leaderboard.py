@@ -149,6 +149,57 @@ def to_markdown(df: pl.DataFrame, columns: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+# The terminal's names for the leaderboard columns it shows (the file keeps the full names)
+TERMINAL_NAMES = {
+    "overall_score": "score",
+    "overall_ci95": "95% CI",
+    "vs_leader": "vs leader",
+    "recall_at_k": "recall@k",
+    "ndcg_at_k": "nDCG@k",
+    "exact_match": "EM",
+    "token_f1": "F1",
+    "faithfulness": "faithful",
+    "retrieval_p50_ms": "ret p50 ms",
+    "n_generation_errors": "gen errors",
+    "n_judge_failures": "judge fails",
+    "chunk_truncated_share": "truncated",
+}
+TERMINAL_LEGEND = (
+    "tier 1: the best config and every config not significantly worse (paired bootstrap over the same "
+    "questions, Holm-corrected); vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
+    "failed LLM calls (gen errors); truncated: share of chunks longer than the embedder reads; undefined: no "
+    "question defines that metric"
+)
+
+
+def to_terminal(df: pl.DataFrame, columns: list[str]) -> str:
+    """An aligned plain-text table (numbers right-aligned, 3 decimals) that fits a terminal."""
+    columns = [c for c in columns if c in df.columns]
+
+    def fmt(v, column: str) -> str:
+        if v is None:
+            return "undefined"
+        if isinstance(v, float):
+            return (
+                f"{v:.1f}"
+                if column.endswith("_ms") or abs(v) >= 10 or column.startswith("n_")
+                else f"{v:.3f}"
+            )
+        return str(v)
+
+    cells = [[TERMINAL_NAMES.get(c, c) for c in columns]]
+    cells += [
+        [fmt(v, c) for v, c in zip(row, columns, strict=True)] for row in df.select(columns).iter_rows()
+    ]
+    numeric = [df[c].dtype.is_numeric() for c in columns]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = []
+    for row in cells:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
 def score_plot_png(df: pl.DataFrame) -> bytes:
     """Horizontal bar chart of overall score per config, with recall and token F1 beside it."""
     import io
@@ -158,7 +209,7 @@ def score_plot_png(df: pl.DataFrame) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = df["config_key"].to_list()[::-1]
+    keys = df["label" if "label" in df.columns else "config_key"].to_list()[::-1]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(keys) + 1.2), dpi=90)
     y = range(len(keys))
     for offset, col, color in (
@@ -169,7 +220,7 @@ def score_plot_png(df: pl.DataFrame) -> bytes:
         if df[col].null_count() == df.height:
             continue  # undefined for every config (e.g. recall without gold documents): no bars
         ax.barh([i + offset for i in y], df[col].to_list()[::-1], height=0.25, label=col, color=color)
-    ax.set_yticks(list(y), keys, fontsize=7)
+    ax.set_yticks(list(y), keys, fontsize=8)
     ax.set_xlim(0, 1)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("Configs ranked by overall score")

@@ -143,8 +143,9 @@ STAGES: tuple[Stage, ...] = (
         failures="n_generation_errors",
         calls_llm=lambda c, j: j is not None,
     ),
-    # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score
-    Stage("leaderboard", None, ("evaluations", "qa_set"), 4, failures="n_generation_errors"),
+    # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
+    # 5: a short label per config (rag_core/labels.py)
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 5, failures="n_generation_errors"),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -131,6 +131,42 @@ class MlflowTracking(dg.ConfigurableResource):
             raise
         return run_id
 
+    def log_ranking(self, experiment: str, board: pl.DataFrame) -> int:
+        """Put each config's place in the leaderboard on its own run, so the experiment's runs sort by
+        overall score: metrics `overall_score`, `overall_ci_low`/`_high`, `rank`, `tier`; tags `tier`,
+        `vs_leader`, `recommended`. A run is found by its evaluation fingerprint; returns the runs updated."""
+        if not self.enabled:
+            return 0
+        from mlflow.entities import Metric, RunTag
+
+        client = self._client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return 0
+        runs = {
+            r.data.tags.get("eval_fingerprint"): r.info.run_id
+            for r in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'")
+        }
+        updated = 0
+        for row in board.iter_rows(named=True):
+            run_id = runs.get(row.get("fingerprint"))
+            if run_id is None:
+                continue
+            values = {
+                k: row.get(k) for k in ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
+            }
+            client.log_batch(
+                run_id,
+                metrics=[Metric(k, float(v), 0, 0) for k, v in values.items() if v is not None],
+                tags=[
+                    RunTag("tier", str(row.get("tier"))),
+                    RunTag("vs_leader", str(row.get("vs_leader"))),
+                    RunTag("recommended", str(bool(row.get("recommended"))).lower()),
+                ],
+            )
+            updated += 1
+        return updated
+
     def log_leaderboard(
         self,
         experiment: str,

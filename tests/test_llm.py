@@ -125,7 +125,7 @@ def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slic
 
     _print_board(board)  # what `rag-sweep run` prints: the error counts are shown when non-zero
     header = capsys.readouterr().out.splitlines()[0]
-    assert "n_generation_errors" in header and "vs_leader" in header
+    assert "gen errors" in header and "vs leader" in header
     client = MlflowClient(tracking_uri=f"sqlite:///{run.data / 'mlflow.db'}")
     exp = client.get_experiment_by_name("llm-slice")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")

@@ -108,6 +108,44 @@ def test_mlflow_holds_one_run_per_config(sweep_run):
         assert pl.read_parquet(local).height == 20
 
 
+def test_mlflow_config_runs_sort_by_overall_score_under_short_names(sweep_run):
+    """Each config run carries its place in the leaderboard (score, interval, rank, tier) and a short name
+    saying what differs between the configs; the full key stays its tag."""
+    board, plan, data = sweep_run["board"], sweep_run["plan"], sweep_run["data"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.config_key != ''", order_by=["metrics.overall_score DESC"]
+    )
+    assert [r.data.tags["config_key"] for r in runs] == board["config_key"].to_list()
+    for r, row in zip(runs, board.iter_rows(named=True), strict=True):
+        m = r.data.metrics
+        assert m["overall_score"] == pytest.approx(row["overall_score"])
+        assert m["overall_ci_low"] <= m["overall_score"] <= m["overall_ci_high"]
+        assert m["rank"] == row["rank"] and m["tier"] == row["tier"] == int(r.data.tags["tier"])
+        assert r.data.tags["vs_leader"] == row["vs_leader"]
+        assert r.data.tags["recommended"] == str(row["recommended"]).lower()
+        assert r.info.run_name == row["label"] and len(row["label"]) <= 24
+    assert sorted(board["label"]) == ["para·hybrid", "para·vector", "rec·hybrid", "rec·vector"]
+
+
+def test_the_dagster_leaderboard_table_shows_labels_intervals_and_tiers(sweep_run):
+    board, instance = sweep_run["board"], sweep_run["instance"]
+    meta = (
+        instance.fetch_materializations(_key("leaderboard"), limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
+    table = meta["table"].value
+    names = [c.name for c in table.schema.columns]
+    assert names[:6] == ["rank", "label", "overall_score", "overall_ci95", "tier", "vs_leader"]
+    assert "config_key" not in names
+    rows = [r.data for r in table.records]
+    assert [r["label"] for r in rows] == board["label"].to_list()
+    assert all(len(repr(r["overall_score"]).split(".")[-1]) <= 4 for r in rows)  # rounded for reading
+    assert meta["config_keys"].value == dict(zip(board["label"], board["config_key"], strict=True))
+
+
 def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
     plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
     # only evaluations (the MLflow check) remain after the input snapshots
