@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
-from rag_core.evaluation import evaluate, judge
+from rag_core.evaluation import evaluate, judge, per_question_table
 from rag_core.labels import short_labels
 from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
@@ -60,6 +60,7 @@ class Evaluations(StageLogic):
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
         label = short_labels(run.plan.configs).get(key, key)  # the full key is tag config_key
+        per_query = run.ref.read("per_query") if reused else run.output.parts["per_query"]
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
             run_name=f"{label} ({rung['questions']} questions)" if rung else label,
@@ -76,7 +77,9 @@ class Evaluations(StageLogic):
                 "partition_key": key,
                 **rung,  # a halving rung: evaluated on a share of the QA set
             },
-            per_query=run.ref.read("per_query") if reused else run.output.parts["per_query"],
+            per_query=per_query,
+            # built only when the run is logged (an unchanged rerun reads no retrievals for it)
+            per_question=lambda: per_question_table(per_query, run.read("qa_set"), run.read("rerankings")),
             force=not reused,
         )
         run.context.log.info(
@@ -90,6 +93,7 @@ class Evaluations(StageLogic):
             **rung,
             **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items()},
             "mlflow_run_id": run_id or "",
+            **({"mlflow_run": dg.MetadataValue.url(url)} if (url := tracking.run_url(run_id)) else {}),
             "mlflow_tracking_uri": tracking.resolved_uri(),
         }
 

@@ -25,7 +25,7 @@ from rag_core.leaderboard import (
     score_plot_png,
     to_markdown,
 )
-from rag_core.report import ship_report
+from rag_core.report import missed_questions, query_scores, ship_report
 from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
 
 # The Dagster table: the short label for the key (the full keys are the `config_keys` metadata), the
@@ -44,6 +44,49 @@ COLUMN_NOTES = {
     "tier": "1: the best config and every config not significantly worse (paired bootstrap, Holm)",
     "vs_leader": "leader; tied (in tier 1); worse (a lower tier); too many errors (failed LLM calls)",
 }
+
+
+def _table(df: pl.DataFrame) -> dg.TableMetadataValue:
+    """A Dagster table of a frame: lists joined by '; ', floats rounded to 3 decimals."""
+    df = df.with_columns(
+        [pl.col(c).list.join("; ") for c, t in df.schema.items() if t == pl.List(pl.String)]
+        + [pl.col(c).round(3) for c, t in df.schema.items() if t == pl.Float64]
+    )
+    kind = {pl.Float64: "float", pl.Int64: "int", pl.Boolean: "bool"}
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(r) for r in df.to_dicts()],
+        schema=dg.TableSchema(
+            columns=[dg.TableColumn(c, kind.get(t, "string")) for c, t in df.schema.items()]
+        ),
+    )
+
+
+def question_tables(board: pl.DataFrame, per_query: dict, qa: pl.DataFrame, decision: dict) -> dict:
+    """The leader's results question by question, and the questions the recommended config misses that
+    another config answers (by label), as Dagster tables."""
+    label = dict(zip(board["config_key"], board["label"], strict=True))
+    leader = board["config_key"][0]
+    weights = decision["weights"]
+    mine = per_query[leader]
+    metrics = [m for m in ("recall_at_k", "exact_match", "token_f1") if m in mine.columns]
+    rows = (
+        qa.select("query_id", "question", pl.col("answers").alias("gold"))
+        .join(
+            mine.select("query_id", "answer", *metrics).with_columns(
+                query_scores(mine, weights).alias("score")
+            ),
+            on="query_id",
+        )
+        .sort("score", "query_id")
+    )
+    out = {"leader_questions": _table(rows.drop("query_id")), "leader_label": label[leader]}
+    rec = decision.get("recommended")
+    if rec:
+        missed = missed_questions(per_query, qa, weights, rec)
+        if missed.height:
+            missed = missed.with_columns(pl.col("other_config").replace_strict(label, default=None))
+            out["missed_by_recommended"] = _table(missed.drop("query_id"))
+    return out
 
 
 def leaderboard_path(data_dir, sweep_name: str) -> Path:
@@ -187,6 +230,7 @@ class Leaderboard(StageLogic):
             ),
             "config_keys": dg.MetadataValue.json(dict(zip(frame["label"], frame["config_key"], strict=True))),
             "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"),
+            **question_tables(frame, per_query, run.read("qa_set"), decision),
             "board_path": dg.MetadataValue.path(str(path)),
             "dagster/row_count": frame.height,
             "configs_missing": len(run.plan.config_keys) - frame.height,

@@ -140,3 +140,20 @@ def evaluate(
         "n_context_compression_fallbacks": float(answers["context_fallbacks"].sum()),
     }
     return per_query, metrics
+
+
+def per_question_table(per_query: pl.DataFrame, qa: pl.DataFrame, retrieved: pl.DataFrame) -> pl.DataFrame:
+    """One row per question to read a config's results by: the question, its gold answers and documents,
+    what was retrieved (ids and titles, in rank order), the answer and every metric."""
+    gold = qa.select(
+        "query_id",
+        "question",
+        pl.col("answers").alias("gold_answers"),
+        pl.col("relevant_doc_ids").alias("gold_doc_ids"),
+    )
+    got = retrieved.select(
+        "query_id",
+        pl.col("doc_ids").alias("retrieved_doc_ids"),
+        *([pl.col("titles").alias("retrieved_titles")] if "titles" in retrieved.columns else []),
+    )
+    return gold.join(got, on="query_id", how="left").join(per_query, on="query_id", how="left")

@@ -32,6 +32,21 @@ class MlflowTracking(dg.ConfigurableResource):
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
 
+    def ui_url(self) -> str:
+        """Where people open MLflow: the tracking server itself, or `mlflow ui` on a local store
+        ($MLFLOW_UI_URL, default the address `rag-sweep run` prints)."""
+        uri = self.resolved_uri()
+        if uri.startswith(("http://", "https://")):
+            return uri.rstrip("/")
+        return os.environ.get("MLFLOW_UI_URL", "http://127.0.0.1:5000").rstrip("/")
+
+    def run_url(self, run_id: str | None) -> str | None:
+        """The MLflow UI page of a run (a Dagster URL metadata link), or None without tracking."""
+        if not self.enabled or not run_id:
+            return None
+        run = self._client().get_run(run_id)
+        return f"{self.ui_url()}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
     def _client(self):
         from mlflow import MlflowClient
 
@@ -102,8 +117,11 @@ class MlflowTracking(dg.ConfigurableResource):
         tags: dict[str, str],
         per_query: pl.DataFrame,
         extra_artifacts: dict[str, str] | None = None,
+        per_question=None,  # a frame, or a function that builds it
     ) -> str | None:
-        """Create a finished run with params, metrics, tags and the per-query results; return its id."""
+        """Create a finished run with params, metrics, tags and the per-query results; return its id.
+        `per_question` (question, gold, retrieved, answer, metrics) is logged as an MLflow table, which the
+        run's artifact view previews."""
         if not self.enabled:
             return None
         from mlflow.entities import Metric, Param, RunTag
@@ -125,6 +143,9 @@ class MlflowTracking(dg.ConfigurableResource):
                 for name, text in (extra_artifacts or {}).items():
                     (Path(tmp) / name).write_text(text)
                     client.log_artifact(run_id, str(Path(tmp) / name))
+            if per_question is not None:
+                table = per_question() if callable(per_question) else per_question
+                client.log_table(run_id, data=table.to_pandas(), artifact_file="per_question.json")
             client.set_terminated(run_id, "FINISHED")
         except BaseException:
             client.set_terminated(run_id, "FAILED")

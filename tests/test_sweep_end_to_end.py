@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 import pytest
@@ -144,6 +147,31 @@ def test_the_dagster_leaderboard_table_shows_labels_intervals_and_tiers(sweep_ru
     assert [r["label"] for r in rows] == board["label"].to_list()
     assert all(len(repr(r["overall_score"]).split(".")[-1]) <= 4 for r in rows)  # rounded for reading
     assert meta["config_keys"].value == dict(zip(board["label"], board["config_key"], strict=True))
+    # question by question: the leader's results, worst first
+    questions = [r.data for r in meta["leader_questions"].value.records]
+    assert meta["leader_label"].value == board["label"][0] and len(questions) == 20
+    assert {"question", "gold", "answer", "score", "recall_at_k", "token_f1"} <= set(questions[0])
+    assert [q["score"] for q in questions] == sorted(q["score"] for q in questions)
+
+
+def test_each_mlflow_config_run_previews_its_questions_and_dagster_links_to_it(sweep_run):
+    plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    (r,) = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''", max_results=1)
+    # an MLflow table (the UI previews it): tagged as one, columns and rows in the table format
+    assert {"path": "per_question.json", "type": "table"} in json.loads(r.data.tags["mlflow.loggedArtifacts"])
+    table = json.loads(Path(client.download_artifacts(r.info.run_id, "per_question.json")).read_text())
+    columns = set(table["columns"])
+    assert len(table["data"]) == 20
+    assert {"question", "gold_answers", "retrieved_doc_ids", "retrieved_titles"} <= columns
+    assert {"answer", "recall_at_k", "token_f1"} <= columns
+    key = r.data.tags["config_key"]
+    meta = instance.fetch_materializations(_key("evaluations"), limit=100).records
+    mat = next(m.asset_materialization for m in meta if m.asset_materialization.partition == key)  # newest
+    assert mat.metadata["mlflow_run"].value.endswith(
+        f"/#/experiments/{exp.experiment_id}/runs/{r.info.run_id}"
+    )
 
 
 def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
