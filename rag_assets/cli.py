@@ -544,6 +544,15 @@ def _write(board, output: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -633,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
             raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
         t0 = time.perf_counter()
-        board, _, _, plan, data, search = run_sweep(
+        board, defs, _, plan, data, search = run_sweep(
             args.spec, args.data_dir, args.force, args.verbose, store=args.store
         )
         sweep = plan.sweep
@@ -676,7 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         f"RAG_VECTOR_STORE={plan.store} "
         ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
         f"  MLflow UI:  LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri "
-        f"sqlite:///{data / 'mlflow.db'}   (then open http://127.0.0.1:5000, experiment {sweep.name})"
+        f"sqlite:///{data / 'mlflow.db'}   (then open "
+        f"{defs.resources['tracking'].ranked_runs_url(sweep.name) or 'http://127.0.0.1:5000'}: "
+        f"experiment {sweep.name}, best first)"
     )
     return 0
 

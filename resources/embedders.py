@@ -50,6 +50,9 @@ def _local_model(model: str):
         if key not in _MODELS:
             from sentence_transformers import SentenceTransformer
 
+            # token counts of long chunks are taken on purpose (the truncation warning is ours, with
+            # advice): the tokenizer's own "sequence length is longer" warning only alarms
+            logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
             _MODELS[key] = SentenceTransformer(weights_path(model), device="cpu")
         return _MODELS[key]
 

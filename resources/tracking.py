@@ -40,6 +40,16 @@ class MlflowTracking(dg.ConfigurableResource):
             return uri.rstrip("/")
         return os.environ.get("MLFLOW_UI_URL", "http://127.0.0.1:5000").rstrip("/")
 
+    def ranked_runs_url(self, experiment: str) -> str | None:
+        """The experiment's runs in the MLflow UI, best overall score first."""
+        if not self.enabled:
+            return None
+        exp = self._client().get_experiment_by_name(experiment)
+        if exp is None:
+            return None
+        order = "orderByKey=metrics.%60overall_score%60&orderByAsc=false"
+        return f"{self.ui_url()}/#/experiments/{exp.experiment_id}/runs?{order}"
+
     def run_url(self, run_id: str | None) -> str | None:
         """The MLflow UI page of a run (a Dagster URL metadata link), or None without tracking."""
         if not self.enabled or not run_id:

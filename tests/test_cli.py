@@ -105,6 +105,7 @@ def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_pa
         len(warnings) == 1 and "100% of the chunks are longer than all-MiniLM-L6-v2 reads (256" in warnings[0]
     )
     assert not any(line.startswith("warning: embeddings[recursive") for line in err.splitlines())
+    assert "Token indices sequence length" not in err  # the tokenizer's alarm; ours says what to do
     header = next(line for line in out.splitlines() if line.startswith("rank"))
     assert "truncated" in header  # shown only when some chunk is cut
     board = pl.read_parquet(tmp_path / "d" / "leaderboards" / "long-chunks.parquet")
@@ -236,3 +237,22 @@ def test_a_data_dir_that_cannot_be_written_is_a_one_line_error_naming_it(
             f"error: data dir {data}: cannot write there (Permission denied" in err
         )
         assert "Traceback" not in err
+
+
+def test_validate_piped_into_a_reader_that_leaves_ends_without_a_traceback(slice_data, tmp_path):
+    """`rag-sweep validate … | head -1`: the reader leaves while 1,200 config keys (more than a pipe
+    holds) are still to be written; the command ends quietly."""
+    import subprocess
+    import sys
+
+    spec = write_sweep(
+        tmp_path / "big.yaml",
+        slice_data,
+        name="big",
+        chunking={"method": "recursive", "chunk_size": list(range(200, 1200, 50)), "chunk_overlap": 0},
+        retrieval={"mode": ["vector", "bm25", "hybrid"], "top_k": list(range(1, 21))},
+    )
+    cmd = f"'{sys.executable}' -m rag_assets.cli validate '{spec}' | head -1"
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert out.stdout.startswith("big:") and out.stdout.count("\n") == 1
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
