@@ -16,6 +16,17 @@ from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 
+PLOTTED_METRICS = (
+    "recall_at_k",
+    "ndcg_at_k",
+    "exact_match",
+    "token_f1",
+    "faithfulness",
+    "retrieval_p95_ms",
+    "generation_p95_ms",
+    "cost_usd",
+)
+
 
 class Evaluations(StageLogic):
     description = "Retrieval, generation, latency and cost metrics of one config (see docs/metrics.md)."
@@ -60,6 +71,7 @@ class Evaluations(StageLogic):
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
         label = short_labels(run.plan.configs).get(key, key)  # the full key is tag config_key
+        plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
         per_query = run.ref.read("per_query") if reused else run.output.parts["per_query"]
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
@@ -91,7 +103,10 @@ class Evaluations(StageLogic):
         )
         return {
             **rung,
-            **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items()},
+            # the metrics that decide (weighted, or what a team reads first) as numbers the UI plots over
+            # partitions; the rest in one table-like JSON, not as ~30 more plots per config
+            **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
+            "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
             "mlflow_run_id": run_id or "",
             **({"mlflow_run": dg.MetadataValue.url(url)} if (url := tracking.run_url(run_id)) else {}),
             "mlflow_tracking_uri": tracking.resolved_uri(),

@@ -169,6 +169,9 @@ def test_each_mlflow_config_run_previews_its_questions_and_dagster_links_to_it(s
     key = r.data.tags["config_key"]
     meta = instance.fetch_materializations(_key("evaluations"), limit=100).records
     mat = next(m.asset_materialization for m in meta if m.asset_materialization.partition == key)  # newest
+    numbers = [k for k, v in mat.metadata.items() if isinstance(v, dg.FloatMetadataValue)]
+    assert 5 <= len(numbers) <= 10 and "token_f1" in numbers  # what the UI plots: the metrics that decide
+    assert len(mat.metadata["all_metrics"].value) > 15
     assert mat.metadata["mlflow_run"].value.endswith(
         f"/#/experiments/{exp.experiment_id}/runs/{r.info.run_id}"
     )
