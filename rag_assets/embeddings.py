@@ -48,7 +48,8 @@ class Embeddings(StageLogic):
         share = truncated_share(embedder.token_counts(model, texts), limit)
         if share:
             run.context.log.warning(
-                f"{share:.0%} of the chunks are longer than {model} reads ({limit} tokens): their ends are "
+                f"{round(share * len(texts))} of {len(texts)} chunks ({share:.1%}) are longer than {model} reads "
+                f"({limit} tokens): their ends are "
                 "cut before embedding, so vector search cannot find what they say there; use smaller chunks"
             )
         return {
