@@ -437,7 +437,6 @@ WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_s
 def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     """What `rag-sweep run` would compute for this sweep and data dir (rag_core/bill.py), from the files
     as they are now: nothing is materialized."""
-    import litellm
     import polars as pl
 
     from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
@@ -450,6 +449,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     from resources import default_data_dir
     from resources.artifacts import ArtifactRef
     from resources.embedders import EmbeddingService
+    from resources.llm import price
 
     plan = Plan.resolve(load_sweep(spec), store or deployment_store(), deployment_llm_api_base())
     sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
@@ -479,14 +479,6 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
             "sentence" if cfg.method == "semantic" else cfg.method
         )  # semantic cuts need embeddings: about
         return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
-
-    def price(model: str, prompt: int, completion: int) -> float | None:
-        try:
-            return float(
-                sum(litellm.cost_per_token(model=model, prompt_tokens=prompt, completion_tokens=completion))
-            )
-        except Exception:  # a model litellm has no price for (local, or a custom name)
-            return None
 
     return plan, estimate(plan, done, chunks_of, embedder.cached_hashes, n_queries, price)
 

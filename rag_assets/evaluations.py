@@ -11,7 +11,6 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge, per_question_table
-from rag_core.labels import short_labels
 from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
@@ -70,7 +69,7 @@ class Evaluations(StageLogic):
         key, tracking = run.context.partition_key, run.resources.tracking
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
-        label = short_labels(run.plan.configs).get(key, key)  # the full key is tag config_key
+        label = run.plan.labels.get(key, key)  # the full key is tag config_key
         plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
         per_query = run.ref.read("per_query") if reused else run.output.parts["per_query"]
         run_id = tracking.ensure_run(

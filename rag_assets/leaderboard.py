@@ -16,7 +16,6 @@ import polars as pl
 from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.decision import Constraints, bootstrap_scores, decide
-from rag_core.labels import short_labels
 from rag_core.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
@@ -150,8 +149,9 @@ class Leaderboard(StageLogic):
         decision["weights"] = weights  # the weights the overall score used
         decision["undefined_metrics"] = undefined
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
-        labels = short_labels(run.plan.configs)
-        board = board.with_columns(pl.col("config_key").replace_strict(labels, default=None).alias("label"))
+        board = board.with_columns(
+            pl.col("config_key").replace_strict(run.plan.labels, default=None).alias("label")
+        )
         board = board.select("rank", "label", pl.exclude("rank", "label"))
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})

@@ -26,29 +26,15 @@ def parse_types(text: str | None) -> dict[str, float] | None:
     return out
 
 
-def price_per_call(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    import litellm
-
-    try:
-        return float(
-            sum(
-                litellm.cost_per_token(
-                    model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-                )
-            )
-        )
-    except Exception:  # a model litellm has no price for (local, or a custom name)
-        return None
-
-
 def estimate_line(settings, corpus, out: Path) -> str:
     """What generating the set will ask of the LLM, before any call (validate, plan, generate-qa)."""
     from rag_core.qa.generation import estimate_calls
+    from resources.llm import price
 
     calls = estimate_calls(settings)
     mean_chars = int(corpus["text"].str.len_chars().mean() or 0)
     prompt_tokens = min(mean_chars, settings.passage_chars) // 4 + 150
-    each = price_per_call(settings.model, prompt_tokens, 40)
+    each = price(settings.model, prompt_tokens, 40)
     cost = (
         f"${each * calls:.4f}" if each is not None else f"unknown (litellm has no price for {settings.model})"
     )

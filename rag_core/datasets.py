@@ -30,7 +30,7 @@ class DatasetError(ValueError):
     """Bad input data; the message names the file, the row and the field."""
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
     if path.suffix == ".parquet":
@@ -123,7 +123,7 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
             raise DatasetError(f"{path}: directory holds no .txt or .md files")
         rows = [{"doc_id": str(f.relative_to(path)), "title": f.stem, "text": _utf8(f)} for f in files]
     else:
-        rows = _read_rows(path)
+        rows = read_rows(path)
     out, seen = [], {}
     for i, row in enumerate(rows):
         if "doc_id" not in row and "_id" in row:  # BEIR
@@ -161,7 +161,7 @@ def load_qa(
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
-    rows = None if path.is_dir() or path.suffix == ".tsv" else _read_rows(path)
+    rows = None if path.is_dir() or path.suffix == ".tsv" else read_rows(path)
     kind = formats.detect(path, rows)
     if kind == "beir":
         rows = formats.read_beir(path)

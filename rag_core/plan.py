@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from rag_core.labels import short_labels
 from rag_core.local_models import model_version
 from rag_core.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
 from rag_core.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
@@ -99,6 +100,12 @@ class Plan:
 
     def config(self, key: str) -> RagConfig:
         return self.partition(CONFIG_STAGE, key).config
+
+    @functools.cached_property
+    def labels(self) -> dict[str, str]:
+        """config key -> its short label (rag_core/labels.py), worked out once per plan: every evaluation
+        and the leaderboard read it."""
+        return short_labels(self.configs)
 
     @property
     def config_keys(self) -> list[str]:

@@ -39,6 +39,19 @@ def redact(text: str, *secrets: str | None) -> str:
     return text
 
 
+def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """litellm's price of a call in USD, or None for a model it has no price for (local, or a custom name)."""
+    import litellm
+
+    try:
+        cost = litellm.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+        return float(sum(cost))
+    except Exception:  # litellm raises several error types for an unknown model
+        return None
+
+
 def retry_after_s(error: Exception) -> float | None:
     """The wait a provider asked for in its reply's Retry-After header (seconds or an HTTP date)."""
     response = getattr(error, "response", None)

@@ -127,7 +127,7 @@ class MlflowTracking(dg.ConfigurableResource):
         tags: dict[str, str],
         per_query: pl.DataFrame,
         extra_artifacts: dict[str, str] | None = None,
-        per_question=None,  # a frame, or a function that builds it
+        per_question=None,  # a function that builds the frame (called only when the run is logged)
     ) -> str | None:
         """Create a finished run with params, metrics, tags and the per-query results; return its id.
         `per_question` (question, gold, retrieved, answer, metrics) is logged as an MLflow table, which the
@@ -154,8 +154,7 @@ class MlflowTracking(dg.ConfigurableResource):
                     (Path(tmp) / name).write_text(text)
                     client.log_artifact(run_id, str(Path(tmp) / name))
             if per_question is not None:
-                table = per_question() if callable(per_question) else per_question
-                client.log_table(run_id, data=table.to_pandas(), artifact_file="per_question.json")
+                client.log_table(run_id, data=per_question().to_pandas(), artifact_file="per_question.json")
             client.set_terminated(run_id, "FINISHED")
         except BaseException:
             client.set_terminated(run_id, "FAILED")

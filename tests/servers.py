@@ -8,6 +8,7 @@ Each start measures its own start-up time (printed in the test log).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -58,6 +59,19 @@ def wait_http(
             pass
         time.sleep(0.3)
     raise TimeoutError(f"{url} not ready after {timeout} s: {log.read_text()[-2000:] if log else ''}")
+
+
+def graphql(url: str, query: str, variables: dict) -> dict:
+    """A query to the Dagster webserver's GraphQL API, as the UI sends it: its data (errors fail)."""
+    req = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query, "variables": variables}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = json.loads(r.read())
+    assert "errors" not in body, body["errors"]
+    return body["data"]
 
 
 LIVE: list = []  # servers started and not stopped yet, newest last

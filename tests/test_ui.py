@@ -8,19 +8,17 @@ MLflow shows the config runs under their labels and previews a run's per-questio
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from tests.servers import _stop, free_port, wait_http
+from tests.servers import _stop, free_port, graphql, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -31,18 +29,6 @@ query($selector: SensorSelector!) {
     ... on Sensor { sensorState { ticks(limit: 20) { status timestamp } } }
   }
 }"""
-
-
-def graphql(url: str, query: str, variables: dict) -> dict:
-    req = urllib.request.Request(
-        f"{url}/graphql",
-        data=json.dumps({"query": query, "variables": variables}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        body = json.loads(r.read())
-    assert "errors" not in body, body["errors"]
-    return body["data"]
 
 
 def browser(p):

@@ -6,13 +6,11 @@ runs it, and the test waits for the backfill to succeed and the leaderboard to e
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import polars as pl
@@ -21,7 +19,7 @@ import pytest
 from rag_core.stages import STAGES
 from resources.vector_stores.weaviate_store import WeaviateStore
 from tests.conftest import write_sweep
-from tests.servers import _stop, free_port, mlflow_tracking, wait_http
+from tests.servers import _stop, free_port, graphql, mlflow_tracking, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -43,18 +41,6 @@ query($id: String!) {
     ... on PythonError { message }
   }
 }"""
-
-
-def graphql(url: str, query: str, variables: dict) -> dict:
-    req = urllib.request.Request(
-        f"{url}/graphql",
-        data=json.dumps({"query": query, "variables": variables}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        body = json.loads(r.read())
-    assert "errors" not in body, body["errors"]
-    return body["data"]
 
 
 def test_backfill_through_webserver_and_daemon(

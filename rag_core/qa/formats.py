@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rag_core.datasets import DatasetError
+from rag_core.datasets import DatasetError, read_rows
+from rag_core.datasets import where as place_of
 
 QUESTION_KEYS = ("question", "query", "request", "input", "user_input")
 
@@ -78,13 +79,8 @@ def read_beir(path: Path) -> list[dict[str, Any]]:
             if float(score) > 0:  # 0: judged not relevant
                 gold.setdefault(qid, {})[doc_id] = float(score)
     rows = []
-    for lineno, line in enumerate(queries_file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            q = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{queries_file}: line {lineno}: invalid JSON: {e.msg}") from None
+    for q in read_rows(queries_file):  # names the line of invalid JSON
+        lineno = q["__row__"]
         qid = str(q.get("_id", ""))
         if not qid:
             raise DatasetError(f"{queries_file}: line {lineno}: field '_id' is missing")
@@ -131,7 +127,7 @@ def read_ragas(path: Path, rows: list[dict], corpus: list[tuple[str, str]] | Non
     docs = [(doc_id, _squash(text)) for doc_id, text in corpus]
     out = []
     for i, row in enumerate(rows):
-        where = _where(path, row, i)
+        where = place_of(path, row, i)
         contexts = row.get("reference_contexts")
         if isinstance(contexts, str):  # a CSV export holds the list as JSON text
             try:
@@ -181,7 +177,7 @@ def _as_mapping(value: Any, where: str, field: str) -> dict:
 def read_mlflow(path: Path, rows: list[dict]) -> list[dict[str, Any]]:
     out = []
     for i, row in enumerate(rows):
-        where = _where(path, row, i)
+        where = place_of(path, row, i)
         inputs = _as_mapping(row.get("inputs"), where, "inputs")
         question = next((inputs[k] for k in QUESTION_KEYS if k in inputs), None)
         if question is None and len(inputs) == 1:
@@ -211,9 +207,3 @@ def read_mlflow(path: Path, rows: list[dict]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def _where(path: Path, row: dict, index: int) -> str:
-    from rag_core.datasets import where
-
-    return where(path, row, index)
