@@ -77,9 +77,9 @@ def start(spec: Path, data: Path) -> tuple[float, tuple]:
     seen = {}
     original = cli.steps
 
-    def stop_at_steps(plan, instance, data_dir, force):
+    def stop_at_steps(plan, instance, data_dir, force, *rest):
         seen["args"] = (plan, instance, data_dir)
-        seen["steps"] = original(plan, instance, data_dir, force)
+        seen["steps"] = original(plan, instance, data_dir, force, *rest)
         raise Started
 
     cli.steps = stop_at_steps

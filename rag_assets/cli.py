@@ -32,6 +32,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Without --verbose Dagster's console stays silent: warnings are printed one per line after each step, and a
 # failed step as one line (file, row, field), its traceback kept for --verbose.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
 
 def _instance(data_dir: Path):
@@ -143,14 +145,19 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     inputs = {s: latest_fingerprint(instance, _key(plan, s), None) for s in ("corpus", "qa_set")}
     if questions is not None:
         inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
-    expected = plan.fingerprints(inputs)
-    latest: dict[str, dict[str, str]] = {}  # stage -> partition -> its latest materialized fingerprint
+    expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs)
+    expected[("leaderboard", None)] = plan.board_fingerprint(inputs)
+    latest: dict[str, dict[str, str | None]] = {}  # stage -> partition -> its latest materialized fingerprint
 
-    def complete(stage: str, key: str) -> ArtifactRef | None:
+    def complete(stage: str, key: str | None) -> ArtifactRef | None:
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
         if questions is None:  # (a past rung: its artifact is enough, the partition moved on since)
             if stage not in latest:
-                latest[stage] = latest_fingerprints(instance, _key(plan, stage))
+                latest[stage] = (
+                    latest_fingerprints(instance, _key(plan, stage))
+                    if stage_of(stage).partitioned
+                    else {None: latest_fingerprint(instance, _key(plan, stage), None)}
+                )
             if latest[stage].get(key) != ref.fp and ref.exists():  # materialized since that read?
                 latest[stage][key] = latest_fingerprint(instance, _key(plan, stage), key)
             if latest[stage].get(key) != ref.fp:
@@ -167,18 +174,35 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     return complete
 
 
-def steps(plan, instance, data: Path, force: bool, stores=None) -> list[tuple[str, str]]:
-    """(stage, partition) steps in dependency order after the input snapshots: complete partitions are
-    left out (evaluations always run: cheap, and they make sure the MLflow store holds each config's run)."""
+def steps(
+    plan, instance, data: Path, force: bool, stores=None, tracking=None
+) -> list[tuple[str, str | None]]:
+    """(stage, partition) steps in dependency order after the input snapshots, the leaderboard last:
+    complete partitions are left out. An evaluation or leaderboard is complete only when `tracking` (the
+    MLflow resource) also holds its finished run, so an unchanged rerun launches no Dagster run for them."""
+    from rag_assets.leaderboard import leaderboard_path
     from rag_core.stages import CONFIG_STAGE
 
     complete = completed(plan, instance, data, stores=stores)
-    return [
-        (stage, key)
-        for stage, keys in plan.partitions.items()
-        for key in keys
-        if force or stage == CONFIG_STAGE or complete(stage, key) is None
-    ]
+    logged = {}
+    if tracking is not None and not force:
+        logged = {
+            CONFIG_STAGE: tracking.logged(plan.sweep.name, "eval_fingerprint"),
+            "leaderboard": tracking.logged(plan.sweep.name, "board_fingerprint"),
+        }
+
+    def todo(stage: str, key: str | None) -> bool:
+        if force or (ref := complete(stage, key)) is None:
+            return True
+        if stage in (CONFIG_STAGE, "leaderboard") and tracking is None:
+            return True  # no way to ask MLflow: the step makes sure its run exists
+        return logged.get(stage) is not None and ref.fp not in logged[stage]
+
+    planned = [(stage, key) for stage, keys in plan.partitions.items() for key in keys if todo(stage, key)]
+    board_file = leaderboard_path(data, plan.sweep.name)
+    if planned or not board_file.exists() or todo("leaderboard", None):
+        planned.append(("leaderboard", None))
+    return planned
 
 
 def run_sweep(
@@ -204,6 +228,7 @@ def run_sweep(
     from rag_assets.search_run import adaptive
     from rag_assets.stage_asset import FORCE_TAG
     from rag_core.plan import Plan
+    from rag_core.progress import listening
     from rag_core.spec import load_sweep
     from resources import default_data_dir
 
@@ -258,18 +283,54 @@ def run_sweep(
         for stage in ("corpus", "qa_set"):
             materialize(stage)
         stores = defs.resources["vector_stores"]
-        todo = steps(plan, instance, data, force, stores)
+        todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         search = None
-        if adaptive(plan):
-            search = _adaptive(plan, instance, data, todo, force, materialize, progress, stores)
-        else:
-            bar = tqdm(todo, desc="sweep", unit="step", disable=not progress, file=sys.stderr)
-            for stage, key in bar:
-                bar.set_description(f"{stage}{'[' + key + ']' if key else ''}"[:70])
-                materialize(stage, key)
-        materialize("leaderboard")
+        with listening(WorkBars(progress)):  # texts embedded, questions answered: a bar inside the step
+            if adaptive(plan):
+                partitions = [step for step in todo if step[0] != "leaderboard"]
+                search = _adaptive(plan, instance, data, partitions, force, materialize, progress, stores)
+                materialize("leaderboard")
+            elif not todo:
+                print("every partition is up to date: nothing to compute", file=sys.stderr)
+            else:
+                # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
+                bar = tqdm(todo, bar_format=STEPS_BAR, disable=not progress, file=sys.stderr)
+                for stage, key in bar:
+                    bar.set_description(f"{stage}{'[' + plan.labels.get(key, key) + ']' if key else ''}"[:60])
+                    materialize(stage, key)
         board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
         return SweepRun(board, defs, instance, plan, data, search)
+
+
+STEPS_BAR = "{desc}step {n_fmt}/{total_fmt} [{elapsed}]"  # tqdm ends a desc with ": "
+
+
+class WorkBars:
+    """The progress listener of a run (rag_core/progress.py): one bar per long piece of work inside the
+    current step (texts embedded, questions answered), under the steps bar, gone when it completes."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bars = enabled, {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if not self.enabled:
+            return
+        bar = self.bars.get(what)
+        if bar is not None and done < bar.n:  # the same work in a next step
+            bar.close()
+            bar = None
+        if bar is None:
+            if done >= total:
+                return
+            bar = self.bars[what] = tqdm(
+                total=total, desc=f"  {what}", position=1, leave=False, file=sys.stderr, dynamic_ncols=True
+            )
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del self.bars[what]
 
 
 def search_ledger(data: Path, sweep: str, restart: bool):

@@ -11,6 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.metrics.chunking import truncated_share
+from rag_core.progress import report
 from resources.embedders import fixed_size_vectors
 
 
@@ -24,6 +25,7 @@ class Embeddings(StageLogic):
         last = [0]
 
         def progress(done: int, total: int) -> None:
+            report("texts embedded", done, total)
             if done - last[0] >= 256 or done == total:
                 last[0] = done
                 run.context.log.info(f"embedded {done}/{total} new texts with {model}")

@@ -109,7 +109,7 @@ class Leaderboard(StageLogic):
         return {"parquet", "mlflow"}
 
     def identity(self, run: StageRun):
-        return {"weights": run.plan.sweep.weights, "decision": run.plan.sweep.decision.model_dump()}
+        return run.plan.board_identity
 
     def compute(self, run: StageRun) -> Artifact:
         refs = run.inputs["evaluations"]
@@ -187,8 +187,9 @@ class Leaderboard(StageLogic):
         for file, data in files.items():
             atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
         markdown = to_markdown(frame)
-        if not reused:  # one leaderboard run per content: an unchanged rerun logs none
-            run.resources.tracking.log_ranking(sweep.name, frame)
+        # every config run carries its place (a config run logged again since gets it back) ...
+        run.resources.tracking.log_ranking(sweep.name, frame)
+        if not reused:  # ... and one leaderboard run per content: an unchanged rerun logs none
             run.resources.tracking.log_leaderboard(
                 sweep.name,
                 frame,

@@ -131,7 +131,7 @@ def answer(
         return generate(c.generation, row["question"], titles, texts, llm), texts, docs, fallbacks, spent
 
     workers = 1 if c.generation.is_extractive else llm.max_concurrency
-    results = map_concurrently(one, items, workers)
+    results = map_concurrently(one, items, workers, what="questions answered")
     return pl.DataFrame(
         [
             {

@@ -11,12 +11,25 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from rag_core.progress import Counter
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-def map_concurrently(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
-    """`fn` over `items` on up to `workers` threads; results in the items' order."""
+def map_concurrently(fn: Callable[[T], R], items: Iterable[T], workers: int, what: str = "") -> list[R]:
+    """`fn` over `items` on up to `workers` threads; results in the items' order. With `what` (e.g.
+    "questions answered"), each finished item is reported to the progress listener (rag_core/progress.py)."""
+    if what:
+        items = list(items)
+        counter = Counter(what, len(items))
+        inner = fn
+
+        def fn(item: T) -> R:
+            out = inner(item)
+            counter.tick()
+            return out
+
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         return list(pool.map(fn, items))

@@ -88,7 +88,7 @@ def judge(
         )
         return (None if out.error else parse_verdict(out.text)), usage(out)
 
-    results = map_concurrently(one, rows, llm.max_concurrency)
+    results = map_concurrently(one, rows, llm.max_concurrency, what="answers judged")
     scores = {r["query_id"]: score for r, (score, _) in zip(rows, results, strict=True)}
     spent = {k: sum(u[k] for _, u in results) for k in NO_USAGE}
     return scores, spent

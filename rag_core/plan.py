@@ -122,6 +122,19 @@ class Plan:
 
     # ---- fingerprints ----------------------------------------------------------------------------
 
+    @property
+    def board_identity(self) -> dict:
+        """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks."""
+        return {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
+
+    def board_fingerprint(self, inputs: dict[str, str]) -> str:
+        """The leaderboard's fingerprint once every config is evaluated on these input snapshots."""
+        fps = self.fingerprints(inputs)
+        evaluations = {k: fps[(CONFIG_STAGE, k)] for k in sorted(self.config_keys)}
+        return artifact_fingerprint(
+            "leaderboard", self.board_identity, {"evaluations": evaluations, "qa_set": inputs["qa_set"]}
+        )
+
     def fingerprints(self, inputs: dict[str, str]) -> dict[tuple[str, str], str]:
         """(stage, key) -> the artifact fingerprint every partition gets from these input snapshots
         (`{'corpus': fp, 'qa_set': fp}`): what the assets compute one by one, in one pass."""

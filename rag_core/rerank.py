@@ -132,7 +132,7 @@ def orders(
 
     if method != "llm":
         return [one(r) for r in rows]
-    return map_concurrently(one, rows, llm.max_concurrency)
+    return map_concurrently(one, rows, llm.max_concurrency, what="queries reranked")
 
 
 def rerank(

@@ -89,7 +89,7 @@ def transform_queries(
         parsed = [] if out.error else parse_reply(r.query_transform, out.text, r.n_queries)
         return (parsed, False, usage(out)) if parsed else ([q], True, usage(out))
 
-    return map_concurrently(one, questions, llm.max_concurrency)
+    return map_concurrently(one, questions, llm.max_concurrency, what="queries transformed")
 
 
 def search(

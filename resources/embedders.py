@@ -53,6 +53,9 @@ def _local_model(model: str):
             # token counts of long chunks are taken on purpose (the truncation warning is ours, with
             # advice): the tokenizer's own "sequence length is longer" warning only alarms
             logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # "Loading weights": a bar per process, for no one
             _MODELS[key] = SentenceTransformer(weights_path(model), device="cpu")
         return _MODELS[key]
 
@@ -169,7 +172,9 @@ class EmbeddingService(dg.ConfigurableResource):
         hashes = [text_hash(t) for t in texts]
         cache = self._load_cache(model)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
-        todo = list(missing.items())
+        # longest first, so each batch holds texts of about one length: a batch pads to its longest text,
+        # and unsorted batches of chunks spent half of the model's time on padding
+        todo = sorted(missing.items(), key=lambda item: len(item[1]), reverse=True)
         for start in range(0, len(todo), self.checkpoint_texts):
             block = todo[start : start + self.checkpoint_texts]
 

@@ -88,6 +88,20 @@ class MlflowTracking(dg.ConfigurableResource):
         )
         return runs[0].info.run_id if runs else None
 
+    def logged(self, experiment: str, tag: str) -> set[str] | None:
+        """The values of `tag` over the experiment's finished runs (the evaluations and leaderboards MLflow
+        holds), in one query; None without tracking (nothing to check)."""
+        if not self.enabled:
+            return None
+        client = self._client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return set()
+        runs = client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.{tag} != '' and attributes.status = 'FINISHED'"
+        )
+        return {r.data.tags[tag] for r in runs}
+
     def _replace(self, experiment: str, tag: str, value: str, keep: str | None) -> None:
         """Delete every other run tagged `tag = value` (a recomputed evaluation or leaderboard replaces its
         earlier run: one run per content); one a kill left RUNNING is first marked KILLED."""

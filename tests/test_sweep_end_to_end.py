@@ -179,9 +179,10 @@ def test_each_mlflow_config_run_previews_its_questions_and_dagster_links_to_it(s
 
 def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monkeypatch):
     plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
-    # only evaluations (the MLflow check) remain after the input snapshots
-    stores = sweep_run["defs"].resources["vector_stores"]
-    assert {s for s, _ in steps(plan, instance, data, force=False, stores=stores)} == {"evaluations"}
+    # nothing remains after the input snapshots: every partition is complete and MLflow holds every run
+    stores, tracking = (sweep_run["defs"].resources[r] for r in ("vector_stores", "tracking"))
+    assert steps(plan, instance, data, force=False, stores=stores, tracking=tracking) == []
+    runs_before = len(instance.get_run_records())
     before = len(_materializations(instance, "embeddings"))
     # every step reads only what its asset declares (the asset graph is the UI's lineage)
     graph = sweep_run["defs"].resolve_asset_graph()
@@ -198,6 +199,7 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
         declared = {k.path[-1] for k in graph.get(_key(stage)).parent_keys}
         assert names <= declared, stage
     assert len(_materializations(instance, "embeddings")) == before
+    assert len(instance.get_run_records()) - runs_before == 3  # observe the inputs, snapshot corpus, qa_set
     assert run.board.drop("rank").equals(sweep_run["board"].drop("rank"))
     client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
     exp = client.get_experiment_by_name(plan.sweep.name)
@@ -207,9 +209,27 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
     assert len(boards) == 1  # an unchanged rerun logs no second leaderboard run
 
 
+def test_a_config_run_deleted_from_mlflow_is_logged_again_with_its_rank(sweep_run, slice_sweep):
+    plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
+    stores, tracking = (sweep_run["defs"].resources[r] for r in ("vector_stores", "tracking"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    gone = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")[0]
+    client.delete_run(gone.info.run_id)
+    todo = steps(plan, instance, data, force=False, stores=stores, tracking=tracking)
+    assert todo == [("evaluations", gone.data.tags["config_key"]), ("leaderboard", None)]
+    run_sweep(str(slice_sweep), str(data), progress=False)
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
+    assert len(runs) == len(plan.configs)
+    (back,) = [r for r in runs if r.data.tags["config_key"] == gone.data.tags["config_key"]]
+    assert back.data.metrics["overall_score"] == gone.data.metrics["overall_score"]
+    assert back.data.tags["tier"] == gone.data.tags["tier"]
+
+
 def test_forced_rerun_plans_every_partition(sweep_run):
     plan, instance, data = sweep_run["plan"], sweep_run["instance"], sweep_run["data"]
-    assert len(steps(plan, instance, data, force=True)) == sum(len(plan.keys(s.name)) for s in PARTITIONED)
+    every = sum(len(plan.keys(s.name)) for s in PARTITIONED)
+    assert len(steps(plan, instance, data, force=True)) == every + 1  # and the leaderboard
 
 
 def test_the_leaderboard_recommends_a_config_and_writes_the_ship_report(sweep_run):
