@@ -1,0 +1,35 @@
+"""Progress inside a step: concurrent work reports each finished item to whoever listens (the CLI's bars)."""
+
+from rag_assets.cli import WorkBars
+from rag_core.concurrency import map_concurrently
+from rag_core.progress import listening, report
+
+
+def test_concurrent_work_reports_every_finished_item_once():
+    seen = []
+    with listening(lambda what, done, total: seen.append((what, done, total))):
+        out = map_concurrently(lambda x: x * 2, range(5), 3, what="items doubled")
+    assert out == [0, 2, 4, 6, 8]  # in the items' order
+    assert seen[0] == ("items doubled", 0, 5)
+    assert sorted(done for _, done, _ in seen[1:]) == [1, 2, 3, 4, 5]
+    assert {total for _, _, total in seen} == {5}
+
+
+def test_no_listener_no_report_and_unnamed_work_is_silent():
+    assert map_concurrently(lambda x: x, [1, 2], 2, what="items") == [1, 2]  # nobody listening
+    seen = []
+    with listening(lambda *a: seen.append(a)):
+        map_concurrently(lambda x: x, [1, 2], 2)
+    assert seen == []
+
+
+def test_the_cli_draws_a_bar_per_piece_of_work_and_closes_it(capsys):
+    bars = WorkBars(enabled=True)
+    with listening(bars):
+        for done in range(0, 33, 8):
+            report("texts embedded", done, 32)
+        assert bars.bars == {}  # complete: closed
+        report("questions answered", 3, 5)
+        report("questions answered", 1, 5)  # the same work in the next step starts a new bar
+        assert bars.bars["questions answered"].n == 1
+    assert "texts embedded" in capsys.readouterr().err
