@@ -146,7 +146,7 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     if questions is not None:
         inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
     expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs)
-    expected[("leaderboard", None)] = plan.board_fingerprint(inputs)
+    expected[("leaderboard", None)] = plan.board_fingerprint(inputs, expected)
     latest: dict[str, dict[str, str | None]] = {}  # stage -> partition -> its latest materialized fingerprint
 
     def complete(stage: str, key: str | None) -> ArtifactRef | None:

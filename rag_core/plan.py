@@ -127,9 +127,9 @@ class Plan:
         """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks."""
         return {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
 
-    def board_fingerprint(self, inputs: dict[str, str]) -> str:
-        """The leaderboard's fingerprint once every config is evaluated on these input snapshots."""
-        fps = self.fingerprints(inputs)
+    def board_fingerprint(self, inputs: dict[str, str], fps: dict[tuple[str, str], str]) -> str:
+        """The leaderboard's fingerprint once every config is evaluated on these input snapshots; `fps` is
+        `fingerprints(inputs)`, which the caller has already worked out (a pass over every partition)."""
         evaluations = {k: fps[(CONFIG_STAGE, k)] for k in sorted(self.config_keys)}
         return artifact_fingerprint(
             "leaderboard", self.board_identity, {"evaluations": evaluations, "qa_set": inputs["qa_set"]}

@@ -82,15 +82,27 @@ class MlflowTracking(dg.ConfigurableResource):
         except Exception:  # created concurrently by another run
             return client.get_experiment_by_name(name).experiment_id
 
-    def find_run(self, experiment: str, fingerprint: str) -> str | None:
-        """The id of a finished run already logged for this evaluation fingerprint, if any."""
+    def _search(self, experiment: str, filter_string: str, max_results: int | None = None) -> list:
+        """The experiment's runs matching the filter (none when it does not exist yet); every page of them
+        unless `max_results` (a page holds at most 1,000 runs, a sweep may have more configs)."""
         client = self._client()
         exp = client.get_experiment_by_name(experiment)
         if exp is None:
-            return None
-        runs = client.search_runs(
-            [exp.experiment_id],
-            filter_string=f"tags.eval_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'",
+            return []
+        if max_results is not None:
+            return list(client.search_runs([exp.experiment_id], filter_string, max_results=max_results))
+        runs, token = [], None
+        while True:
+            page = client.search_runs([exp.experiment_id], filter_string, page_token=token)
+            runs += page
+            if not (token := page.token):
+                return runs
+
+    def find_run(self, experiment: str, fingerprint: str) -> str | None:
+        """The id of a finished run already logged for this evaluation fingerprint, if any."""
+        runs = self._search(
+            experiment,
+            f"tags.eval_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'",
             max_results=1,
         )
         return runs[0].info.run_id if runs else None
@@ -100,23 +112,14 @@ class MlflowTracking(dg.ConfigurableResource):
         holds), in one query; None without tracking (nothing to check)."""
         if not self.enabled:
             return None
-        client = self._client()
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            return set()
-        runs = client.search_runs(
-            [exp.experiment_id], filter_string=f"tags.{tag} != '' and attributes.status = 'FINISHED'"
-        )
+        runs = self._search(experiment, f"tags.{tag} != '' and attributes.status = 'FINISHED'")
         return {r.data.tags[tag] for r in runs}
 
     def _replace(self, experiment: str, tag: str, value: str, keep: str | None) -> None:
         """Delete every other run tagged `tag = value` (a recomputed evaluation or leaderboard replaces its
         earlier run: one run per content); one a kill left RUNNING is first marked KILLED."""
         client = self._client()
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            return
-        for run in client.search_runs([exp.experiment_id], filter_string=f"tags.{tag} = '{value}'"):
+        for run in self._search(experiment, f"tags.{tag} = '{value}'"):
             if run.info.run_id == keep:
                 continue
             if run.info.status == "RUNNING":
@@ -191,12 +194,9 @@ class MlflowTracking(dg.ConfigurableResource):
         from mlflow.entities import Metric, RunTag
 
         client = self._client()
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            return 0
         runs = {
             r.data.tags.get("eval_fingerprint"): r.info.run_id
-            for r in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'")
+            for r in self._search(experiment, "attributes.status = 'FINISHED'")
         }
         updated = 0
         for row in board.iter_rows(named=True):

@@ -103,9 +103,8 @@ def test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the
             show = page.locator("tr", has=page.get_by_text("plot", exact=True)).first.get_by_text(
                 "Show Markdown"
             )
-            for _ in range(
-                6
-            ):  # a new instance's community dialog opens over the page when it likes: close it
+            # a new instance's community dialog opens over the page when it likes: close it and try again
+            for _ in range(6):
                 if page.get_by_text("Skip", exact=True).count():
                     page.get_by_text("Skip", exact=True).click()
                 try:
