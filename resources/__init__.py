@@ -54,6 +54,8 @@ def build_resources(data_dir: str) -> dict:
             cache_path=str(Path(data_dir) / "llm_cache.sqlite"),
             timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
             max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
+            max_concurrency=max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int)),
+            requests_per_minute=env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float) or None,
         ),
         "tracking": MlflowTracking(default_dir=data_dir),
     }

@@ -77,7 +77,10 @@ class LLMClient(dg.ConfigurableResource):
     max_retries: int = 2
     retry_backoff_s: float = 1.0
     max_retry_after_s: float = 60.0  # the longest Retry-After honoured; a longer one waits this long
-    max_concurrency: int = 4
+    max_concurrency: int = 4  # calls in flight at once within a stage
+    # the provider's quota: requests start at most this often (all stages and threads of a process share
+    # it per provider and endpoint, rag_core/rate_limit.py); None: as fast as max_concurrency allows
+    requests_per_minute: float | None = None
     cache_path: str | None = None  # the call cache and ledger (resources/llm_cache.py); None: no cache
 
     def complete(
@@ -93,13 +96,30 @@ class LLMClient(dg.ConfigurableResource):
         cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
         return out
 
+    def _quota(self, model: str):
+        """The rate limiter of the model's provider and endpoint, if a rate is set."""
+        if not self.requests_per_minute:
+            return None
+        import litellm
+
+        from rag_core.rate_limit import limiter
+
+        try:
+            provider = litellm.get_llm_provider(model, api_base=self.api_base)[1]
+        except Exception:  # a model litellm cannot place: its prefix names the provider
+            provider = model.split("/", 1)[0]
+        return limiter(f"{provider} {self.api_base or ''}", self.requests_per_minute)
+
     def _call(self, model: str, prompt: str, temperature: float, max_tokens: int) -> Completion:
         import litellm
 
         litellm.suppress_debug_info = True  # no "Give Feedback" banner on stdout for every failed call
         t0 = time.perf_counter()
         error, waited = None, 0.0
+        quota = self._quota(model)
         for attempt in range(1, self.max_retries + 2):
+            if quota is not None:
+                waited += quota.wait()
             try:
                 resp = litellm.completion(
                     model=model,
