@@ -1,23 +1,28 @@
-"""Benchmark: how much of a cold `rag-sweep run` is the embedding model, and how much everything else.
+"""Benchmark: how much of a cold `rag-sweep run` is the embedding model, and what its reuse saves.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 3]
+    .venv/bin/python benchmarks/overhead.py [--repeats 3] [--naive-repeats 1]
 
 Alternating, `--repeats` times: (a) the example sweep cold, as a user starts it (`.venv/bin/rag-sweep run`
 into a fresh data dir), its CPU seconds (user + system, every thread); (b) the raw model on the same work:
 a new process that chunks the example corpus the sweep's two ways (`rag_core.chunking`) and encodes the
-unique chunk texts with sentence-transformers (batch 16), its CPU seconds of `encode` alone. Prints both
-and the share of the run's CPU spent outside the model (goal <= 15%).
+unique chunk texts with sentence-transformers (batch 16), its CPU seconds of `encode` alone; and, the first
+`--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: every config built from scratch
+through the same `rag_core` functions, nothing shared), its CPU seconds and wall time. Prints the share of
+the run's CPU spent outside the model (goal <= 15%), the naive loop's CPU ÷ the sweep's (goal >= 0.8 ×
+configs ÷ unique indexes), and checks that the loop scored every config as the sweep did (equal work).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,22 +67,72 @@ def model_cpu() -> tuple[int, float]:
     return int(n), float(seconds)
 
 
+def naive_cpu(work: Path) -> tuple[float, float, dict]:
+    """CPU and wall seconds of the naive loop over the example's configs, and the scores it gave."""
+    before, t0 = children_cpu(), time.perf_counter()
+    out = work / "scores.json"
+    cmd = [str(PY), str(ROOT / "benchmarks" / "naive_loop.py"), str(EXAMPLE), "--work", str(work)]
+    subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True)
+    return children_cpu() - before, time.perf_counter() - t0, json.loads(out.read_text())
+
+
+def same_scores(naive: dict, board: Path) -> float:
+    """The largest difference between a metric mean of the naive loop and the sweep's, over every config."""
+    import polars as pl
+
+    rows = {r["config_key"]: r for r in pl.read_parquet(board).iter_rows(named=True)}
+    if set(rows) != set(naive):
+        raise SystemExit(f"the naive loop scored {sorted(naive)}, the sweep {sorted(rows)}")
+    return max(
+        abs((v or 0.0) - (rows[key][m] or 0.0)) for key, scores in naive.items() for m, v in scores.items()
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--naive-repeats", type=int, default=1, help="the naive loop takes ~4x a cold run")
     args = ap.parse_args()
-    runs, models = [], []
+    from rag_core.plan import Plan
+    from rag_core.spec import load_sweep
+
+    plan = Plan.resolve(load_sweep(str(EXAMPLE)))
+    runs, walls, models, naives, naive_walls = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
+            t0 = time.perf_counter()
             runs.append(sweep_cpu(Path(tmp) / f"run{i}"))
+            walls.append(time.perf_counter() - t0)
             n, seconds = model_cpu()
             models.append(seconds)
-    run, model = statistics.median(runs), statistics.median(models)
-    print(f"cold example sweep: {run:.0f} CPU-s (runs: {', '.join(f'{r:.0f}' for r in runs)})")
+            if i < args.naive_repeats:
+                cpu, wall, scores = naive_cpu(Path(tmp) / f"naive{i}")
+                naives.append(cpu)
+                naive_walls.append(wall)
+                diff = same_scores(scores, Path(tmp) / "run0" / "leaderboards" / f"{plan.sweep.name}.parquet")
+        run, model = statistics.median(runs), statistics.median(models)
+    print(
+        f"cold example sweep: {run:.0f} CPU-s (runs: {', '.join(f'{r:.0f}' for r in runs)}), "
+        f"{statistics.median(walls):.0f} s wall"
+    )
     print(
         f"the raw model on its {n} unique chunk texts: {model:.0f} CPU-s (runs: {', '.join(f'{m:.0f}' for m in models)})"
     )
     print(f"CPU outside the embedding model: {1 - model / run:.0%} of the run (goal <= 15%)")
+    if naives:
+        indexes = len(plan.keys("vector_index"))
+        goal = 0.8 * len(plan.configs) / indexes
+        naive = statistics.median(naives)
+        print(
+            f"naive loop ({len(plan.configs)} configs, each built from scratch): {naive:.0f} CPU-s "
+            f"(runs: {', '.join(f'{r:.0f}' for r in naives)}), {statistics.median(naive_walls):.0f} s wall; "
+            f"same scores as the sweep (largest difference {diff:.1e})"
+        )
+        print(
+            f"the sweep's speed-up over it: x{naive / run:.1f} in CPU, "
+            f"x{statistics.median(naive_walls) / statistics.median(walls):.1f} in wall time "
+            f"(goal >= 0.8 x {len(plan.configs)} configs / {indexes} indexes = x{goal:.1f})"
+        )
 
 
 if __name__ == "__main__":

@@ -174,6 +174,18 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     return complete
 
 
+def snapshot_current(plan, instance, data: Path, stage: str) -> bool:
+    """Whether the input snapshot's latest materialization already holds the file as it is now (whole in
+    `data`): an unchanged file needs no run to snapshot it again."""
+    from rag_assets.inputs import snapshot_fingerprints
+    from resources.artifacts import ArtifactRef, latest_fingerprint
+
+    fp = snapshot_fingerprints(plan.sweep)[stage]
+    return (
+        latest_fingerprint(instance, _key(plan, stage), None) == fp and ArtifactRef(data, stage, fp).intact()
+    )
+
+
 def steps(
     plan, instance, data: Path, force: bool, stores=None, tracking=None
 ) -> list[tuple[str, str | None]]:
@@ -281,7 +293,8 @@ def run_sweep(
             sources, instance=instance, run_config=config
         )  # the input files' content hashes, as the UI would observe them
         for stage in ("corpus", "qa_set"):
-            materialize(stage)
+            if force or not snapshot_current(plan, instance, data, stage):
+                materialize(stage)
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         search = None

@@ -19,8 +19,29 @@ from rag_core.qa.generation import (
     generation_metadata,
     write_generated,
 )
+from rag_core.stages import artifact_fingerprint
 from resources.embedders import EmbeddingService
 from resources.llm import LLMClient
+
+
+def corpus_identity(sweep) -> str:
+    """What the corpus snapshot is of: the corpus file's content."""
+    return file_hash(sweep.corpus_path)
+
+
+def qa_identity(sweep) -> tuple:
+    """What the QA set snapshot is of: the QA file's content and how many of its questions are kept."""
+    return file_hash(sweep.qa_path), sweep.max_queries
+
+
+def snapshot_fingerprints(sweep) -> dict[str, str]:
+    """The fingerprints the corpus and QA set snapshots of the files as they are now would have."""
+    corpus = artifact_fingerprint("corpus", corpus_identity(sweep), {})
+    return {
+        "corpus": corpus,
+        "qa_set": artifact_fingerprint("qa_set", qa_identity(sweep), {"corpus": corpus}),
+    }
+
 
 # The automation sensor observes the files every 15 minutes; a changed hash re-snapshots the input, and
 # the eager conditions downstream follow. An unchanged hash starts nothing.
@@ -114,7 +135,7 @@ class Corpus(StageLogic):
     deps = ("corpus_file",)
 
     def identity(self, run: StageRun) -> str:
-        return file_hash(run.plan.sweep.corpus_path)
+        return corpus_identity(run.plan.sweep)
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         return load_corpus(run.plan.sweep.corpus_path)
@@ -160,7 +181,7 @@ class QASet(StageLogic):
     )
 
     def identity(self, run: StageRun) -> tuple:
-        return file_hash(run.plan.sweep.qa_path), run.plan.sweep.max_queries
+        return qa_identity(run.plan.sweep)
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         corpus = run.read("corpus")

@@ -23,7 +23,50 @@ def _client_for(uri: str):
     """One client per store and process: each new one set up its store again (~0.1 s, per MLflow call)."""
     from mlflow import MlflowClient
 
+    if uri.startswith("sqlite:///"):
+        seed_sqlite_store(Path(uri.removeprefix("sqlite:///")))
     return MlflowClient(tracking_uri=uri)
+
+
+def seed_sqlite_store(db: Path) -> None:
+    """Start a new SQLite store as a copy of an empty one of this MLflow version. MLflow builds a new store
+    by running every schema migration since its first (~2.6 s on each new data dir); the empty store they
+    produce is the same each time, so it is built once per machine and MLflow version (in the user's cache
+    dir) and copied. Nothing happens when the store exists; the copy appears whole or not at all."""
+    import shutil
+    import sqlite3
+
+    import mlflow
+
+    if db.exists():
+        return
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
+    template = cache / f"mlflow-{mlflow.__version__}-empty.db"
+    try:
+        if not template.exists():
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            cache.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache) as tmp:
+                fresh = Path(tmp) / "empty.db"
+                SqlAlchemyStore(f"sqlite:///{fresh}", Path(tmp).as_uri()).engine.dispose()
+                os.replace(fresh, template)  # whole, or not there: a concurrent builder's is as good
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=db.parent) as tmp:
+            copy = Path(tmp) / db.name
+            shutil.copyfile(template, copy)
+            with sqlite3.connect(copy) as con:  # the Default experiment's artifacts: in the data dir
+                location = (db.parent.resolve() / "mlartifacts" / "0").as_uri()
+                con.execute(
+                    "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (location,)
+                )
+            con.close()
+            try:
+                os.link(copy, db)  # never over a store another process created meanwhile
+            except FileExistsError:
+                pass
+    except OSError:  # no writable cache dir: MLflow builds the store itself, as it always could
+        return
 
 
 class MlflowTracking(dg.ConfigurableResource):

@@ -8,11 +8,14 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+import yaml
 from mlflow import MlflowClient
 
-from rag_assets.cli import run_sweep, steps
+from rag_assets.cli import run_sweep, snapshot_current, steps
 from rag_assets.stage_asset import StageRun
 from rag_core.metrics import SCORABLE_METRICS
+from rag_core.plan import Plan
+from rag_core.spec import load_sweep
 from rag_core.stages import PARTITIONED
 
 pytestmark = pytest.mark.slow
@@ -199,7 +202,7 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
         declared = {k.path[-1] for k in graph.get(_key(stage)).parent_keys}
         assert names <= declared, stage
     assert len(_materializations(instance, "embeddings")) == before
-    assert len(instance.get_run_records()) - runs_before == 3  # observe the inputs, snapshot corpus, qa_set
+    assert len(instance.get_run_records()) - runs_before == 1  # observe the inputs: the snapshots are current
     assert run.board.drop("rank").equals(sweep_run["board"].drop("rank"))
     client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
     exp = client.get_experiment_by_name(plan.sweep.name)
@@ -207,6 +210,32 @@ def test_rerun_of_unchanged_spec_reuses_everything(sweep_run, slice_sweep, monke
     assert len(runs) == len(plan.configs)  # a reused evaluation is not logged twice
     boards = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
     assert len(boards) == 1  # an unchanged rerun logs no second leaderboard run
+
+
+def test_an_input_snapshot_is_current_only_for_the_file_and_settings_it_was_taken_of(sweep_run, tmp_path):
+    """What lets an unchanged rerun skip the snapshot runs: a changed QA file or max_queries is not current
+    (so the QA set is snapshotted again), while the corpus it did not touch still is."""
+    plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
+    assert snapshot_current(plan, instance, data, "corpus") and snapshot_current(
+        plan, instance, data, "qa_set"
+    )
+    fewer = Plan.resolve(load_sweep(str(_copy_spec(plan, tmp_path, max_queries=5))))
+    assert snapshot_current(fewer, instance, data, "corpus")
+    assert not snapshot_current(fewer, instance, data, "qa_set")
+    qa = pl.read_parquet(plan.sweep.qa_path)
+    qa.head(qa.height - 1).write_parquet(tmp_path / "qa.parquet")  # one question less
+    edited = Plan.resolve(load_sweep(str(_copy_spec(plan, tmp_path, qa=str(tmp_path / "qa.parquet")))))
+    assert not snapshot_current(edited, instance, data, "qa_set")
+
+
+def _copy_spec(plan, folder: Path, max_queries: int | None = None, qa: str | None = None) -> Path:
+    spec = yaml.safe_load(plan.sweep.path.read_text())
+    spec["data"] = {"corpus": str(plan.sweep.corpus_path), "qa": qa or str(plan.sweep.qa_path)}
+    if max_queries is not None:
+        spec["data"]["max_queries"] = max_queries
+    out = folder / f"spec{len(list(folder.glob('spec*')))}.yaml"
+    out.write_text(yaml.safe_dump(spec))
+    return out
 
 
 def test_a_config_run_deleted_from_mlflow_is_logged_again_with_its_rank(sweep_run, slice_sweep):

@@ -30,3 +30,32 @@ def test_a_run_left_running_by_a_kill_is_replaced_not_reused(tmp_path):
     again = tracking.ensure_run(force=True, **args)  # recomputed (forced, or failed calls retried)
     assert again != first and client.get_run(first).info.lifecycle_stage == "deleted"
     assert [r.info.run_id for r in client.search_runs([exp])] == [again]  # one run per evaluation
+
+
+def test_a_new_sqlite_store_is_a_copy_of_one_empty_store_built_once(tmp_path, monkeypatch):
+    """The first store builds the empty template in the cache dir (MLflow's migrations); the next is a copy
+    of it that MLflow opens as its own, with the Default experiment's artifacts in its data dir."""
+    import mlflow
+
+    from resources.tracking import seed_sqlite_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = tmp_path / "cache" / "rag-sweep" / f"mlflow-{mlflow.__version__}-empty.db"
+    seed_sqlite_store(tmp_path / "a" / "mlflow.db")
+    assert template.exists() and (tmp_path / "a" / "mlflow.db").exists()
+    assert not list((tmp_path / "cache" / "rag-sweep").glob("tmp*"))  # no half-built template left
+    built = template.stat().st_mtime_ns
+
+    tracking = MlflowTracking(default_dir=str(tmp_path / "b"))
+    client = tracking._client()  # seeds b's store from the template
+    assert template.stat().st_mtime_ns == built
+    default = client.get_experiment("0")
+    assert default.artifact_location == (tmp_path / "b" / "mlartifacts" / "0").resolve().as_uri()
+    exp = tracking._experiment_id(client, "sweep")
+    run = client.create_run(exp).info.run_id
+    client.log_metric(run, "recall_at_k", 0.5)
+    assert client.get_run(run).data.metrics == {"recall_at_k": 0.5}
+
+    before = (tmp_path / "b" / "mlflow.db").read_bytes()
+    seed_sqlite_store(tmp_path / "b" / "mlflow.db")  # an existing store is never replaced
+    assert (tmp_path / "b" / "mlflow.db").read_bytes() == before
