@@ -31,6 +31,7 @@ from resources.artifacts import atomic_write_parquet
 _MODELS: dict[tuple[str, str | None], object] = {}  # (model, version) -> the loaded model
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
 _PARTS: dict[Path, dict[str, np.ndarray]] = {}
+_TOKEN_COUNTS: dict[tuple[str, str | None], dict[str, int]] = {}  # (model, version) -> text hash -> tokens
 _LOCK = threading.Lock()
 _LOG = logging.getLogger(__name__)
 
@@ -144,8 +145,16 @@ class EmbeddingService(dg.ConfigurableResource):
     def token_counts(self, model: str, texts: list[str]) -> list[int]:
         """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
         if is_local(model):
-            tok = _local_model(model).tokenizer
-            return [len(ids) for ids in tok(texts, add_special_tokens=True)["input_ids"]]
+            # every config over a chunkset counts its chunks again (report and chunk-quality metrics):
+            # tokenize each text once per process and model version
+            known = _TOKEN_COUNTS.setdefault((model, model_version(model)), {})
+            hashes = [text_hash(t) for t in texts]
+            new = {h: t for h, t in zip(hashes, texts, strict=True) if h not in known}
+            if new:
+                tok = _local_model(model).tokenizer
+                counts = tok(list(new.values()), add_special_tokens=True)["input_ids"]
+                known.update(zip(new, (len(ids) for ids in counts), strict=True))
+            return [known[h] for h in hashes]
         import litellm
 
         return [litellm.token_counter(model=model, text=t) for t in texts]

@@ -95,3 +95,27 @@ def torch_randn_like(t):
 
     g = torch.Generator().manual_seed(0)
     return torch.randn(t.shape, generator=g, dtype=t.dtype)
+
+
+def test_token_counts_are_the_tokenizers_and_each_text_is_tokenized_once(tmp_path, monkeypatch):
+    from resources.embedders import _local_model
+
+    monkeypatch.setattr("resources.embedders._TOKEN_COUNTS", {})  # what other tests counted is not seen
+    service = _service(tmp_path)
+    tokenizer = _local_model(MODEL).tokenizer
+    direct = [len(ids) for ids in tokenizer(TEXTS + ["a longer passage, with more words in it"])["input_ids"]]
+    assert service.token_counts(MODEL, TEXTS[:4]) == direct[:4]
+    calls = []
+    original = type(tokenizer).__call__
+
+    def counting(self, texts, *args, **kwargs):
+        calls.append(list(texts))
+        return original(self, texts, *args, **kwargs)
+
+    type(tokenizer).__call__ = counting
+    try:
+        mixed = [TEXTS[2], "a longer passage, with more words in it", TEXTS[0], TEXTS[7]]
+        assert service.token_counts(MODEL, mixed) == [direct[2], direct[10], direct[0], direct[7]]
+    finally:
+        type(tokenizer).__call__ = original
+    assert calls == [["a longer passage, with more words in it", TEXTS[7]]]  # only the texts not seen yet
