@@ -5,6 +5,11 @@ requests-per-minute quota answers that burst with 429s, each retried after a wai
 starts instead: call `wait()` before each request; it returns once the request may start, and how long it
 waited (not the model's latency). Limiters are per provider and endpoint (`limiter(key, rpm)`), so two
 stages calling the same provider share its quota, and two providers do not slow each other down.
+
+It spaces when calls start, not when the HTTP request leaves: litellm's one-time set-up in a process (its
+first call) can hold calls that already have their slot, and those then reach the provider together (a
+burst of up to `max_concurrency`, measured under CPU load); the provider's 429 and its Retry-After, which
+every call honours (resources/llm.py), cover that first moment.
 """
 
 from __future__ import annotations
