@@ -3,12 +3,12 @@
     .venv/bin/python benchmarks/overhead.py [--repeats 3] [--naive-repeats 1]
 
 Alternating, `--repeats` times: (a) the example sweep cold, through the CLI's entry point (what
-`.venv/bin/rag-sweep run` calls) in a new process, into a fresh data dir, its CPU seconds (user + system, every thread); (b) the raw model on the same work:
-a new process that chunks the example corpus the sweep's two ways (`rag_core.chunking`) and encodes the
-unique chunk texts with sentence-transformers (batch 16), its CPU seconds of `encode` alone. The run also
-times its own model calls (every text it embeds, questions and the metrics' sentences too): the second,
-finer figure of CPU outside the model. And, the first
-`--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: every config built from scratch
+`.venv/bin/rag-sweep run` calls) in a new process, into a fresh data dir, its CPU seconds (user + system,
+every thread); (b) the raw model on the same work: a new process that chunks the example corpus the
+sweep's two ways (`rag_core.chunking`) and encodes the unique chunk texts with sentence-transformers (batch
+16), its CPU seconds of `encode` alone. The run also times its own model calls (every text it embeds,
+questions and the metrics' sentences too): the second, finer figure of CPU outside the model. And, the
+first `--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: every config built from scratch
 through the same `rag_core` functions, nothing shared), its CPU seconds and wall time. Prints the share of
 the run's CPU spent outside the model (goal <= 15%), the naive loop's CPU ÷ the sweep's (goal >= 0.8 ×
 configs ÷ unique indexes), and checks that the loop scored every config as the sweep did (equal work).

@@ -174,16 +174,18 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     return complete
 
 
-def snapshot_current(plan, instance, data: Path, stage: str) -> bool:
-    """Whether the input snapshot's latest materialization already holds the file as it is now (whole in
-    `data`): an unchanged file needs no run to snapshot it again."""
+def stale_snapshots(plan, instance, data: Path) -> list[str]:
+    """The input snapshots (corpus, qa_set) whose latest materialization does not hold the files as they
+    are now, whole in `data`: an unchanged file needs no run to snapshot it again. Each file is hashed once."""
     from rag_assets.inputs import snapshot_fingerprints
     from resources.artifacts import ArtifactRef, latest_fingerprint
 
-    fp = snapshot_fingerprints(plan.sweep)[stage]
-    return (
-        latest_fingerprint(instance, _key(plan, stage), None) == fp and ArtifactRef(data, stage, fp).intact()
-    )
+    return [
+        stage
+        for stage, fp in snapshot_fingerprints(plan.sweep).items()
+        if latest_fingerprint(instance, _key(plan, stage), None) != fp
+        or not ArtifactRef(data, stage, fp).intact()
+    ]
 
 
 def steps(
@@ -292,9 +294,8 @@ def run_sweep(
         observe(
             sources, instance=instance, run_config=config
         )  # the input files' content hashes, as the UI would observe them
-        for stage in ("corpus", "qa_set"):
-            if force or not snapshot_current(plan, instance, data, stage):
-                materialize(stage)
+        for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
+            materialize(stage)
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         search = None

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from rag_assets.cli import run_sweep, snapshot_current, steps
+from rag_assets.cli import run_sweep, stale_snapshots, steps
 from rag_assets.stage_asset import StageRun
 from rag_core.metrics import SCORABLE_METRICS
 from rag_core.plan import Plan
@@ -216,16 +216,13 @@ def test_an_input_snapshot_is_current_only_for_the_file_and_settings_it_was_take
     """What lets an unchanged rerun skip the snapshot runs: a changed QA file or max_queries is not current
     (so the QA set is snapshotted again), while the corpus it did not touch still is."""
     plan, data, instance = sweep_run["plan"], sweep_run["data"], sweep_run["instance"]
-    assert snapshot_current(plan, instance, data, "corpus") and snapshot_current(
-        plan, instance, data, "qa_set"
-    )
+    assert stale_snapshots(plan, instance, data) == []
     fewer = Plan.resolve(load_sweep(str(_copy_spec(plan, tmp_path, max_queries=5))))
-    assert snapshot_current(fewer, instance, data, "corpus")
-    assert not snapshot_current(fewer, instance, data, "qa_set")
+    assert stale_snapshots(fewer, instance, data) == ["qa_set"]  # the corpus snapshot is still current
     qa = pl.read_parquet(plan.sweep.qa_path)
     qa.head(qa.height - 1).write_parquet(tmp_path / "qa.parquet")  # one question less
     edited = Plan.resolve(load_sweep(str(_copy_spec(plan, tmp_path, qa=str(tmp_path / "qa.parquet")))))
-    assert not snapshot_current(edited, instance, data, "qa_set")
+    assert "qa_set" in stale_snapshots(edited, instance, data)
 
 
 def _copy_spec(plan, folder: Path, max_queries: int | None = None, qa: str | None = None) -> Path:
