@@ -5,8 +5,9 @@
 Alternating, `--repeats` times: (a) the example sweep cold, through the CLI's entry point (what
 `.venv/bin/rag-sweep run` calls) in a new process, into a fresh data dir, its CPU seconds (user + system,
 every thread); (b) the raw model on the same work: a new process that chunks the example corpus the
-sweep's two ways (`rag_core.chunking`) and encodes the unique chunk texts with sentence-transformers (batch
-16), its CPU seconds of `encode` alone. The run also times its own model calls (every text it embeds,
+sweep's two ways (`rag_core.chunking`) and encodes the unique chunk texts, longest first in batches of 16,
+with the backend the run uses ($RAG_EMBEDDING_BACKEND: onnx by default, or torch), its CPU seconds of
+`encode` alone. The run also times its own model calls (every text it embeds,
 questions and the metrics' sentences too): the second, finer figure of CPU outside the model. And, the
 first `--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: every config built from scratch
 through the same `rag_core` functions, nothing shared), its CPU seconds and wall time. Prints the share of
@@ -32,19 +33,21 @@ PY = ROOT / ".venv" / "bin" / "python"
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 
 MODEL_ONLY = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, {root!r})
 from rag_core.chunking import chunk_corpus
 from rag_core.datasets import load_corpus
-from resources.embedders import _local_model
+from resources.local_encoders import local_encoder
 corpus = load_corpus({corpus!r})
 texts = []
 for method, size, overlap in (("paragraph", 1024, 0), ("recursive", 384, 48)):
     texts += chunk_corpus(corpus, method, size, overlap)["index_text"].to_list()
 texts = list(dict.fromkeys(texts))
-model = _local_model("all-MiniLM-L6-v2")
+model = local_encoder("all-MiniLM-L6-v2", os.environ.get("RAG_EMBEDDING_BACKEND") or "onnx", texts)
+texts.sort(key=len, reverse=True)  # as the embedder batches them
 t0 = time.process_time()
-model.encode(texts, batch_size=16, normalize_embeddings=True)
+for i in range(0, len(texts), 16):
+    model.encode(texts[i : i + 16])
 print(len(texts), time.process_time() - t0)
 """
 

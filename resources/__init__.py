@@ -31,12 +31,23 @@ def env_number(name: str, default, cast):
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` from the environment, or a one-line error naming the variable."""
+    from rag_core.spec import SpecError
+
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise SpecError(f"${name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
 def build_resources(data_dir: str) -> dict:
     import dagster as dg
 
     from resources.artifacts import ArtifactIOManager
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
+    from resources.local_encoders import BACKENDS
     from resources.tracking import MlflowTracking
     from resources.vector_stores import VectorStores
 
@@ -45,6 +56,7 @@ def build_resources(data_dir: str) -> dict:
         "embedder": EmbeddingService(
             cache_dir=str(Path(data_dir) / "embedding_cache"),
             api_base=os.environ.get("RAG_EMBEDDING_API_BASE"),
+            backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
         ),
         "vector_stores": VectorStores.from_env(data_dir),
         # the key is resolved at run time from the environment: run records hold only its name

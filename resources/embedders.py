@@ -25,10 +25,10 @@ import polars as pl
 import pyarrow as pa
 
 from rag_core.fingerprint import short_hash, slug, text_hash
-from rag_core.local_models import is_local, model_version, weights_path
+from rag_core.local_models import is_local, model_version
 from resources.artifacts import atomic_write_parquet
+from resources.local_encoders import local_encoder
 
-_MODELS: dict[tuple[str, str | None], object] = {}  # (model, version) -> the loaded model
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
 _PARTS: dict[Path, dict[str, np.ndarray]] = {}
 _TOKEN_COUNTS: dict[tuple[str, str | None], dict[str, int]] = {}  # (model, version) -> text hash -> tokens
@@ -42,23 +42,6 @@ class EmbedStats:
     unique: int  # distinct texts among them
     embedded: int  # texts sent to the model (cache misses)
     seconds: float
-
-
-def _local_model(model: str):
-    """A sentence-transformers model, loaded once per process and version."""
-    key = (model, model_version(model))
-    with _LOCK:
-        if key not in _MODELS:
-            from sentence_transformers import SentenceTransformer
-
-            # token counts of long chunks are taken on purpose (the truncation warning is ours, with
-            # advice): the tokenizer's own "sequence length is longer" warning only alarms
-            logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()  # "Loading weights": a bar per process, for no one
-            _MODELS[key] = SentenceTransformer(weights_path(model), device="cpu")
-        return _MODELS[key]
 
 
 def fixed_size_vectors(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -81,9 +64,12 @@ def chunk_vectors(embeddings: pl.DataFrame) -> dict[str, np.ndarray]:
 
 
 class EmbeddingService(dg.ConfigurableResource):
-    """Embeds texts with a sentence-transformers model (local) or any `litellm.embedding` model."""
+    """Embeds texts with a sentence-transformers model (local) or any `litellm.embedding` model. A local
+    model runs in ONNX Runtime (`backend: onnx`, the default) when its export computes torch's vectors,
+    else in torch (resources/local_encoders.py)."""
 
     cache_dir: str
+    backend: str = "onnx"  # or "torch": sentence-transformers itself
     batch_size: int = 16
     checkpoint_texts: int = 256  # new vectors are saved every this many texts
     api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
@@ -115,12 +101,16 @@ class EmbeddingService(dg.ConfigurableResource):
             cache.update(_PARTS[part])
         return cache
 
+    def encoder(self, model: str, texts: list[str] | None = None):
+        """The local model's encoder (`texts`: the first asked for, checked on when an export is built)."""
+        return local_encoder(model, self.backend, texts)
+
     def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
         out = []
         for i in range(0, len(texts), self.batch_size):
             batch = texts[i : i + self.batch_size]
             if is_local(model):
-                vecs = _local_model(model).encode(batch, batch_size=len(batch), normalize_embeddings=True)
+                vecs = self.encoder(model, texts).encode(batch)
             else:
                 import litellm
 
@@ -138,9 +128,7 @@ class EmbeddingService(dg.ConfigurableResource):
             raise ValueError(
                 f"token-sized chunks need a local tokenizer; {model!r} is a remote model: use unit: chars"
             )
-        tok = _local_model(model).tokenizer
-        enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        return [[tuple(o) for o in offsets] for offsets in enc["offset_mapping"]]
+        return self.encoder(model, texts).token_offsets(texts)
 
     def token_counts(self, model: str, texts: list[str]) -> list[int]:
         """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
@@ -151,9 +139,9 @@ class EmbeddingService(dg.ConfigurableResource):
             hashes = [text_hash(t) for t in texts]
             new = {h: t for h, t in zip(hashes, texts, strict=True) if h not in known}
             if new:
-                tok = _local_model(model).tokenizer
-                counts = tok(list(new.values()), add_special_tokens=True)["input_ids"]
-                known.update(zip(new, (len(ids) for ids in counts), strict=True))
+                known.update(
+                    zip(new, self.encoder(model, texts).token_counts(list(new.values())), strict=True)
+                )
             return [known[h] for h in hashes]
         import litellm
 
@@ -167,7 +155,7 @@ class EmbeddingService(dg.ConfigurableResource):
         """The longest input the model reads, in its tokens (special tokens included); longer texts are cut.
         None when unknown (a remote model litellm has no limit for)."""
         if is_local(model):
-            return int(_local_model(model).max_seq_length)
+            return self.encoder(model).max_tokens
         import litellm
 
         try:

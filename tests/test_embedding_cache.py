@@ -98,24 +98,23 @@ def torch_randn_like(t):
 
 
 def test_token_counts_are_the_tokenizers_and_each_text_is_tokenized_once(tmp_path, monkeypatch):
-    from resources.embedders import _local_model
+    from resources.local_encoders import local_encoder
 
     monkeypatch.setattr("resources.embedders._TOKEN_COUNTS", {})  # what other tests counted is not seen
     service = _service(tmp_path)
-    tokenizer = _local_model(MODEL).tokenizer
-    direct = [len(ids) for ids in tokenizer(TEXTS + ["a longer passage, with more words in it"])["input_ids"]]
+    longer = "a longer passage, with more words in it"
+    tokenizer = local_encoder(MODEL, "torch").model.tokenizer  # the model's own (transformers) tokenizer
+    direct = [len(ids) for ids in tokenizer(TEXTS + [longer])["input_ids"]]
     assert service.token_counts(MODEL, TEXTS[:4]) == direct[:4]
     calls = []
-    original = type(tokenizer).__call__
+    encoder = service.encoder(MODEL)
+    original = encoder.token_counts
 
-    def counting(self, texts, *args, **kwargs):
+    def counting(texts):
         calls.append(list(texts))
-        return original(self, texts, *args, **kwargs)
+        return original(texts)
 
-    type(tokenizer).__call__ = counting
-    try:
-        mixed = [TEXTS[2], "a longer passage, with more words in it", TEXTS[0], TEXTS[7]]
-        assert service.token_counts(MODEL, mixed) == [direct[2], direct[10], direct[0], direct[7]]
-    finally:
-        type(tokenizer).__call__ = original
-    assert calls == [["a longer passage, with more words in it", TEXTS[7]]]  # only the texts not seen yet
+    monkeypatch.setattr(encoder, "token_counts", counting)
+    mixed = [TEXTS[2], longer, TEXTS[0], TEXTS[7]]
+    assert service.token_counts(MODEL, mixed) == [direct[2], direct[10], direct[0], direct[7]]
+    assert calls == [[longer, TEXTS[7]]]  # only the texts not seen yet

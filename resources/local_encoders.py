@@ -1,0 +1,296 @@
+"""A local sentence-transformers model as an encoder: texts to L2-normalized vectors, and its tokenizer.
+
+Two backends compute the same vectors. `torch` is sentence-transformers itself. `onnx` runs the model's
+transformer in ONNX Runtime (fp32, every graph optimization) and pools in numpy: it starts in ~0.3 s where
+importing sentence-transformers, transformers and torch takes ~8 s, which is most of a small sweep.
+
+The ONNX model is exported once per machine, model version and library versions (into the user's cache
+dir, whole or not at all), and checked against torch on a sample the moment it is built: the first texts
+the run asks for plus fixed probes (empty, accented, longer than the model reads). It is used only when
+its tokens and offsets equal the torch tokenizer's and every vector is within cosine 0.9999 of torch's.
+That bar is far stricter than "close enough" on purpose: the two backends share the embedding cache and
+every fingerprint, so the exported model must compute the same numbers up to float rounding (torch's own
+vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about and torch
+used; a model the export does not cover (pooling other than mean) uses torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from rag_core.fingerprint import short_hash, slug
+from rag_core.local_models import model_version, weights_path
+
+BACKENDS = ("onnx", "torch")
+MIN_COSINE = 0.9999
+EXPORT_FORMAT = 1  # bump when the export or its check changes: older exports are then built again
+SAMPLE_TEXTS = 48  # texts of the first call that join the probes in the check
+PROBES = [
+    "",
+    "a",
+    "Café déjà vu: naïve façade, Ångström — 東京 🙂",
+    "The quick brown fox jumps over the lazy dog. " * 60,  # longer than the model reads: truncated
+]
+_LOG = logging.getLogger(__name__)
+_LOCK = threading.Lock()
+_ENCODERS: dict[tuple[str, str | None, str], object] = {}  # (model, version, backend) -> encoder
+
+
+class TorchEncoder:
+    """sentence-transformers on torch."""
+
+    backend = "torch"
+
+    def __init__(self, model: str):
+        from sentence_transformers import SentenceTransformer
+
+        # token counts of long chunks are taken on purpose (the truncation warning is ours, with advice):
+        # the tokenizer's own "sequence length is longer" warning only alarms
+        logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # "Loading weights": a bar per process, for no one
+        self.model = SentenceTransformer(weights_path(model), device="cpu")
+        self.max_tokens = int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        vectors = self.model.encode(
+            texts, batch_size=max(1, len(texts)), normalize_embeddings=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        enc = self.model.tokenizer(
+            texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        return [[tuple(o) for o in offsets] for offsets in enc["offset_mapping"]]
+
+
+class OnnxEncoder:
+    """The exported transformer in ONNX Runtime, mean pooling and normalization in numpy."""
+
+    backend = "onnx"
+
+    def __init__(self, folder: Path):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        meta = json.loads((folder / "meta.json").read_text())
+        self.max_tokens = int(meta["max_tokens"])
+        self.inputs = list(meta["inputs"])
+        # the file may hold the padding or truncation of the call it was saved after: each is set here
+        self.counter = Tokenizer.from_file(str(folder / "tokenizer.json"))  # whole texts: lengths, offsets
+        self.counter.no_padding()
+        self.counter.no_truncation()
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(self.max_tokens)
+        self.tokenizer.enable_padding(pad_id=int(meta["pad_id"]), pad_token=meta["pad_token"])
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only
+        self.session = ort.InferenceSession(
+            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
+        (hidden,) = self.session.run(None, {name: feed[name] for name in self.inputs})
+        mask = feed["attention_mask"][..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self.counter.encode_batch(texts, add_special_tokens=True)]
+
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        encodings = self.counter.encode_batch(texts, add_special_tokens=False)
+        return [[tuple(o) for o in e.offsets] for e in encodings]
+
+
+def export_folder(model: str) -> Path:
+    """Where this model's export lives: keyed by the model's version and every library that shapes it."""
+    versions = [model_version(model), EXPORT_FORMAT] + [
+        importlib.metadata.version(d) for d in ("torch", "transformers", "onnx", "onnxruntime", "tokenizers")
+    ]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep" / "onnx"
+    return cache / f"{slug(model)}-{short_hash(json.dumps(versions), 12)}"
+
+
+def mean_pooled(model: str) -> bool:
+    """The export covers Transformer -> mean Pooling (-> Normalize) models, the common sentence encoder."""
+    folder = Path(weights_path(model))
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        pooling = next(m for m in modules if m["type"].endswith(".Pooling"))
+        config = json.loads((folder / pooling["path"] / "config.json").read_text())
+    except (OSError, ValueError, KeyError, StopIteration):
+        return False
+    modes = {k for k, v in config.items() if k.startswith("pooling_mode") and v is True}
+    return kinds in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) and modes == {
+        "pooling_mode_mean_tokens"
+    }
+
+
+def _export(torch_encoder: TorchEncoder, folder: Path) -> None:
+    """The model's transformer as ONNX (dynamic batch and length) and the exact tokenizer it was fed by."""
+    import torch
+
+    st = torch_encoder.model
+    tokenizer = st.tokenizer
+    transformer = st[0].auto_model.eval()
+    example = tokenizer(["an example", "a longer example sentence"], padding=True, return_tensors="pt")
+    inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
+
+    class Hidden(torch.nn.Module):  # named inputs in, last hidden state out
+        def __init__(self):
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, *args):
+            return self.transformer(**dict(zip(inputs, args, strict=True))).last_hidden_state
+
+    axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
+    with torch.no_grad(), warnings_silenced():
+        torch.onnx.export(
+            Hidden(),
+            tuple(example[k] for k in inputs),
+            str(folder / "model.onnx"),
+            input_names=inputs,
+            output_names=["hidden"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,  # the TorchScript exporter: no onnxscript, seconds not minutes
+        )
+    backend = tokenizer.backend_tokenizer  # the Rust tokenizer transformers itself calls
+    (folder / "tokenizer.json").write_text(backend.to_str())
+    meta = {
+        "max_tokens": torch_encoder.max_tokens,
+        "inputs": inputs,
+        "pad_id": tokenizer.pad_token_id,
+        "pad_token": tokenizer.pad_token,
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@contextlib.contextmanager
+def warnings_silenced():
+    """The tracer's warnings (Python conditions it freezes) are about decoder paths a BERT never takes."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def check(onnx: OnnxEncoder, torch_encoder: TorchEncoder, texts: list[str]) -> dict:
+    """How the ONNX encoder agrees with torch on `texts`: token ids and offsets equal, worst cosine."""
+    same_tokens = onnx.token_counts(texts) == torch_encoder.token_counts(texts) and onnx.token_offsets(
+        texts
+    ) == torch_encoder.token_offsets(texts)
+    by_length = sorted(texts, key=len, reverse=True)
+    ours = np.concatenate([onnx.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)])
+    theirs = np.concatenate(
+        [torch_encoder.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)]
+    )
+    cosine = float((ours * theirs).sum(axis=1).min())
+    return {
+        "texts": len(texts),
+        "same_tokens": same_tokens,
+        "min_cosine": cosine,
+        "passed": same_tokens and cosine >= MIN_COSINE,
+    }
+
+
+def sample(texts: list[str]) -> list[str]:
+    """The probes and up to SAMPLE_TEXTS of `texts`, spread over their lengths."""
+    distinct = sorted(set(texts), key=len)
+    step = max(1, len(distinct) // SAMPLE_TEXTS)
+    return PROBES + distinct[::step][:SAMPLE_TEXTS]
+
+
+def _onnx_encoder(model: str, texts: list[str]) -> OnnxEncoder | None:
+    """The checked ONNX encoder of `model`: exported and checked now on `texts` if not yet on this machine.
+    None when the model is not covered, the check failed (now or before), or the cache cannot be written."""
+    if not mean_pooled(model):
+        return None
+    folder = export_folder(model)
+    try:
+        if not (folder / "check.json").exists():
+            _build(model, folder, texts)
+        outcome = json.loads((folder / "check.json").read_text())
+        if not outcome["passed"]:
+            _LOG.warning(
+                f"the ONNX export of {model} is not used ({outcome}; it needs the torch tokenizer's tokens and "
+                f"cosine >= {MIN_COSINE} to torch's vectors): embedding with torch"
+            )
+            return None
+        return OnnxEncoder(folder)
+    except Exception as e:  # no writable cache dir, a damaged export
+        _LOG.warning(f"no ONNX Runtime encoder for {model} ({type(e).__name__}: {e}): embedding with torch")
+        if (folder / "check.json").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a damaged export: the next run builds it again
+        return None
+
+
+def _build(model: str, folder: Path, texts: list[str]) -> None:
+    """Export and check in a temporary folder, then rename it into place: whole or not at all. An export
+    that fails is recorded as a failed check, so each run does not try it again."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".building-"))
+    try:
+        reference = _torch(model)
+        try:
+            _export(reference, tmp)
+            outcome = check(OnnxEncoder(tmp), reference, sample(texts))
+        except Exception as e:  # an architecture the exporter or ONNX Runtime does not take
+            outcome = {"passed": False, "error": f"{type(e).__name__}: {e}"}
+        (tmp / "check.json").write_text(json.dumps(outcome))
+        with contextlib.suppress(OSError):  # a concurrent builder's export is as good
+            os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _torch(model: str) -> TorchEncoder:
+    key = (model, model_version(model), "torch")
+    with _LOCK:
+        if key not in _ENCODERS:
+            _ENCODERS[key] = TorchEncoder(model)
+        return _ENCODERS[key]
+
+
+def local_encoder(model: str, backend: str = "onnx", texts: list[str] | None = None):
+    """The encoder of a local model, loaded once per process, version and backend. `onnx` falls back to
+    torch when the ONNX export is not available (see the module's docstring); `texts` are the first texts
+    asked for, part of the check when the export is built now."""
+    if backend not in BACKENDS:
+        raise ValueError(f"embedding backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return _torch(model)
+    key = (model, model_version(model), backend)
+    with _LOCK:
+        known = _ENCODERS.get(key)
+    if known is None:
+        known = _onnx_encoder(model, texts or []) or _torch(model)
+        with _LOCK:
+            known = _ENCODERS.setdefault(key, known)
+    return known
