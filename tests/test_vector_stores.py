@@ -102,6 +102,31 @@ def test_contract(store):
     assert store.info(name)["exists"] is False
 
 
+def test_lancedb_tells_a_published_index_by_its_folder_and_a_lost_one_by_its_absence(tmp_path, monkeypatch):
+    """An unchanged rerun asks whether every index is there: LanceDB answers from the build's folder and
+    the count recorded when it was published (a build never changes), without importing lancedb."""
+    import shutil
+
+    store = LanceDBStore(uri=str(tmp_path / "lance"))
+    store.upsert("Rag_told", ROWS, VECS)
+    store.upsert("Rag_old", ROWS[:3], VECS[:3])
+    with monkeypatch.context() as m:
+        m.setattr(LanceDBStore, "_count", lambda self, physical: pytest.fail("opened the table to count"))
+        info = store.info("Rag_told")
+        assert info["exists"] is True and info["count"] == len(ROWS)
+        shutil.rmtree(tmp_path / "lance" / f"{info['build']}.lance")  # the files lost, the alias kept
+        assert store.info("Rag_told") == {"exists": False, "count": 0, "backend": "lancedb"}
+    alias = tmp_path / "lance" / "_aliases" / "Rag_old.json"
+    record = json.loads(alias.read_text())
+    alias.write_text(
+        json.dumps({"physical": record["physical"], "fields": record["fields"]})
+    )  # an older record
+    counted = []
+    original = LanceDBStore._count
+    monkeypatch.setattr(LanceDBStore, "_count", lambda self, p: counted.append(p) or original(self, p))
+    assert store.info("Rag_old")["count"] == 3 and counted == [record["physical"]]  # LanceDB counts it
+
+
 def test_filters_in_the_seeds_format(store):
     """Every filter returns exactly the rows the reference semantics select, in all three search modes."""
     name = "Rag_filters_" + store.backend

@@ -39,7 +39,7 @@ class AliasDirectory:
         return self.root / "_aliases" / f"{collection}.json"
 
     def get(self, collection: str) -> dict | None:
-        """{'physical': name, 'fields': {name: type}} or None."""
+        """{'physical': name, 'fields': {name: type}, 'count': rows at publishing or None} or None."""
         path = self._path(collection)
         if not path.exists():
             return None
@@ -48,15 +48,18 @@ class AliasDirectory:
         return {
             "physical": record.get("physical") or record["table"],
             "fields": record.get("fields") or {"doc_id": "str"},
+            "count": record.get("count"),  # records written before counts were kept have none
         }
 
-    def point(self, collection: str, physical: str, fields: dict[str, str]) -> dict | None:
-        """Move the alias to `physical`; return the previous record."""
+    def point(
+        self, collection: str, physical: str, fields: dict[str, str], count: int | None = None
+    ) -> dict | None:
+        """Move the alias to `physical` (a finished build of `count` rows); return the previous record."""
         previous = self.get(collection)
         path = self._path(collection)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
-        tmp.write_text(json.dumps({"physical": physical, "fields": fields}))
+        tmp.write_text(json.dumps({"physical": physical, "fields": fields, "count": count}))
         os.replace(tmp, path)
         return previous
 
@@ -134,7 +137,7 @@ class EmbeddedStore(VectorStore):
         except BaseException:
             self._drop(physical)  # nothing half-built is left behind
             raise
-        self._publish(collection, physical, fields)
+        self._publish(collection, physical, fields, count)
         return len(rows)
 
     @abc.abstractmethod
@@ -157,6 +160,10 @@ class EmbeddedStore(VectorStore):
 
     @abc.abstractmethod
     def _count(self, physical: str) -> int: ...
+
+    def _build_present(self, physical: str) -> bool | None:
+        """Whether a build's files are there, told without opening the store; None: only opening tells."""
+        return None
 
     @abc.abstractmethod
     def _drop(self, physical: str) -> None:
@@ -184,9 +191,9 @@ class EmbeddedStore(VectorStore):
                 raise
             return run(latest["physical"])
 
-    def _publish(self, collection: str, physical: str, fields: dict[str, str]) -> None:
+    def _publish(self, collection: str, physical: str, fields: dict[str, str], count: int) -> None:
         """Point the collection at a finished build, then drop the build it replaced."""
-        previous = self._aliases.point(collection, physical, fields)
+        previous = self._aliases.point(collection, physical, fields, count)
         if previous:
             self._drop(previous["physical"])
 
@@ -199,10 +206,17 @@ class EmbeddedStore(VectorStore):
             self._drop(previous["physical"])
 
     def info(self, collection: str) -> dict:
-        record = self._aliases.get(collection)
-        if record is None:
+        for _ in range(2):  # a rebuild may have dropped the build the alias named a moment ago: look again
+            record = self._aliases.get(collection)
+            present = None if record is None else self._build_present(record["physical"])
+            if present is not False:
+                break
+        if record is None or present is False:
             return {"exists": False, "count": 0, "backend": self.backend}
-        count = self._read(collection, self._count)
+        if present and record["count"] is not None:
+            count = record["count"]  # a published build never changes: its count at publishing stands
+        else:
+            count = self._read(collection, self._count)
         return {"exists": True, "count": count, "backend": self.backend, "build": record["physical"]}
 
 

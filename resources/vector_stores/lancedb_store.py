@@ -8,6 +8,7 @@ metadata fields become typed columns; filters become SQL `WHERE` clauses applied
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import ClassVar
 
 import dagster as dg
@@ -104,6 +105,13 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
 
     def _count(self, physical: str) -> int:
         return self._db().open_table(physical).count_rows()
+
+    def _build_present(self, physical: str) -> bool | None:
+        # LanceDB keeps a table as `<uri>/<name>.lance/` with its versions' manifests in `_versions/`: looking
+        # at the folder spares an unchanged rerun importing lancedb (~2 s) only to count rows
+        if "://" in self.uri:
+            return None  # object storage: ask LanceDB
+        return (Path(self.uri) / f"{physical}.lance" / "_versions").is_dir()
 
     def _drop(self, physical: str) -> None:
         _OPEN.pop((self.uri, physical), None)
