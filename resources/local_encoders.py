@@ -43,6 +43,7 @@ PROBES = [
 ]
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
+_BUILDING = threading.Lock()
 _ENCODERS: dict[tuple[str, str | None, str], object] = {}  # (model, version, backend) -> encoder
 
 
@@ -287,10 +288,11 @@ def local_encoder(model: str, backend: str = "onnx", texts: list[str] | None = N
     if backend == "torch":
         return _torch(model)
     key = (model, model_version(model), backend)
-    with _LOCK:
-        known = _ENCODERS.get(key)
-    if known is None:
-        known = _onnx_encoder(model, texts or []) or _torch(model)
+    with _BUILDING:  # threads of one process wait for one export instead of each making their own
         with _LOCK:
-            known = _ENCODERS.setdefault(key, known)
+            known = _ENCODERS.get(key)
+        if known is None:
+            known = _onnx_encoder(model, texts or []) or _torch(model)
+            with _LOCK:
+                _ENCODERS[key] = known
     return known
