@@ -15,6 +15,11 @@ def default_data_dir() -> str:
     return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
 
 
+def user_cache_dir() -> Path:
+    """This project's folder in the user's cache dir: what is built once per machine (not per data dir)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
+
+
 def env_number(name: str, default, cast):
     """A non-negative number from the environment, or a one-line error naming the variable."""
     from rag_core.spec import SpecError

@@ -107,10 +107,11 @@ class EmbeddingService(dg.ConfigurableResource):
 
     def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
         out = []
+        encoder = self.encoder(model, texts) if is_local(model) else None  # looked up once, not per batch
         for i in range(0, len(texts), self.batch_size):
             batch = texts[i : i + self.batch_size]
-            if is_local(model):
-                vecs = self.encoder(model, texts).encode(batch)
+            if encoder is not None:
+                vecs = encoder.encode(batch)
             else:
                 import litellm
 

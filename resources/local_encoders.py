@@ -30,6 +30,7 @@ import numpy as np
 
 from rag_core.fingerprint import short_hash, slug
 from rag_core.local_models import model_version, weights_path
+from resources import user_cache_dir
 
 BACKENDS = ("onnx", "torch")
 MIN_COSINE = 0.9999
@@ -131,8 +132,7 @@ def export_folder(model: str) -> Path:
     versions = [model_version(model), EXPORT_FORMAT] + [
         importlib.metadata.version(d) for d in ("torch", "transformers", "onnx", "onnxruntime", "tokenizers")
     ]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep" / "onnx"
-    return cache / f"{slug(model)}-{short_hash(json.dumps(versions), 12)}"
+    return user_cache_dir() / "onnx" / f"{slug(model)}-{short_hash(json.dumps(versions), 12)}"
 
 
 def mean_pooled(model: str) -> bool:

@@ -14,6 +14,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from resources import user_cache_dir
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -40,7 +42,7 @@ def seed_sqlite_store(db: Path) -> None:
 
     if db.exists():
         return
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
+    cache = user_cache_dir()
     template = cache / f"mlflow-{mlflow.__version__}-empty.db"
     try:
         if not template.exists():
