@@ -170,6 +170,15 @@ class EmbeddingService(dg.ConfigurableResource):
         hashes = [text_hash(t) for t in texts]
         cache = self._load_cache(model)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
+        with _embedding(self._cache_path(model)) if missing else contextlib.nullcontext():
+            if missing:  # another process may have embedded them while this one waited
+                cache = self._load_cache(model)
+                missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
+            self._embed_missing(model, missing, cache, progress)
+        matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
+        return matrix, EmbedStats(len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0)
+
+    def _embed_missing(self, model: str, missing: dict[str, str], cache: dict, progress) -> None:
         # longest first, so each batch holds texts of about one length: a batch pads to its longest text,
         # and unsorted batches of chunks spent half of the model's time on padding
         todo = sorted(missing.items(), key=lambda item: len(item[1]), reverse=True)
@@ -186,5 +195,16 @@ class EmbeddingService(dg.ConfigurableResource):
             )
             atomic_write_parquet(part, self._cache_path(model) / f"{uuid.uuid4().hex}.parquet")
             cache.update(zip((h for h, _ in block), new, strict=True))
-        matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
-        return matrix, EmbedStats(len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _embedding(folder: Path):
+    """Held while texts missing from a model's cache are embedded: a second process (a `rag-sweep run`
+    worker evaluating another config over the same chunks) waits, then finds them cached, so each text is
+    embedded once. The kernel releases it when its process ends, even when killed."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".embedding.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
