@@ -1,10 +1,12 @@
 """`rag-sweep`: run a sweep end to end through the same Dagster assets, in process, no server needed.
 
     rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
+                  [--workers N]
     rag-sweep validate SPEC
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
 
-The input files are observed and snapshotted, then the plan's stages run in order, one partition at a time,
+The input files are observed and snapshotted, then the plan's partitions run, each as a Dagster run as soon
+as the partitions it reads are complete, several at once in worker processes (rag_assets/step_runs.py),
 into a persistent Dagster instance under `<data-dir>/dagster_home` (so `dagster dev` can show them). A
 partition whose latest materialization already holds the artifact these snapshots give is skipped, so
 re-running an unchanged spec recomputes nothing; a killed run resumes from what is complete.
@@ -227,13 +229,14 @@ def run_sweep(
     progress: bool = True,
     resources: dict | None = None,
     store: str | None = None,
+    workers: int | None = None,
 ) -> SweepRun:
     """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
     client pointed at another server); `store` is the vector store of configs that name none (default
-    $RAG_VECTOR_STORE, else lancedb)."""
+    $RAG_VECTOR_STORE, else lancedb); `workers`: processes that run independent partitions at once
+    (default $RAG_WORKERS, else the cores available; 1 runs every step in this process)."""
     import dagster as dg
     import polars as pl
-    from dagster._core.errors import DagsterExecutionStepExecutionError
     from tqdm import tqdm
 
     from rag_assets.definitions import build_definitions
@@ -241,12 +244,22 @@ def run_sweep(
     from rag_assets.lib.rag_sweep import deployment_llm_api_base, deployment_store
     from rag_assets.search_run import adaptive
     from rag_assets.stage_asset import FORCE_TAG
+    from rag_assets.step_runs import (
+        ALONE,
+        STAGE_LIMITS,
+        StepRunner,
+        default_workers,
+        run_in_workers,
+        worker_count,
+    )
     from rag_core.plan import Plan
     from rag_core.progress import listening
     from rag_core.spec import load_sweep
+    from rag_core.step_graph import StepGraph
     from resources import default_data_dir
 
     plan = Plan.resolve(load_sweep(spec), store or deployment_store(), deployment_llm_api_base())
+    workers = workers if workers is not None else default_workers()  # a bad $RAG_WORKERS: before any work
     data = Path(data_dir or default_data_dir()).resolve()
     with exclusive(data):
         defs = build_definitions([plan], str(data), resources)
@@ -261,28 +274,11 @@ def run_sweep(
         }
         config = {} if verbose else QUIET_LOGS
 
+        runner = StepRunner(defs, instance, tags, verbose, plan)
+
         def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
-            where = f"{stage}[{key}]" if key else stage
-            try:
-                result = dg.materialize(
-                    assets,
-                    selection=[_key(plan, stage)],
-                    partition_key=key,
-                    instance=instance,
-                    resources=defs.resources,
-                    tags={**tags, **(extra_tags or {})},
-                    run_config=config,
-                    raise_on_error=True,
-                )
-            except DagsterExecutionStepExecutionError as e:
-                raise StepFailed.of(where, e.user_exception) from e
-            if not verbose:
-                for entry in instance.all_logs(result.run_id):
-                    if entry.level >= logging.WARNING and not entry.is_dagster_event:
-                        tqdm.write(f"warning: {where}: {entry.user_message}", file=sys.stderr)
-            for check in result.get_asset_check_evaluations():
-                if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
-                    raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
+            for line in runner(stage, key, extra_tags):
+                tqdm.write(line, file=sys.stderr)
 
         from dagster._core.definitions.observe import observe  # not re-exported at the top level
 
@@ -299,7 +295,8 @@ def run_sweep(
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         search = None
-        with listening(WorkBars(progress)):  # texts embedded, questions answered: a bar inside the step
+        work_bars = WorkBars(progress)
+        with listening(work_bars):  # texts embedded, questions answered: a bar inside the step
             if adaptive(plan):
                 partitions = [step for step in todo if step[0] != "leaderboard"]
                 search = _adaptive(plan, instance, data, partitions, force, materialize, progress, stores)
@@ -307,11 +304,20 @@ def run_sweep(
             elif not todo:
                 print("every partition is up to date: nothing to compute", file=sys.stderr)
             else:
+                graph = StepGraph(todo, lambda step: _reads(plan, step), STAGE_LIMITS, ALONE)
+                n = worker_count(graph, workers, resources, plan)
                 # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
-                bar = tqdm(todo, bar_format=STEPS_BAR, disable=not progress, file=sys.stderr)
-                for stage, key in bar:
-                    bar.set_description(f"{stage}{'[' + plan.labels.get(key, key) + ']' if key else ''}"[:60])
-                    materialize(stage, key)
+                bar = tqdm(total=len(todo), bar_format=STEPS_BAR, disable=not progress, file=sys.stderr)
+                if n > 1:
+                    run_in_workers(graph, n, plan, data, resources, tags, verbose, bar, work_bars)
+                else:
+                    for stage, key in todo:
+                        bar.set_description(
+                            f"{stage}{'[' + plan.labels.get(key, key) + ']' if key else ''}"[:60]
+                        )
+                        materialize(stage, key)
+                        bar.update(1)
+                bar.close()
         board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
         return SweepRun(board, defs, instance, plan, data, search)
 
@@ -338,8 +344,13 @@ class WorkBars:
         if bar is None:
             if done >= total:
                 return
-            bar = self.bars[what] = tqdm(
-                total=total, desc=f"  {what}", position=1, leave=False, file=sys.stderr, dynamic_ncols=True
+            bar = self.bars[what] = tqdm(  # under the steps bar; several when steps run at once
+                total=total,
+                desc=f"  {what}",
+                position=1 + len(self.bars),
+                leave=False,
+                file=sys.stderr,
+                dynamic_ncols=True,
             )
         bar.update(done - bar.n)
         if done >= total:
@@ -414,6 +425,17 @@ def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progre
         report = run_search(plan, todo, materialize, summary_of, spent, show, resume=not force)
     bar.close()
     return report
+
+
+def _reads(plan, step: tuple[str, str | None]) -> list[tuple[str, str | None]]:
+    """The steps whose artifacts a step reads: its partition's upstream partitions; the leaderboard
+    reads every evaluation."""
+    from rag_core.stages import CONFIG_STAGE
+
+    stage, key = step
+    if stage == "leaderboard":
+        return [(CONFIG_STAGE, k) for k in plan.config_keys]
+    return [(s, k) for s, k in plan.partition(stage, key).reads.items() if k is not None]
 
 
 def _key(plan, stage: str):
@@ -633,6 +655,12 @@ def _main(argv: list[str] | None) -> int:
     )
     run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="processes that run independent partitions at once (default $RAG_WORKERS, else the cores "
+        "available; 1: every step in this process)",
+    )
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec")
     pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
@@ -706,11 +734,13 @@ def _main(argv: list[str] | None) -> int:
             print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
             print("\n".join(estimate.lines()))
             return 0
+        if args.workers is not None and args.workers < 1:
+            raise SpecError(f"--workers {args.workers}: expected 1 or more worker processes")
         if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
             raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
         t0 = time.perf_counter()
         board, defs, _, plan, data, search = run_sweep(
-            args.spec, args.data_dir, args.force, args.verbose, store=args.store
+            args.spec, args.data_dir, args.force, args.verbose, store=args.store, workers=args.workers
         )
         sweep = plan.sweep
     except (KeyboardInterrupt, DagsterExecutionInterruptedError):

@@ -1,0 +1,235 @@
+"""How `rag-sweep run` materializes a step (one stage, one partition) as a Dagster run, in this process or
+in worker processes that run independent partitions at once.
+
+A Dagster run executed in process captures the process's stdout and stderr for its step, so two runs
+cannot share one process: a worker is a process of its own (started fresh, not forked from a process
+holding open SQLite connections), builds the same definitions from the same plan, and writes to the same
+instance, MLflow store and data dir. The parent hands out steps as their inputs complete
+(rag_core/step_graph.py) and draws progress the workers report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Embedding already keeps every core busy, and two embeddings at once would each embed the texts they
+# share: one at a time. Other stages mostly wait on Python, storage and Dagster's bookkeeping.
+STAGE_LIMITS = {"embeddings": 1}
+# Stages that time their queries (retrieval, reranking, generation latency: the decision's p95) run alone,
+# so a latency is that of the config, not of a machine busy with other steps.
+ALONE = ("retrievals", "rerankings", "answers")
+# Below this many steps two workers would still be starting (each imports Dagster and builds the
+# definitions, ~2.5 s) when the steps are done in process: not worth it.
+MIN_PARALLEL_STEPS = 8
+
+
+def default_workers() -> int:
+    """Worker processes of a run: $RAG_WORKERS, else half the cores this process may use (1 on 2 cores).
+    A worker's steps mostly keep one core busy, embedding keeps all of them busy, and each worker pays
+    its own start (imports, definitions, model): on 2 cores two workers ran the example sweep no faster
+    than one process and used ~20% more CPU (benchmarks/parallel_steps.py)."""
+    from rag_core.spec import SpecError
+
+    raw = os.environ.get("RAG_WORKERS", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise SpecError(f"$RAG_WORKERS={raw!r}: expected a whole number of worker processes, 1 or more")
+        return int(raw)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+@dataclass
+class StepRunner:
+    """Materializes one step of the plan's sweep as a Dagster run on `instance`; returns the warnings its
+    step logged (one line each), raises StepFailed or CheckFailed (rag_assets/cli.py)."""
+
+    defs: Any
+    instance: Any
+    tags: dict[str, str]
+    verbose: bool
+    plan: Any
+    assets: list = field(init=False)
+
+    def __post_init__(self):
+        self.assets = list(self.defs.assets)
+
+    def __call__(self, stage: str, key: str | None = None, extra_tags: dict | None = None) -> list[str]:
+        import dagster as dg
+        from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
+
+        from rag_assets.cli import QUIET_LOGS, CheckFailed, StepFailed, _key
+
+        where = f"{stage}[{key}]" if key else stage
+        try:
+            result = dg.materialize(
+                self.assets,
+                selection=[_key(self.plan, stage)],
+                partition_key=key,
+                instance=self.instance,
+                resources=self.defs.resources,
+                tags={**self.tags, **(extra_tags or {})},
+                run_config={} if self.verbose else QUIET_LOGS,
+                raise_on_error=True,
+            )
+        except DagsterExecutionStepExecutionError as e:
+            raise StepFailed.of(where, e.user_exception) from e
+        except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+            raise
+        except Exception as e:  # raise_on_error re-raises most step errors as themselves
+            raise StepFailed.of(where, e) from e
+        warnings = []
+        if not self.verbose:
+            for entry in self.instance.all_logs(result.run_id):
+                if entry.level >= logging.WARNING and not entry.is_dagster_event:
+                    warnings.append(f"warning: {where}: {entry.user_message}")
+        for check in result.get_asset_check_evaluations():
+            if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
+                raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
+        return warnings
+
+
+def worker_count(graph, requested: int, resources: dict | None, plan) -> int:
+    """How many worker processes to run `graph`'s steps in: 1 (in this process) when there are few steps,
+    no two of them can run at once, or the plan or resource overrides cannot be sent to another process."""
+    n = min(requested, graph.width())
+    if n < 2 or len(graph.order) < MIN_PARALLEL_STEPS:
+        return 1
+    try:
+        pickle.loads(pickle.dumps((plan, portable(resources))))
+    except Exception:  # e.g. a resource holding a live client: run here, as before
+        return 1
+    return n
+
+
+def portable(resources: dict | None) -> dict | None:
+    """Resource overrides as (class, field values): a Dagster resource does not unpickle whole."""
+    import dagster as dg
+
+    if resources is None:
+        return None
+    out = {}
+    for name, r in resources.items():
+        if not isinstance(r, dg.ConfigurableResource):
+            raise TypeError(f"resource {name!r} is not a ConfigurableResource")
+        out[name] = (type(r), {k: getattr(r, k) for k in type(r).model_fields})
+    return out
+
+
+# ---- in a worker process ---------------------------------------------------------------------------
+
+_RUNNER: StepRunner | None = None
+_EVENTS = None
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker whose parent is gone (killed) ends: no one would hand it steps or read its results."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
+
+
+def _start(plan, data: str, resources: dict | None, tags: dict, verbose: bool, events, parent: int) -> None:
+    global _RUNNER, _EVENTS
+    from rag_assets.cli import CLI_PID_TAG, _instance
+    from rag_assets.definitions import build_definitions
+
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if resources is not None:
+        resources = {name: cls(**fields) for name, (cls, fields) in resources.items()}
+    defs = build_definitions([plan], data, resources)
+    # the worker's own pid: a later run closes this Dagster run as abandoned only once this process is gone
+    _RUNNER = StepRunner(defs, _instance(Path(data)), {**tags, CLI_PID_TAG: str(os.getpid())}, verbose, plan)
+    _EVENTS = events
+
+
+def _run(stage: str, key: str | None, label: str) -> list[str]:
+    from rag_core.progress import listening
+
+    def forward(what: str, done: int, total: int) -> None:
+        _EVENTS.put((f"{what} [{label}]", done, total))
+
+    with listening(forward):
+        return _RUNNER(stage, key)
+
+
+# ---- in the parent ---------------------------------------------------------------------------------
+
+
+def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, bar, work_bars) -> None:
+    """Run every step of `graph` in `n` worker processes, each as soon as its inputs are complete. A step
+    that fails stops new steps from starting; the running ones finish (their artifacts are complete and
+    kept), then the first failure is raised."""
+    import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
+
+    from tqdm import tqdm
+
+    from rag_assets.cli import StepFailed
+
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    pool = ProcessPoolExecutor(
+        n,
+        mp_context=ctx,
+        initializer=_start,
+        initargs=(plan, str(data), portable(resources), tags, verbose, events, os.getpid()),
+    )
+    running: dict = {}  # future -> (step, label)
+    failure: BaseException | None = None
+    try:
+        while True:
+            if failure is None:
+                for step in graph.ready():
+                    if len(running) >= n:
+                        break
+                    graph.start(step)
+                    stage, key = step
+                    label = f"{stage}[{plan.labels.get(key, key)}]" if key else stage
+                    running[pool.submit(_run, stage, key, label)] = (step, label)
+                    bar.set_description(f"{len(running)} running, last {label}"[:60])
+            if not running:
+                break
+            finished, _ = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
+            _draw(events, work_bars)
+            for future in finished:
+                step, label = running.pop(future)
+                try:
+                    for line in future.result():
+                        tqdm.write(line, file=sys.stderr)
+                except BrokenProcessPool as e:
+                    failure = failure or StepFailed(
+                        f"{label}: its worker process ended abruptly (killed, or out of memory); the complete "
+                        "artifacts are kept: run the same command again to resume"
+                    )
+                    failure.__cause__ = e
+                    continue
+                except BaseException as e:  # noqa: BLE001 (raised below, once the running steps end)
+                    failure = failure or e
+                    continue
+                graph.finish(step)
+                bar.update(1)
+        _draw(events, work_bars)
+    finally:
+        pool.shutdown(wait=failure is not None or graph.finished, cancel_futures=True)
+    if failure is not None:
+        raise failure
+
+
+def _draw(events, work_bars) -> None:
+    while True:
+        try:
+            what, done, total = events.get_nowait()
+        except queue.Empty:
+            return
+        work_bars(what, done, total)
