@@ -234,7 +234,7 @@ def run_sweep(
     """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
     client pointed at another server); `store` is the vector store of configs that name none (default
     $RAG_VECTOR_STORE, else lancedb); `workers`: processes that run independent partitions at once
-    (default $RAG_WORKERS, else the cores available; 1 runs every step in this process)."""
+    (default $RAG_WORKERS, else half the cores available; 1 runs every step in this process)."""
     import dagster as dg
     import polars as pl
     from tqdm import tqdm
@@ -250,6 +250,7 @@ def run_sweep(
         StepRunner,
         default_workers,
         run_in_workers,
+        step_label,
         worker_count,
     )
     from rag_core.plan import Plan
@@ -312,9 +313,7 @@ def run_sweep(
                     run_in_workers(graph, n, plan, data, resources, tags, verbose, bar, work_bars)
                 else:
                     for stage, key in todo:
-                        bar.set_description(
-                            f"{stage}{'[' + plan.labels.get(key, key) + ']' if key else ''}"[:60]
-                        )
+                        bar.set_description(step_label(plan, stage, key)[:60])
                         materialize(stage, key)
                         bar.update(1)
                 bar.close()
@@ -658,8 +657,8 @@ def _main(argv: list[str] | None) -> int:
     run.add_argument(
         "--workers",
         type=int,
-        help="processes that run independent partitions at once (default $RAG_WORKERS, else the cores "
-        "available; 1: every step in this process)",
+        help="processes that run independent partitions at once (default $RAG_WORKERS, else half the "
+        "cores available; 1: every step in this process)",
     )
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec")

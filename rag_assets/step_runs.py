@@ -99,6 +99,11 @@ class StepRunner:
         return warnings
 
 
+def step_label(plan, stage: str, key: str | None) -> str:
+    """A step as the progress bars show it: the stage and its partition's short label."""
+    return f"{stage}[{plan.labels.get(key, key)}]" if key else stage
+
+
 def worker_count(graph, requested: int, resources: dict | None, plan) -> int:
     """How many worker processes to run `graph`'s steps in: 1 (in this process) when there are few steps,
     no two of them can run at once, or the plan or resource overrides cannot be sent to another process."""
@@ -195,7 +200,7 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
                         break
                     graph.start(step)
                     stage, key = step
-                    label = f"{stage}[{plan.labels.get(key, key)}]" if key else stage
+                    label = step_label(plan, stage, key)
                     running[pool.submit(_run, stage, key, label)] = (step, label)
                     bar.set_description(f"{len(running)} running, last {label}"[:60])
             if not running:
