@@ -174,7 +174,8 @@ def _run(stage: str, key: str | None, label: str) -> list[str]:
 def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, bar, work_bars) -> None:
     """Run every step of `graph` in `n` worker processes, each as soon as its inputs are complete. A step
     that fails stops new steps from starting; the running ones finish (their artifacts are complete and
-    kept), then the first failure is raised."""
+    kept), then the first failure is raised. A worker that dies (killed) takes the steps running in the
+    others with it (the pool stops every worker): each is named, and resumes on the next run."""
     import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 
@@ -192,6 +193,7 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
     )
     running: dict = {}  # future -> (step, label)
     failure: BaseException | None = None
+    broken: list[str] = []  # steps whose worker ended: the pool ends every worker when one dies
     try:
         while True:
             if failure is None:
@@ -213,12 +215,9 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
                     for line in future.result():
                         tqdm.write(line, file=sys.stderr)
                 except BrokenProcessPool as e:
+                    broken.append(label)
                     if failure is None:
-                        failure = StepFailed(
-                            f"{label}: its worker process ended abruptly (killed, out of memory, or it failed "
-                            "to start: see above); complete artifacts are kept: run the same command to resume"
-                        )
-                        failure.__cause__ = e
+                        failure = e
                     continue
                 except BaseException as e:  # noqa: BLE001 (raised below, once the running steps end)
                     failure = failure or e
@@ -228,6 +227,12 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
         _draw(events, work_bars)
     finally:
         pool.shutdown(wait=failure is not None or graph.finished, cancel_futures=True)
+    if isinstance(failure, BrokenProcessPool):  # which worker died first is not known: name every step
+        raise StepFailed(
+            f"{', '.join(sorted(broken))}: a worker process ended abruptly (killed, out of memory, or it failed "
+            "to start: see above) and the others were stopped with it; complete artifacts are kept: run the "
+            "same command to resume"
+        ) from failure
     if failure is not None:
         raise failure
 

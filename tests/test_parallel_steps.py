@@ -1,16 +1,41 @@
 """Independent partitions in worker processes (rag_assets/step_runs.py): the same leaderboard as one process,
 each text embedded once, each Dagster run tagged with the worker that ran it, and a step that fails in a
-worker stops the sweep with its name while what completed stays complete."""
+worker (or a worker killed mid-step) stops the sweep with its name while what completed stays complete."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from resources.embedders import EmbeddingService
 from tests.conftest import assert_same_board
+
+_BLOCKS_EMBEDDED = 0
+
+
+class KilledOnThirdBlock(EmbeddingService):
+    """Embeds two blocks of texts (each saved to the cache as it completes), then SIGKILLs the worker
+    process embedding the third: no cleanup runs, as when the kernel's out-of-memory killer strikes."""
+
+    parent: int = 0  # the test's process, which must never be killed
+
+    def _model_embed(self, model, texts, progress):
+        global _BLOCKS_EMBEDDED
+        if os.getpid() == self.parent:
+            raise RuntimeError("expected to embed in a worker process")
+        _BLOCKS_EMBEDDED += 1
+        if _BLOCKS_EMBEDDED == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super()._model_embed(model, texts, progress)
+
+
+def _cache(data: Path) -> pl.DataFrame:
+    parts = list((data / "embedding_cache").rglob("*.parquet"))
+    return pl.concat([pl.read_parquet(p) for p in parts]) if parts else pl.DataFrame()
 
 
 def test_two_workers_give_the_board_of_one_process_and_embed_each_text_once(sweep_run, slice_sweep, tmp_path):
@@ -24,8 +49,7 @@ def test_two_workers_give_the_board_of_one_process_and_embed_each_text_once(swee
     assert len(workers) == 2, pids  # the partitions ran in two other processes
     assert run.instance.get_runs(limit=1)[0].tags[CLI_PID_TAG] != str(os.getpid())
 
-    parts = list((tmp_path / "data" / "embedding_cache").rglob("*.parquet"))
-    hashes = pl.concat([pl.read_parquet(p, columns=["text_hash"]) for p in parts])["text_hash"]
+    hashes = _cache(tmp_path / "data")["text_hash"]
     assert hashes.len() == hashes.n_unique() > 0  # the two embeddings never ran at once on shared texts
 
 
@@ -45,6 +69,35 @@ def test_a_step_that_fails_in_a_worker_is_named_and_what_completed_stays(slice_s
         )
     chunksets = [p for p in (tmp_path / "data" / "chunksets").iterdir() if not p.name.startswith(".")]
     assert len(chunksets) == 2  # both chunksets were complete before an embedding failed
+
+
+@pytest.mark.slow  # two sweeps, one of them in two worker processes
+def test_a_worker_killed_mid_embedding_is_named_and_the_next_run_resumes_from_its_saved_blocks(
+    sweep_run, slice_sweep, tmp_path
+):
+    import dagster as dg
+
+    from rag_assets.cli import StepFailed, run_sweep
+
+    data = tmp_path / "data"
+    dying = KilledOnThirdBlock(
+        cache_dir=str(data / "embedding_cache"), checkpoint_texts=16, parent=os.getpid()
+    )
+    with pytest.raises(StepFailed, match=r"embeddings\[.*a worker process ended abruptly"):
+        run_sweep(str(slice_sweep), str(data), progress=False, workers=2, resources={"embedder": dying})
+    saved = _cache(data)
+    assert saved.height == 32  # the two whole blocks embedded before the kill, nothing of the third
+
+    run = run_sweep(str(slice_sweep), str(data), progress=False, workers=1)
+    assert_same_board(run.board, sweep_run["board"])
+    cache = _cache(data)
+    assert cache["text_hash"].n_unique() == cache.height > saved.height  # the rest embedded, once each
+    kept = saved.join(cache, on="text_hash", suffix="_after")
+    assert kept.height == saved.height and kept["vector"].to_list() == kept["vector_after"].to_list()
+    live = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    assert not run.instance.get_runs(filters=dg.RunsFilter(statuses=live))  # the killed runs were closed
+    failed = run.instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    assert any(r.tags.get("dagster/partition") in run.plan.partitions["embeddings"] for r in failed)
 
 
 def test_a_bad_worker_count_is_a_one_line_error(slice_sweep, tmp_path, monkeypatch, capsys):
