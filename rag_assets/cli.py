@@ -176,6 +176,21 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     return complete
 
 
+def unobserved(plan, instance, sources: list) -> list:
+    """The observable input files whose content is not what their latest observation recorded (or that
+    were never observed): an unchanged file needs no run to observe it again."""
+    from rag_core.fingerprint import file_hash
+
+    paths = {"corpus_file": plan.sweep.corpus_path, "qa_file": plan.sweep.qa_path}
+    changed = []
+    for source in sources:
+        record = instance.get_latest_data_version_record(source.key, is_source=True)
+        seen = record.asset_observation.data_version if record and record.asset_observation else None
+        if seen != file_hash(paths[source.key.path[-1]]):
+            changed.append(source)
+    return changed
+
+
 def stale_snapshots(plan, instance, data: Path) -> list[str]:
     """The input snapshots (corpus, qa_set) whose latest materialization does not hold the files as they
     are now, whole in `data`: an unchanged file needs no run to snapshot it again. Each file is hashed once."""
@@ -288,9 +303,10 @@ def run_sweep(
             print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
             materialize("qa_file")  # an existing file (a reviewed copy) is used as is
         sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
-        observe(
-            sources, instance=instance, run_config=config
-        )  # the input files' content hashes, as the UI would observe them
+        if changed := unobserved(
+            plan, instance, sources
+        ):  # their content hashes, as the UI would observe them
+            observe(changed, instance=instance, run_config=config)
         for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
             materialize(stage)
         stores = defs.resources["vector_stores"]
