@@ -303,9 +303,8 @@ def run_sweep(
             print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
             materialize("qa_file")  # an existing file (a reviewed copy) is used as is
         sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
-        if changed := unobserved(
-            plan, instance, sources
-        ):  # their content hashes, as the UI would observe them
+        # the input files' content hashes, as the UI would observe them; an unchanged file is not observed again
+        if changed := unobserved(plan, instance, sources):
             observe(changed, instance=instance, run_config=config)
         for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
             materialize(stage)

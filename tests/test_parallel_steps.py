@@ -55,7 +55,6 @@ def test_two_workers_give_the_board_of_one_process_and_embed_each_text_once(swee
 
 def test_a_step_that_fails_in_a_worker_is_named_and_what_completed_stays(slice_sweep, tmp_path):
     from rag_assets.cli import StepFailed, run_sweep
-    from resources.embedders import EmbeddingService
 
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the embedding cache would go")
