@@ -175,7 +175,8 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
     """Run every step of `graph` in `n` worker processes, each as soon as its inputs are complete. A step
     that fails stops new steps from starting; the running ones finish (their artifacts are complete and
     kept), then the first failure is raised. A worker that dies (killed) takes the steps running in the
-    others with it (the pool stops every worker): each is named, and resumes on the next run."""
+    others with it (the pool stops every worker): unless another step failed first, each is named; all
+    resume on the next run."""
     import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 
@@ -200,10 +201,15 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
                 for step in graph.ready():
                     if len(running) >= n:
                         break
-                    graph.start(step)
                     stage, key = step
                     label = step_label(plan, stage, key)
-                    running[pool.submit(_run, stage, key, label)] = (step, label)
+                    try:
+                        future = pool.submit(_run, stage, key, label)
+                    except BrokenProcessPool as e:  # a worker died since the last wait: its steps fail below
+                        failure = failure or e
+                        break
+                    graph.start(step)
+                    running[future] = (step, label)
                     bar.set_description(f"{len(running)} running, last {label}"[:60])
             if not running:
                 break
@@ -228,10 +234,10 @@ def run_in_workers(graph, n: int, plan, data: Path, resources, tags, verbose, ba
     finally:
         pool.shutdown(wait=failure is not None or graph.finished, cancel_futures=True)
     if isinstance(failure, BrokenProcessPool):  # which worker died first is not known: name every step
+        steps = f"{', '.join(sorted(broken))}: " if broken else ""
         raise StepFailed(
-            f"{', '.join(sorted(broken))}: a worker process ended abruptly (killed, out of memory, or it failed "
-            "to start: see above) and the others were stopped with it; complete artifacts are kept: run the "
-            "same command to resume"
+            f"{steps}a worker process ended abruptly (killed, out of memory, or it failed to start: see above) "
+            "and the others were stopped with it; complete artifacts are kept: run the same command to resume"
         ) from failure
     if failure is not None:
         raise failure

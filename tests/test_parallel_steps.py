@@ -77,11 +77,12 @@ def test_a_worker_killed_mid_embedding_is_named_and_the_next_run_resumes_from_it
     import dagster as dg
 
     from rag_assets.cli import StepFailed, run_sweep
+    from resources import build_resources
 
     data = tmp_path / "data"
-    dying = KilledOnThirdBlock(
-        cache_dir=str(data / "embedding_cache"), checkpoint_texts=16, parent=os.getpid()
-    )
+    default = build_resources(str(data))["embedder"]  # the run's backend and endpoint, as the other runs
+    settings = {k: getattr(default, k) for k in type(default).model_fields}
+    dying = KilledOnThirdBlock(**{**settings, "checkpoint_texts": 16}, parent=os.getpid())
     with pytest.raises(StepFailed, match=r"embeddings\[.*a worker process ended abruptly"):
         run_sweep(str(slice_sweep), str(data), progress=False, workers=2, resources={"embedder": dying})
     saved = _cache(data)
