@@ -176,17 +176,16 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     return complete
 
 
-def unobserved(plan, instance, sources: list) -> list:
+def unobserved(instance, sources: list) -> list:
     """The observable input files whose content is not what their latest observation recorded (or that
     were never observed): an unchanged file needs no run to observe it again."""
     from rag_core.fingerprint import file_hash
 
-    paths = {"corpus_file": plan.sweep.corpus_path, "qa_file": plan.sweep.qa_path}
     changed = []
     for source in sources:
         record = instance.get_latest_data_version_record(source.key, is_source=True)
         seen = record.asset_observation.data_version if record and record.asset_observation else None
-        if seen != file_hash(paths[source.key.path[-1]]):
+        if seen != file_hash(source.metadata["path"].path):  # the path the observation hashes
             changed.append(source)
     return changed
 
@@ -304,7 +303,7 @@ def run_sweep(
             materialize("qa_file")  # an existing file (a reviewed copy) is used as is
         sources = [a for a in assets if isinstance(a, dg.SourceAsset) or a.is_observable]
         # the input files' content hashes, as the UI would observe them; an unchanged file is not observed again
-        if changed := unobserved(plan, instance, sources):
+        if changed := unobserved(instance, sources):
             observe(changed, instance=instance, run_config=config)
         for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
             materialize(stage)

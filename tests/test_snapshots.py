@@ -64,7 +64,7 @@ def test_nightly_schedule_requests_every_config_forced(tmp_path, slice_data):
 def test_input_files_are_observed_by_content(tmp_path, slice_data):
     from rag_assets.cli import unobserved
 
-    plan, defs, data = _setup(tmp_path, slice_data)
+    _, defs, data = _setup(tmp_path, slice_data)
     sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
     key = dg.AssetKey(["snap", "qa_file"])
     with dg.instance_for_test() as instance:
@@ -74,13 +74,13 @@ def test_input_files_are_observed_by_content(tmp_path, slice_data):
             record = instance.get_latest_data_version_record(key, is_source=True)
             return record.asset_observation.data_version
 
-        assert unobserved(plan, instance, sources) == sources  # never observed
+        assert unobserved(instance, sources) == sources  # never observed
         first = version()
         data["qa"].write_bytes(data["qa"].read_bytes())  # touched, same bytes
-        assert unobserved(plan, instance, sources) == []  # `rag-sweep run` starts no run to observe them
+        assert unobserved(instance, sources) == []  # `rag-sweep run` starts no run to observe them
         assert version() == first
         pl.read_parquet(data["qa"]).head(10).write_parquet(data["qa"])
-        assert [s.key for s in unobserved(plan, instance, sources)] == [key]
+        assert [s.key for s in unobserved(instance, sources)] == [key]
         assert version() != first
 
 
