@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -31,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("DAGSTER_HOME", None)  # the CLI's own SQLite instance, not one configured outside
 
+from overhead import children_cpu  # noqa: E402
 from rerun_and_toy import toy_sweep  # noqa: E402
 
 from rag_assets.cli import run_sweep  # noqa: E402
@@ -89,8 +89,7 @@ def runner(spec: Path, data: Path, home: Path | None) -> StepRunner:
 
 def own_cpu() -> float:
     """CPU-s of this process (every thread) and of its ended children."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + children_cpu()
 
 
 def per_run(step: StepRunner, n: int, pg: Postgres | None) -> tuple[float, float, float]:

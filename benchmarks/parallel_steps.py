@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -22,15 +21,11 @@ import time
 from pathlib import Path
 
 import polars as pl
+from overhead import children_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / ".venv" / "bin" / "rag-sweep"
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def run(workers: int, data: Path) -> tuple[float, float]:

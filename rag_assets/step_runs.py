@@ -39,12 +39,12 @@ def default_workers() -> int:
     its own start (imports, definitions, model): on 2 cores two workers ran the example sweep x0.96 as
     fast as one process with x1.11 its CPU (benchmarks/parallel_steps.py)."""
     from rag_core.spec import SpecError
+    from resources import env_number
 
-    raw = os.environ.get("RAG_WORKERS", "").strip()
-    if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise SpecError(f"$RAG_WORKERS={raw!r}: expected a whole number of worker processes, 1 or more")
-        return int(raw)
+    if (n := env_number("RAG_WORKERS", None, int)) is not None:
+        if n < 1:
+            raise SpecError(f"$RAG_WORKERS={n}: expected 1 or more worker processes")
+        return n
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // 2)
 
