@@ -34,7 +34,7 @@ class Answers(StageLogic):
             run.config,
             run.read("qa_set"),
             run.read("rerankings"),
-            run.resources.llm,
+            run.llm,
             count_tokens,
             parents=lambda: (run.read("chunksets"), run.read("corpus")),
         )

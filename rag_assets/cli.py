@@ -139,19 +139,25 @@ def completed(plan, instance, data: Path, questions: int | None = None, stores=N
     artifact of that halving rung (the QA set's first N questions in the search's order), whole in
     `data`, whatever the partition materialized since. A vector index is complete only when `stores`
     (the VectorStores resource) still hold the collection its marker records."""
+    from rag_assets.confirmation import board_decision
     from rag_assets.indexes import index_present
-    from rag_core.search.halving import subset_fingerprint
     from rag_core.stages import stage as stage_of
     from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
 
     inputs = {s: latest_fingerprint(instance, _key(plan, s), None) for s in ("corpus", "qa_set")}
-    if questions is not None:
-        inputs["qa_set"] = subset_fingerprint(inputs["qa_set"], questions, plan.sweep.search.seed)
-    expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs)
+    expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs, rung=questions)
     expected[("leaderboard", None)] = plan.board_fingerprint(inputs, expected)
+    board = ArtifactRef(data, "leaderboard", expected[("leaderboard", None)])
+    if (
+        plan.holdout and questions is None and board.intact()
+    ):  # its finalists are known: so is what confirms them
+        finals = board_decision(board)["finalists"]
+        expected[("confirmation", None)] = plan.confirmation_fingerprint(inputs, expected, board.fp, finals)
     latest: dict[str, dict[str, str | None]] = {}  # stage -> partition -> its latest materialized fingerprint
 
     def complete(stage: str, key: str | None) -> ArtifactRef | None:
+        if (stage, key) not in expected:  # a confirmation before its leaderboard
+            return None
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
         if questions is None:  # (a past rung: its artifact is enough, the partition moved on since)
             if stage not in latest:
@@ -233,6 +239,22 @@ def steps(
     if planned or not board_file.exists() or todo("leaderboard", None):
         planned.append(("leaderboard", None))
     return planned
+
+
+def holdout_steps(plan, instance, data: Path, force: bool, board_ran: bool, stores=None) -> list:
+    """After the leaderboard: the holdout partitions of its finalists that are not complete, then the
+    confirmation (rag_assets/confirmation.py) unless it is complete and the leaderboard did not run (a
+    leaderboard run logged again to MLflow gets the holdout from it again)."""
+    from rag_assets.leaderboard import read_decision
+
+    complete = completed(plan, instance, data, stores=stores)
+    finals = read_decision(data, plan.sweep.name).get("finalists") or []
+    if not finals:  # a QA set too small to hold any question out: nothing to confirm
+        return []
+    todo = [step for k in finals for step in plan.holdout_steps(k) if force or complete(*step) is None]
+    if todo or force or board_ran or complete("confirmation", None) is None:
+        todo.append(("confirmation", None))
+    return todo
 
 
 def run_sweep(
@@ -317,7 +339,8 @@ def run_sweep(
                 search = _adaptive(plan, instance, data, partitions, force, materialize, progress, stores)
                 materialize("leaderboard")
             elif not todo:
-                print("every partition is up to date: nothing to compute", file=sys.stderr)
+                if not plan.holdout:  # (with a holdout: said once the holdout is known complete too)
+                    print("every partition is up to date: nothing to compute", file=sys.stderr)
             else:
                 graph = StepGraph(todo, lambda step: _reads(plan, step), STAGE_LIMITS, ALONE)
                 n = worker_count(graph, workers, resources, plan)
@@ -330,6 +353,18 @@ def run_sweep(
                         bar.set_description(step_label(plan, stage, key)[:60])
                         materialize(stage, key)
                         bar.update(1)
+                bar.close()
+            if plan.holdout:  # the finalists, on the questions no selection step saw
+                held = holdout_steps(plan, instance, data, force, adaptive(plan) or bool(todo), stores)
+                if not todo and not held:
+                    print("every partition is up to date: nothing to compute", file=sys.stderr)
+                bar = tqdm(
+                    total=len(held), bar_format=STEPS_BAR, disable=not progress or not held, file=sys.stderr
+                )
+                for stage, key in held:
+                    bar.set_description(step_label(plan, stage, key)[:60])
+                    materialize(stage, key)
+                    bar.update(1)
                 bar.close()
         board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
         return SweepRun(board, defs, instance, plan, data, search)
@@ -392,7 +427,8 @@ def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progre
     from tqdm import tqdm
 
     from rag_assets.search_run import run_halving, run_search, trial_budget
-    from rag_assets.stage_asset import QUESTIONS_TAG
+    from rag_assets.stage_asset import QUESTIONS_TAG, split_inputs
+    from rag_core.holdout import SELECTION
 
     complete = completed(plan, instance, data, stores=stores)
     spent = search_ledger(data, plan.sweep.name, restart=force)
@@ -419,7 +455,10 @@ def _adaptive(plan, instance, data: Path, todo, force: bool, materialize, progre
         from resources.artifacts import ArtifactRef, latest_fingerprint
 
         qa_fp = latest_fingerprint(instance, _key(plan, "qa_set"), None)
-        ids = ArtifactRef(data, "qa_set", qa_fp).read()["query_id"].to_list()
+        split = {"qa_set": ArtifactRef(data, "qa_set", qa_fp)}
+        if plan.holdout:  # the search sees the selection split only
+            split = split_inputs(plan, SELECTION, split)
+        ids = split["qa_set"].read()["query_id"].to_list()
         bar.total = None
         report = run_halving(
             plan,
@@ -625,6 +664,11 @@ def _print_recommendation(data: Path, sweep: str) -> None:
     print(f"\nRecommended: {decision['recommended'] or 'none'}\n  {decision['why']}")
     if decision["advice"]:
         print(f"  {decision['advice']}")
+    if held := decision.get("holdout"):
+        print(
+            f"  Holdout ({held['share']:.0%} of the QA set): "
+            + ("pending" if held.get("pending") else held["verdict"])
+        )
     if decision.get("undefined_metrics"):
         print(
             f"  Undefined for every config, left out of the overall score: {', '.join(decision['undefined_metrics'])}"

@@ -37,7 +37,7 @@ class Evaluations(StageLogic):
 
     def compute(self, run: StageRun) -> Artifact:
         c, sweep = run.config, run.plan.sweep
-        embedder, llm = run.resources.embedder, run.resources.llm
+        embedder, llm = run.resources.embedder, run.llm
         qa, ret, ans = run.read("qa_set"), run.read("rerankings"), run.read("answers")
         model = c.embedding.model
         per_query, metrics = evaluate(

@@ -14,8 +14,9 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.search_run import adaptive, trial_budget
-from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision import Constraints, bootstrap_scores, decide
+from rag_core.holdout import SELECTION, finalists, holdout_ids, is_holdout_key
 from rag_core.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
@@ -97,6 +98,35 @@ def read_decision(data_dir, sweep_name: str) -> dict:
     return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
 
 
+def publish(
+    run: StageRun,
+    frame: pl.DataFrame,
+    decision: dict,
+    per_query: dict,
+    qa: pl.DataFrame,
+    holdout: pl.DataFrame | None = None,
+) -> tuple[Path, str, bytes, dict[str, str]]:
+    """Write the sweep's leaderboard files (`<sweep>.parquet`, `.png`, `.decision.json`, the ship report
+    and its plots); `holdout`: the finalists' confirmation on the holdout (rag_core/holdout.py).
+    Returns (the board's path, its Markdown table, its plot, the ship report by MLflow artifact name)."""
+    sweep = run.plan.sweep
+    md, page, plots = ship_report(
+        sweep.name, frame, decision, per_query, qa, decision["weights"], sweep.decision.model_dump(), holdout
+    )
+    path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
+    png = score_plot_png(frame)
+    files = {
+        path.with_suffix(".png"): png,
+        path.with_suffix(".decision.json"): json.dumps(decision, indent=2).encode(),
+        path.with_suffix(".report.md"): md.encode(),
+        path.with_suffix(".report.html"): page.encode(),
+        **{path.with_name(f"{sweep.name}.{name}"): data for name, data in plots.items()},
+    }
+    for file, data in files.items():
+        atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
+    return path, to_markdown(frame), png, {"ship_report.html": page, "ship_report.md": md}
+
+
 class Leaderboard(StageLogic):
     description = (
         "Configs ranked by weighted overall score with 95% intervals, grouped into Holm-corrected tiers, with "
@@ -149,6 +179,17 @@ class Leaderboard(StageLogic):
         decision["weights"] = weights  # the weights the overall score used
         decision["undefined_metrics"] = undefined
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
+        if run.plan.holdout:  # confirmed afterwards on the questions no selection step saw
+            everything = run.inputs["qa_set"].source.read()["query_id"].to_list()
+            if holdout_ids(everything, spec.holdout, spec.holdout_seed):
+                decision["finalists"] = finalists(board, decision)
+                decision["holdout"] = {"share": spec.holdout, "pending": True}
+            else:
+                decision["finalists"] = []
+                decision["holdout"] = {
+                    "share": spec.holdout,
+                    "verdict": f"none: {len(everything)} question(s) are too few to hold any out",
+                }
         board = board.with_columns(
             pl.col("config_key").replace_strict(run.plan.labels, default=None).alias("label")
         )
@@ -156,8 +197,14 @@ class Leaderboard(StageLogic):
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
+    def narrow(self, context, plan, inputs: dict) -> dict:
+        """With a holdout: the selection split only (its questions, its evaluations)."""
+        if not plan.holdout:
+            return inputs
+        evaluations = {k: r for k, r in inputs["evaluations"].items() if not is_holdout_key(k)}
+        return {**split_inputs(plan, SELECTION, inputs), "evaluations": evaluations}
+
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
-        sweep = run.plan.sweep
         decision = json.loads(
             (run.ref.read("decision") if reused else run.output.parts["decision"])["json"][0]
         )
@@ -166,36 +213,17 @@ class Leaderboard(StageLogic):
             for k, r in run.inputs["evaluations"].items()
             if k in set(frame["config_key"])
         }
-        md, page, plots = ship_report(
-            sweep.name,
-            frame,
-            decision,
-            per_query,
-            run.read("qa_set"),
-            decision["weights"],
-            sweep.decision.model_dump(),
-        )
-        path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
-        png = score_plot_png(frame)
-        files = {
-            path.with_suffix(".png"): png,
-            path.with_suffix(".decision.json"): json.dumps(decision, indent=2).encode(),
-            path.with_suffix(".report.md"): md.encode(),
-            path.with_suffix(".report.html"): page.encode(),
-            **{path.with_name(f"{sweep.name}.{name}"): data for name, data in plots.items()},
-        }
-        for file, data in files.items():
-            atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
-        markdown = to_markdown(frame)
+        qa = run.read("qa_set")
+        path, markdown, png, report = publish(run, frame, decision, per_query, qa)
         # every config run carries its place (a config run logged again since gets it back) ...
-        run.resources.tracking.log_ranking(sweep.name, frame)
+        run.resources.tracking.log_ranking(run.plan.sweep.name, frame)
         if not reused:  # ... and one leaderboard run per content: an unchanged rerun logs none
             run.resources.tracking.log_leaderboard(
-                sweep.name,
+                run.plan.sweep.name,
                 frame,
                 markdown,
                 png,
-                report={"ship_report.html": page, "ship_report.md": md},
+                report=report,
                 decision=decision,
                 fingerprint=run.ref.fp,
             )
@@ -214,6 +242,17 @@ class Leaderboard(StageLogic):
             ),
             "top_tier_size": len(decision["top_tier"]),
             **(
+                {
+                    "holdout": dg.MetadataValue.md(
+                        f"pending: {len(decision['finalists'])} finalists are confirmed on the holdout "
+                        f"({decision['holdout']['share']:.0%} of the QA set, never seen here) by the "
+                        "confirmation asset"
+                    )
+                }
+                if decision.get("finalists")
+                else {}
+            ),
+            **(
                 {"dropped_by_halving": dg.MetadataValue.json(decision["not_ranked"])}
                 if decision.get("not_ranked")
                 else {}
@@ -231,7 +270,7 @@ class Leaderboard(StageLogic):
             ),
             "config_keys": dg.MetadataValue.json(dict(zip(frame["label"], frame["config_key"], strict=True))),
             "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"),
-            **question_tables(frame, per_query, run.read("qa_set"), decision),
+            **question_tables(frame, per_query, qa, decision),
             "board_path": dg.MetadataValue.path(str(path)),
             "dagster/row_count": frame.height,
             "configs_missing": len(run.plan.config_keys) - frame.height,

@@ -21,7 +21,7 @@ class Rerankings(StageLogic):
             c,
             run.read("retrievals"),
             run.read("qa_set"),
-            run.resources.llm,
+            run.llm,
             chunk_vectors=lambda: chunk_vectors(run.read("embeddings")),
             embed=lambda texts: embedder.embed(c.embedding.model, texts)[0],
         )

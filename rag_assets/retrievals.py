@@ -37,7 +37,7 @@ class Retrievals(StageLogic):
             store,
             collection,
             lambda texts: embedder.embed(c.embedding.model, texts)[0],
-            run.resources.llm,
+            run.llm,
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:

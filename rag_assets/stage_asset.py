@@ -19,7 +19,7 @@ import polars as pl
 from rag_core.plan import Partition, Plan
 from rag_core.spec import RagConfig
 from rag_core.stages import Stage, artifact_fingerprint, stage
-from resources.artifacts import Artifact, ArtifactRef, QuestionSubset
+from resources.artifacts import Artifact, ArtifactRef, QuestionSplit, QuestionSubset
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
 # A successive-halving rung: the run's stages see the QA set's first N questions in the search's order.
@@ -59,6 +59,13 @@ class StageRun:
     def resources(self):
         return self.context.resources
 
+    @property
+    def llm(self):
+        """The LLM client; in a forced run one that asks the provider again instead of the call cache."""
+        from resources.llm import Reasking
+
+        return Reasking(self.resources.llm) if forced(self.context) else self.resources.llm
+
     def read(self, name: str) -> pl.DataFrame:
         """The rows of an input artifact (read once per step)."""
         if name not in self._frames:
@@ -85,6 +92,10 @@ class StageLogic:
 
     def kinds(self, plan: Plan) -> set[str]:
         return {"parquet"}
+
+    def narrow(self, context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The inputs this step reads (their fingerprints make its own): all of them by default."""
+        return inputs
 
     def identity(self, run: StageRun) -> Any:
         """The stage's own part of the fingerprint: its settings (an input snapshot: the file's hash)."""
@@ -115,6 +126,14 @@ class StageLogic:
 
 def forced(context: dg.AssetExecutionContext) -> bool:
     return context.run.tags.get(FORCE_TAG, "").lower() == "true"
+
+
+def split_inputs(plan: Plan, split: str | None, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs as a partition of one split of the QA set sees them (rag_core/holdout.py)."""
+    if split is None or "qa_set" not in inputs:
+        return inputs
+    d = plan.sweep.decision
+    return {**inputs, "qa_set": QuestionSplit.of(inputs["qa_set"], split, d.holdout, d.holdout_seed)}
 
 
 def rung_inputs(context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +198,8 @@ def stage_asset(
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
         part = plan.partition(name, context.partition_key) if s.partitioned else None
         if s.partitioned:
-            inputs = rung_inputs(context, plan, inputs)
+            inputs = rung_inputs(context, plan, split_inputs(plan, part.split, inputs))
+        inputs = logic.narrow(context, plan, inputs)
         run = StageRun(context, plan, part, inputs)
         fp = artifact_fingerprint(name, logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads})
         ref = run.ref = context.resources.artifacts.ref(

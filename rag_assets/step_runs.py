@@ -101,6 +101,10 @@ class StepRunner:
 
 def step_label(plan, stage: str, key: str | None) -> str:
     """A step as the progress bars show it: the stage and its partition's short label."""
+    from rag_core.holdout import is_holdout_key, selection_key
+
+    if key and is_holdout_key(key):
+        return f"{stage}[{plan.labels.get(selection_key(key), key)} holdout]"
     return f"{stage}[{plan.labels.get(key, key)}]" if key else stage
 
 

@@ -11,6 +11,7 @@ import dagster as dg
 
 from rag_assets.answers import Answers
 from rag_assets.chunksets import Chunksets
+from rag_assets.confirmation import Confirmation
 from rag_assets.embeddings import Embeddings
 from rag_assets.evaluations import Evaluations
 from rag_assets.indexes import VectorIndex
@@ -34,6 +35,7 @@ LOGIC: dict[str, StageLogic] = {
     "answers": Answers(),
     "evaluations": Evaluations(),
     "leaderboard": Leaderboard(),
+    "confirmation": Confirmation(),
 }
 assert set(LOGIC) == {s.name for s in STAGES}, "every stage of the registry needs its logic"
 
@@ -45,10 +47,16 @@ def prefix_of(sweep_name: str) -> str:
 
 def stage_assets(plan: Plan) -> list:
     prefix = prefix_of(plan.sweep.name)
-    partitions = {s.name: dg.StaticPartitionsDefinition(plan.keys(s.name)) for s in STAGES if s.partitioned}
+    partitions = {
+        s.name: dg.StaticPartitionsDefinition(plan.all_keys(s.name)) for s in STAGES if s.partitioned
+    }
     return [
         *source_files(prefix, plan.sweep.corpus_path, plan.sweep.qa_path, plan.sweep.qa_generation),
-        *(stage_asset(plan, prefix, s.name, LOGIC[s.name], partitions) for s in STAGES),
+        *(
+            stage_asset(plan, prefix, s.name, LOGIC[s.name], partitions)
+            for s in STAGES
+            if s.name != "confirmation" or plan.holdout  # confirmed on a holdout only when there is one
+        ),
     ]
 
 

@@ -9,11 +9,13 @@ re-derives it. Artifact fingerprints need the inputs' content (known when they a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from rag_core.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
 from rag_core.labels import short_labels
 from rag_core.local_models import model_version
 from rag_core.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
@@ -32,6 +34,8 @@ class Partition:
     config: RagConfig  # the first config with this key: every config that shares it agrees up to here
     own: Any  # the settings this stage adds (part of its fingerprint)
     reads: dict[str, str | None]  # each artifact read -> its partition key (None: unpartitioned)
+    # which split of the QA set the partition sees (rag_core/holdout.py); None: the whole set (no holdout)
+    split: str | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ class Plan:
     store: str  # the default vector store, for configs that name none
     configs: tuple[RagConfig, ...]  # the sweep's configs with their store resolved
     partitions: dict[str, dict[str, Partition]]  # stage -> key -> partition, in sweep order
+    # the holdout's partitions of the stages that read the QA set: the same settings on the questions the
+    # selection never sees, materialized only for the finalists (stage -> key -> partition)
+    holdout_partitions: dict[str, dict[str, Partition]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def resolve(cls, sweep: Sweep, store: str = "lancedb", llm_api_base: str | None = None) -> Plan:
@@ -74,23 +81,61 @@ class Plan:
                     reads = {r: partition_key(r, c) if stage(r).partitioned else None for r in s.reads}
                     by_key[key] = Partition(s.name, key, c, own, reads)
             partitions[s.name] = by_key
-        return cls(sweep=sweep, store=store, configs=configs, partitions=partitions)
+        held: dict[str, dict[str, Partition]] = {}
+        if sweep.decision.holdout > 0:
+            asks = {s.name for s in PARTITIONED if "qa_set" in s.reads}
+            for s in PARTITIONED:
+                if s.name not in asks:
+                    continue
+                selection = {
+                    k: dataclasses.replace(p, split=SELECTION) for k, p in partitions[s.name].items()
+                }
+                partitions[s.name] = selection
+                held[s.name] = {
+                    k + HOLDOUT_SUFFIX: dataclasses.replace(
+                        p,
+                        key=k + HOLDOUT_SUFFIX,
+                        split=HOLDOUT,
+                        reads={r: (rk + HOLDOUT_SUFFIX if r in asks else rk) for r, rk in p.reads.items()},
+                    )
+                    for k, p in selection.items()
+                }
+        return cls(sweep=sweep, store=store, configs=configs, partitions=partitions, holdout_partitions=held)
 
     # ---- partitions ------------------------------------------------------------------------------
 
     def keys(self, stage_name: str) -> list[str]:
+        """The stage's partitions that selection runs (with the holdout's: `all_keys`)."""
         return list(self.partitions[stage_name])
+
+    def all_keys(self, stage_name: str) -> list[str]:
+        """Every partition of the stage, the holdout's after the selection's (its partitions definition)."""
+        return [*self.partitions[stage_name], *self.holdout_partitions.get(stage_name, {})]
 
     def partition(self, stage_name: str, key: str) -> Partition:
         try:
+            if key in self.holdout_partitions.get(stage_name, {}):
+                return self.holdout_partitions[stage_name][key]
             return self.partitions[stage_name][key]
         except KeyError:
             raise KeyError(f"sweep {self.sweep.name!r} has no {stage_name} partition {key!r}") from None
 
+    def holdout_steps(self, config_key: str) -> list[tuple[str, str]]:
+        """The (stage, key) steps that evaluate a config on the holdout, in dependency order."""
+        c = self.config(config_key)
+        return [
+            (name, self.key_of(c, name) + HOLDOUT_SUFFIX)
+            for name in self.holdout_partitions
+            if self.key_of(c, name) + HOLDOUT_SUFFIX in self.holdout_partitions[name]
+        ]
+
     def mapping(self, upstream: str, downstream: str) -> dict[str, set[str]]:
         """Upstream partition key -> the downstream partitions that read it."""
         out: dict[str, set[str]] = defaultdict(set)
-        for p in self.partitions[downstream].values():
+        for p in [
+            *self.partitions[downstream].values(),
+            *self.holdout_partitions.get(downstream, {}).values(),
+        ]:
             out[p.reads[upstream]].add(p.key)
         return dict(out)
 
@@ -127,21 +172,61 @@ class Plan:
         """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks."""
         return {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
 
+    @property
+    def holdout(self) -> bool:
+        return bool(self.holdout_partitions)
+
+    def qa_fingerprint(self, qa_fp: str, split: str | None, rung: int | None = None) -> str:
+        """The fingerprint of the questions a partition of `split` sees (halving `rung`: the first N of them)."""
+        from rag_core.search.halving import subset_fingerprint
+
+        d = self.sweep.decision
+        fp = split_fingerprint(qa_fp, split, d.holdout, d.holdout_seed) if split else qa_fp
+        return subset_fingerprint(fp, rung, self.sweep.search.seed) if rung is not None else fp
+
     def board_fingerprint(self, inputs: dict[str, str], fps: dict[tuple[str, str], str]) -> str:
         """The leaderboard's fingerprint once every config is evaluated on these input snapshots; `fps` is
         `fingerprints(inputs)`, which the caller has already worked out (a pass over every partition)."""
         evaluations = {k: fps[(CONFIG_STAGE, k)] for k in sorted(self.config_keys)}
+        qa = self.qa_fingerprint(inputs["qa_set"], SELECTION if self.holdout else None)
         return artifact_fingerprint(
-            "leaderboard", self.board_identity, {"evaluations": evaluations, "qa_set": inputs["qa_set"]}
+            "leaderboard", self.board_identity, {"evaluations": evaluations, "qa_set": qa}
         )
 
-    def fingerprints(self, inputs: dict[str, str]) -> dict[tuple[str, str], str]:
+    @property
+    def confirmation_identity(self) -> dict:
+        """The holdout confirmation's own settings."""
+        d = self.sweep.decision
+        return {"holdout": d.holdout, "seed": d.holdout_seed, "alpha": d.alpha}
+
+    def confirmation_fingerprint(
+        self, inputs: dict[str, str], fps: dict[tuple[str, str], str], board_fp: str, finalists: list[str]
+    ) -> str:
+        """The holdout confirmation's fingerprint: the leaderboard it confirms and the finalists' holdout
+        evaluations (their keys from `fps`, which `fingerprints(inputs)` gives)."""
+        held = {k + HOLDOUT_SUFFIX: fps[(CONFIG_STAGE, k + HOLDOUT_SUFFIX)] for k in finalists}
+        return artifact_fingerprint(
+            "confirmation",
+            self.confirmation_identity,
+            {
+                "leaderboard": board_fp,
+                "evaluations": dict(sorted(held.items())),
+                "qa_set": self.qa_fingerprint(inputs["qa_set"], HOLDOUT),
+            },
+        )
+
+    def fingerprints(self, inputs: dict[str, str], rung: int | None = None) -> dict[tuple[str, str], str]:
         """(stage, key) -> the artifact fingerprint every partition gets from these input snapshots
-        (`{'corpus': fp, 'qa_set': fp}`): what the assets compute one by one, in one pass."""
+        (`{'corpus': fp, 'qa_set': fp}`): what the assets compute one by one, in one pass. `rung`: as a
+        halving rung of that many questions sees them."""
         fps: dict[tuple[str, str | None], str] = {(name, None): fp for name, fp in inputs.items()}
-        for name, by_key in self.partitions.items():
-            for key, p in by_key.items():
-                fps[(name, key)] = artifact_fingerprint(
-                    name, p.own, {r: fps[(r, k)] for r, k in p.reads.items()}
-                )
+        for held in (False, True):
+            for name, by_key in (self.holdout_partitions if held else self.partitions).items():
+                for key, p in by_key.items():
+                    reads = {r: fps[(r, k)] for r, k in p.reads.items()}
+                    if "qa_set" in reads:
+                        # a halving rung narrows the selection split only
+                        n = rung if p.split != HOLDOUT else None
+                        reads["qa_set"] = self.qa_fingerprint(inputs["qa_set"], p.split, n)
+                    fps[(name, key)] = artifact_fingerprint(name, p.own, reads)
         return {k: v for k, v in fps.items() if k[1] is not None}

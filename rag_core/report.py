@@ -224,6 +224,38 @@ TIER_COLUMNS = [
 ]
 
 
+HOLDOUT_COLUMNS = [
+    "config_key",
+    "selection_score",
+    "holdout_overall_score",
+    "holdout_ci_low",
+    "holdout_ci_high",
+    "winners_curse_drop",
+    "holdout_p_holm_vs_best",
+    "holdout_tied_with_best",
+]
+
+
+def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
+    """The holdout confirmation: its verdict, then selection and holdout scores side by side."""
+    state = decision.get("holdout")
+    if not state:
+        return []
+    if "verdict" in state and holdout is None:  # no holdout question: said why
+        return [("Confirmed on unseen questions", state["verdict"], None)]
+    if state.get("pending") or holdout is None:
+        text = (
+            f"Pending: {len(decision.get('finalists') or [])} finalists are to be scored on the holdout "
+            f"({state['share']:.0%} of the QA set, set aside before anything was chosen)."
+        )
+        return [("Confirmed on unseen questions", text, None)]
+    text = f"**{state['verdict']}**"
+    return [
+        ("Confirmed on unseen questions", text, None),
+        ("Selection against holdout (the finalists)", None, holdout.select(HOLDOUT_COLUMNS)),
+    ]
+
+
 def ship_report(
     sweep: str,
     board: pl.DataFrame,
@@ -232,8 +264,10 @@ def ship_report(
     qa: pl.DataFrame,
     weights: dict[str, float],
     constraints: dict,
+    holdout: pl.DataFrame | None = None,
 ) -> tuple[str, str, dict[str, bytes]]:
-    """(markdown, self-contained html, plots by file name)."""
+    """(markdown, self-contained html, plots by file name). `holdout`: the finalists scored on the holdout
+    (rag_core/holdout.confirm), shown beside their selection scores; its verdict is `decision['holdout']`."""
     rec = decision["recommended"]
     plots = {
         "pareto_cost.png": pareto_plot_png(
@@ -254,6 +288,7 @@ def ship_report(
     n, mde = decision["n_questions"], decision["min_detectable_difference"]
     sections = [
         ("Recommendation", f"**{rec or 'none'}**\n\n{decision['why']}", None),
+        *_holdout_sections(decision, holdout),
         (
             "How sure",
             decision["advice"]

@@ -341,6 +341,10 @@ class DecisionSpec(_Strict):
     min: dict[str, float] = Field(default_factory=dict)  # metric floors, e.g. {recall_at_k: 0.8}
     prefer: Literal["cheapest", "fastest", "best"] = "cheapest"
     alpha: float = Field(default=0.05, gt=0, lt=1)  # family-wise error rate of the tier tests (Holm)
+    # the share of the QA set set aside before anything is chosen, on which the finalists are confirmed
+    # (rag_core/holdout.py); 0 turns it off. The split is seeded: the same on every run.
+    holdout: float = Field(default=0.3, ge=0, lt=1)
+    holdout_seed: int = 0
 
     @field_validator("min")
     @classmethod

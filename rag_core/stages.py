@@ -146,6 +146,8 @@ STAGES: tuple[Stage, ...] = (
     # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
     # 5: a short label per config (rag_core/labels.py)
     Stage("leaderboard", None, ("evaluations", "qa_set"), 5, failures="n_generation_errors"),
+    # the finalists on the holdout split (rag_core/holdout.py); only in sweeps with decision.holdout > 0
+    Stage("confirmation", None, ("leaderboard", "evaluations", "qa_set"), 1),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

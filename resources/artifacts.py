@@ -119,6 +119,29 @@ class QuestionSubset(ArtifactRef):
         return question_subset(self.source.read(part), self.n, self.seed)
 
 
+@dataclass(frozen=True)
+class QuestionSplit(ArtifactRef):
+    """One split of the QA set (rag_core/holdout.py: the selection or the holdout), with its own
+    fingerprint, so every artifact computed from it is told apart from the other split's."""
+
+    source: ArtifactRef | None = None
+    split: str = ""
+    share: float = 0.0
+    seed: int = 0
+
+    @classmethod
+    def of(cls, qa: ArtifactRef, split: str, share: float, seed: int) -> QuestionSplit:
+        from rag_core.holdout import split_fingerprint
+
+        fp = split_fingerprint(qa.fp, split, share, seed)
+        return cls(qa.root, qa.stage, fp, qa.partition, qa, split, share, seed)
+
+    def read(self, part: str | None = None) -> pl.DataFrame:
+        from rag_core.holdout import split_rows
+
+        return split_rows(self.source.read(part), self.split, self.share, self.seed)
+
+
 @dataclass
 class Artifact:
     """An asset's output: its reference, and the frames to write when it was computed (None: reused)."""

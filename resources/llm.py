@@ -84,13 +84,21 @@ class LLMClient(dg.ConfigurableResource):
     cache_path: str | None = None  # the call cache and ledger (resources/llm_cache.py); None: no cache
 
     def complete(
-        self, model: str, prompt: str, temperature: float = 0.0, max_tokens: int = 128
+        self,
+        model: str,
+        prompt: str,
+        temperature: float = 0.0,
+        max_tokens: int = 128,
+        sample: int = 0,
+        reask: bool = False,
     ) -> Completion:
+        """`sample`: which draw of a random call (its own cache entry); `reask`: ask the provider even when
+        the cache holds the call (a forced re-evaluation), and record the new answer."""
         if self.cache_path is None:
             return self._call(model, prompt, temperature, max_tokens)
         cache = LLMCache(self.cache_path)
-        key = call_key(model, self.api_base, prompt, temperature, max_tokens)
-        if (hit := cache.get(key)) is not None:
+        key = call_key(model, self.api_base, prompt, temperature, max_tokens, sample)
+        if not reask and (hit := cache.get(key)) is not None:
             return hit
         out = self._call(model, prompt, temperature, max_tokens)
         cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
@@ -165,3 +173,18 @@ class LLMClient(dg.ConfigurableResource):
             attempts=self.max_retries + 1,
             latency_ms=(time.perf_counter() - t0 - waited) * 1000,
         )
+
+
+class Reasking:
+    """An LLM client that asks the provider again for every call (recorded in the call cache, never
+    answered from it): what a forced re-evaluation (the nightly schedule, `--force`) calls, so it
+    measures today's provider instead of replaying yesterday's answers."""
+
+    def __init__(self, llm: LLMClient):
+        self._llm = llm
+
+    def complete(self, *args, **kwargs) -> Completion:
+        return self._llm.complete(*args, **{**kwargs, "reask": True})
+
+    def __getattr__(self, name: str):
+        return getattr(self._llm, name)

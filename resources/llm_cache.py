@@ -1,7 +1,7 @@
 """The LLM call cache and ledger: `<data_dir>/llm_cache.sqlite`.
 
-An identical call (model, endpoint, prompt, temperature, max tokens) is answered from here instead of
-the provider, so a question already asked is never paid for again: when successive halving grows a
+An identical call (model, endpoint, prompt, temperature, max tokens, sample) is answered from here
+instead of the provider (unless it is re-asked: a forced re-evaluation sees today's provider), so a question already asked is never paid for again: when successive halving grows a
 config's question set, when a killed run resumes inside a partition, when two configs send the same
 prompt. Only successful completions are stored; a failed call is asked again next time. The rows are
 also the ledger of what was spent: `spent(since)` is the calls and cost paid after a moment.
@@ -20,9 +20,12 @@ from pathlib import Path
 from rag_core.completion import Completion
 from rag_core.fingerprint import fingerprint
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS completions (
-    key TEXT PRIMARY KEY, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
+# One row per call paid for: a forced re-evaluation asks again and adds a row (the ledger keeps what was
+# paid); the latest row of a key answers it. (Older stores kept one row per key in `completions`.)
+SCHEMA = """CREATE TABLE IF NOT EXISTS calls (
+    key TEXT, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
     cost_usd REAL, latency_ms REAL, attempts INTEGER, created REAL)"""
+INDEX = "CREATE INDEX IF NOT EXISTS calls_by_key ON calls (key, created)"
 
 
 _READY: set[tuple[Path, int]] = set()  # stores (path, inode) this process switched to WAL
@@ -42,8 +45,25 @@ def _wal(conn: sqlite3.Connection, attempts: int = 100) -> None:
             time.sleep(0.05 + 0.01 * attempt)
 
 
-def call_key(model: str, api_base: str | None, prompt: str, temperature: float, max_tokens: int) -> str:
-    return fingerprint("completion", model, api_base or "", prompt, float(temperature), int(max_tokens))
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Move an older store's `completions` rows into `calls` (once; a process that finds it done goes on)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'completions'").fetchone():
+        try:
+            with conn:
+                conn.execute("INSERT INTO calls SELECT * FROM completions")
+                conn.execute("DROP TABLE completions")
+        except sqlite3.OperationalError as e:  # another process moved them first
+            if "no such table" not in str(e):
+                raise
+
+
+def call_key(
+    model: str, api_base: str | None, prompt: str, temperature: float, max_tokens: int, sample: int = 0
+) -> str:
+    """An identical call's key; `sample` > 0: another draw of the same call (a generator with temperature
+    > 0 answered several times), its own entry."""
+    parts = ("completion", model, api_base or "", prompt, float(temperature), int(max_tokens))
+    return fingerprint(*parts, int(sample)) if sample else fingerprint(*parts)
 
 
 class LLMCache:
@@ -58,6 +78,9 @@ class LLMCache:
             with _INIT:  # one thread of this process switches the store to WAL; other processes: retried
                 if store not in _READY:
                     _wal(conn)
+                    conn.execute(SCHEMA)
+                    conn.execute(INDEX)
+                    _migrate(conn)
                     _READY.add(store)
         conn.execute(SCHEMA)  # a plain write when missing (it waits for a busy database): every time
         return conn
@@ -69,7 +92,7 @@ class LLMCache:
         with closing(self._connect()) as conn:
             row = conn.execute(
                 "SELECT text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts "
-                "FROM completions WHERE key = ?",
+                "FROM calls WHERE key = ? ORDER BY created DESC LIMIT 1",
                 (key,),
             ).fetchone()
         if row is None:
@@ -82,7 +105,7 @@ class LLMCache:
             return
         with closing(self._connect()) as conn, conn:
             conn.execute(
-                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     model,
@@ -102,6 +125,6 @@ class LLMCache:
             return 0, 0.0
         with closing(self._connect()) as conn:
             n, cost = conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM completions WHERE created >= ?", (since,)
+                "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (since,)
             ).fetchone()
         return int(n), float(cost)

@@ -307,3 +307,60 @@ class MlflowTracking(dg.ConfigurableResource):
         if fingerprint:
             self._replace(experiment, "board_fingerprint", fingerprint, keep=run.info.run_id)
         return run.info.run_id
+
+    def log_confirmation(
+        self,
+        experiment: str,
+        board: pl.DataFrame,
+        summary: dict,
+        board_fingerprint: str,
+        report: dict[str, str],
+    ) -> int:
+        """The holdout confirmation (rag_core/holdout.py): each finalist's run gets its holdout score
+        (metrics `holdout_overall_score`, `holdout_ci_low`/`_high`, `winners_curse_drop`; tag
+        `holdout_tied_with_best`), and the leaderboard run of `board_fingerprint` the verdict (tags
+        `holdout_confirmed`, `holdout_instead`, its note) and the ship report with the holdout beside the
+        selection. Returns the config runs updated."""
+        if not self.enabled:
+            return 0
+        from mlflow.entities import Metric, RunTag
+
+        client = self._client()
+        runs = {
+            r.data.tags.get("eval_fingerprint"): r.info.run_id
+            for r in self._search(experiment, "attributes.status = 'FINISHED'")
+        }
+        updated = 0
+        names = ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
+        for row in board.filter(pl.col("holdout_overall_score").is_not_null()).iter_rows(named=True):
+            run_id = runs.get(row.get("fingerprint"))
+            if run_id is None:
+                continue
+            client.log_batch(
+                run_id,
+                metrics=[Metric(k, float(row[k]), 0, 0) for k in names],
+                tags=[RunTag("holdout_tied_with_best", str(bool(row["holdout_tied_with_best"])).lower())],
+            )
+            updated += 1
+        boards = self._search(experiment, f"tags.board_fingerprint = '{board_fingerprint}'", max_results=1)
+        if boards:
+            run_id = boards[0].info.run_id
+            note = boards[0].data.tags.get("mlflow.note.content", "").split("\n\n**Holdout")[0]
+            client.log_batch(
+                run_id,
+                metrics=[
+                    Metric(k, float(summary[v]), 0, 0)
+                    for k, v in (("holdout_score", "holdout_score"), ("winners_curse_drop", "drop"))
+                    if summary.get(v) is not None
+                ],
+                tags=[
+                    RunTag("holdout_confirmed", str(summary["confirmed"]).lower()),
+                    RunTag("holdout_instead", str(summary.get("instead") or "")),
+                    RunTag("mlflow.note.content", f"{note}\n\n**Holdout**: {summary['verdict']}"),
+                ],
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                for name, text in report.items():
+                    (Path(tmp) / name).write_text(text)
+                    client.log_artifact(run_id, str(Path(tmp) / name))
+        return updated

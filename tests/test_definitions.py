@@ -125,10 +125,11 @@ def test_partition_counts_snapshot(tmp_path):
         "chunksets": 2,
         "embeddings": 2,
         "vector_index": 2,
-        "retrievals": 12,
-        "rerankings": 12,
-        "answers": 12,
-        "evaluations": 12,
+        # the question stages: 12 on the selection split and 12 on the holdout (`<key>~holdout`)
+        "retrievals": 24,
+        "rerankings": 24,
+        "answers": 24,
+        "evaluations": 24,
     }
 
 

@@ -371,3 +371,84 @@ def test_concurrent_calls_start_within_the_providers_quota_and_the_wait_is_not_l
         map_concurrently(lambda i: client.complete(MODEL, f"q{i}"), range(8), client.max_concurrency)
         starts = sorted(r["t"] for r in stub.requests)
     assert starts[3] - starts[0] < 0.5  # the quota above would have spread them over 0.75 s
+
+
+@pytest.mark.slow
+def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_data, tmp_path, monkeypatch):
+    """Halving over two generators on the selection split: every call for a holdout question comes after
+    the last call of the search and the leaderboard, and only for the finalist (6 holdout questions of 20)."""
+    from rag_assets.leaderboard import read_decision
+    from rag_core.holdout import holdout_ids
+
+    qa = pl.read_parquet(slice_data["qa"])
+    gold = GoldAnswers(qa)
+    held = {
+        q
+        for q, i in zip(qa["question"], qa["query_id"], strict=True)
+        if i in holdout_ids(qa["query_id"].to_list(), 0.3, 0)
+    }
+
+    def respond(prompt: str, model: str):
+        question = gold.question(prompt)
+        return 200, (gold.answer[question] if model.endswith("right") else "no idea"), 0.0
+
+    spec = write_sweep(
+        tmp_path / "halving.yaml",
+        slice_data,
+        name="held",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation={"model": ["openai/right", "openai/wrong"], "max_tokens": 16},
+        search={"strategy": "halving", "start_questions": 4, "growth": 2.0},
+    )
+    with OpenAIStub(respond, by_model=True) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        out = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+    asked = [(gold.question(r["body"]["messages"][-1]["content"]), r["body"]["model"]) for r in stub.requests]
+    on_holdout = [i for i, (q, _) in enumerate(asked) if q in held]
+    assert len(held) == 6 and len(on_holdout) == 6  # the finalist, once per holdout question
+    assert min(on_holdout) > max(i for i, (q, _) in enumerate(asked) if q not in held)
+    assert {asked[i][1] for i in on_holdout} == {"right"}
+    decision = read_decision(out.data, "held")
+    assert decision["questions"] == 14 and decision["finalists"] == [out.board["config_key"][0]]
+    assert decision["holdout"]["confirmed"] is True and decision["holdout"]["n_questions"] == 6
+    assert out.board["holdout_overall_score"][0] is not None
+
+
+@pytest.mark.slow
+def test_a_forced_rerun_asks_the_provider_again_and_sees_it_change(slice_data, tmp_path, monkeypatch):
+    """The nightly re-evaluation (`--force`) must measure today's provider: a generator that turns wrong
+    after the first run scores 0 on the forced rerun (it scored 1 from the cache before). The call cache
+    keeps both answers (the ledger counts every call paid), and answers an unforced rerun with the newest."""
+    from resources.llm_cache import LLMCache
+
+    qa = pl.read_parquet(slice_data["qa"])
+    gold = GoldAnswers(qa)
+    state = {"right": True}
+
+    def respond(prompt: str):
+        question = gold.question(prompt)
+        return 200, (gold.answer[question] if state["right"] else "no idea"), 0.0
+
+    spec = write_sweep(
+        tmp_path / "drift.yaml",
+        slice_data,
+        name="drift",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation={"model": MODEL, "max_tokens": 16},
+    )
+    data = tmp_path / "data"
+    with OpenAIStub(respond) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        first = run_sweep(str(spec), str(data), progress=False)
+        state["right"] = False
+        forced = run_sweep(str(spec), str(data), force=True, progress=False)
+        asked = len(stub.requests)
+        unforced = run_sweep(str(spec), str(data), progress=False)
+    assert first.board["exact_match"][0] == 1.0 and forced.board["exact_match"][0] == 0.0
+    assert asked == 40 and len(stub.requests) == 40  # 20 questions twice; the unforced rerun asks nothing
+    assert unforced.board["exact_match"][0] == 0.0  # the newest answers
+    assert LLMCache(data / "llm_cache.sqlite").spent()[0] == 40

@@ -203,6 +203,6 @@ def test_the_llm_endpoint_is_in_the_fingerprint_of_what_calls_an_llm(tmp_path):
 
     default, a, b = fps(None), fps("http://a:8000/v1"), fps("http://b:8000/v1")
     llm = {k for k in a if k[0] in ("answers", "evaluations") and "gpt-4o-mini" in k[1]}
-    assert len(llm) == 2
+    assert len(llm) == 4  # answers and evaluation, on the selection split and on the holdout
     assert all(a[k] != b[k] and a[k] != default[k] for k in llm)
     assert all(a[k] == b[k] == default[k] for k in a if k not in llm)  # chunks, index, extractive answers

@@ -1,0 +1,129 @@
+"""Confirmation: the leaderboard's finalists scored on the holdout, the questions no selection step saw
+(rag_core/holdout.py). It reads the leaderboard (which chose on the selection split) and the holdout
+partitions of the finalists' evaluations, measures the winner's curse (selection score minus holdout
+score) and tells whether the recommended config is still tied with the best finalist. It then rewrites the
+sweep's leaderboard files with the holdout beside the selection, and puts the holdout scores on the
+finalists' MLflow runs and the verdict on the leaderboard's run."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import polars as pl
+
+from rag_assets.leaderboard import publish
+from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
+from rag_core.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
+from resources.artifacts import Artifact, ArtifactRef
+
+
+def board_decision(ref) -> dict:
+    """The recommendation a leaderboard artifact made (its `decision` side table)."""
+    return json.loads(ref.read("decision")["json"][0])
+
+
+def _summary(run: StageRun) -> dict:
+    part = run.output.parts.get("summary") if run.output.frame is not None else None
+    return json.loads((part if part is not None else run.ref.read("summary"))["json"][0])
+
+
+class Confirmation(StageLogic):
+    description = (
+        "The finalists (top tier, recommended, best config that meets the constraints) scored on the holdout "
+        "questions no selection step saw: the winner's curse measured, and the recommendation confirmed "
+        "(still statistically tied with the best finalist, paired bootstrap, Holm) or not."
+    )
+    resources = ("tracking",)
+    checks = (
+        Check(
+            "recommendation_confirmed",
+            "The recommended config is still statistically tied with the best finalist on the holdout.",
+        ),
+    )
+
+    def kinds(self, plan) -> set[str]:
+        return {"parquet", "mlflow"}
+
+    def identity(self, run: StageRun):
+        return run.plan.confirmation_identity
+
+    def narrow(self, context, plan, inputs: dict) -> dict:
+        """The holdout's questions and the finalists' holdout evaluations (which the leaderboard names)."""
+        wanted = [k + HOLDOUT_SUFFIX for k in board_decision(inputs["leaderboard"])["finalists"]]
+        missing = [k for k in wanted if k not in inputs["evaluations"]]
+        if missing:
+            raise dg.Failure(
+                f"the holdout evaluations of {len(missing)} finalists are not materialized yet "
+                f"({', '.join(missing[:3])}): materialize those partitions of the evaluations first"
+            )
+        evaluations = {k: inputs["evaluations"][k] for k in wanted}
+        return {**split_inputs(plan, HOLDOUT, inputs), "evaluations": evaluations}
+
+    def compute(self, run: StageRun) -> Artifact:
+        decision = board_decision(run.inputs["leaderboard"])
+        holdout = {selection_key(k): r.read("per_query") for k, r in run.inputs["evaluations"].items()}
+        table, summary = confirm(
+            run.read("leaderboard"),
+            holdout,
+            decision["weights"],
+            decision["recommended"],
+            alpha=run.plan.sweep.decision.alpha,
+        )
+        summary["share"] = run.plan.sweep.decision.holdout
+        return Artifact(run.ref, table, {"summary": pl.DataFrame({"json": [json.dumps(summary)]})})
+
+    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        summary = _summary(run)
+        board_ref = run.inputs["leaderboard"]
+        decision = {**board_decision(board_ref), "holdout": summary}
+        board = run.read("leaderboard").join(frame.drop("selection_score"), on="config_key", how="left")
+        # the ship report's question tables are of the selection split, as the leaderboard's
+        root = run.resources.artifacts.root
+        selection = {
+            k: ArtifactRef(root, "evaluations", fp, k).read("per_query")
+            for k, fp in zip(board["config_key"], board["fingerprint"], strict=True)
+        }
+        qa = split_inputs(run.plan, SELECTION, {"qa_set": run.inputs["qa_set"].source})["qa_set"].read()
+        path, _, _, report = publish(run, board, decision, selection, qa, holdout=frame)
+        run.resources.tracking.log_confirmation(run.plan.sweep.name, board, summary, board_ref.fp, report)
+        return {
+            "verdict": dg.MetadataValue.md(f"**{summary['verdict']}**"),
+            "confirmed": str(summary["confirmed"]),
+            **({"instead": summary["instead"]} if summary.get("instead") else {}),
+            "holdout_questions": summary["n_questions"],
+            **(
+                {
+                    "holdout_score": float(summary["holdout_score"]),
+                    "winners_curse_drop": float(summary["drop"]),
+                }
+                if summary.get("holdout_score") is not None
+                else {}
+            ),
+            "finalists": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord(r) for r in frame.with_columns(pl.selectors.float().round(4)).to_dicts()
+                ],
+                schema=dg.TableSchema(
+                    columns=[
+                        dg.TableColumn(
+                            c, {pl.Float64: "float", pl.Int64: "int", pl.Boolean: "bool"}.get(t, "string")
+                        )
+                        for c, t in frame.schema.items()
+                    ]
+                ),
+            ),
+            "ship_report": dg.MetadataValue.path(str(path.with_suffix(".report.html"))),
+            "dagster/row_count": frame.height,
+        }
+
+    def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
+        summary = _summary(run)
+        return [
+            dg.AssetCheckResult(
+                check_name="recommendation_confirmed",
+                passed=summary["confirmed"] is not False,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"verdict": summary["verdict"], "instead": summary.get("instead") or ""},
+            )
+        ]

@@ -1,0 +1,140 @@
+"""The holdout: a seeded split that never changes, the finalists, and the confirmation of the recommendation
+on questions the choice never saw (a case built so that the selection winner is worse on the holdout)."""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from rag_core.decision import Constraints, decide
+from rag_core.holdout import (
+    HOLDOUT,
+    SELECTION,
+    confirm,
+    finalists,
+    holdout_ids,
+    is_holdout_key,
+    selection_key,
+    split_rows,
+)
+from rag_core.plan import Plan
+from rag_core.spec import sweep_from_dict
+from tests.test_decision import W, _board, per_query, wrong_on
+
+
+@pytest.mark.parametrize("n,seed", [(1, 0), (2, 1), (7, 0), (60, 2), (101, 3)])
+def test_the_split_is_seeded_exact_in_size_and_blind_to_row_order(n, seed):
+    ids = [f"q{random.Random(n).randrange(10**6)}-{i}" for i in range(n)]
+    held = holdout_ids(ids, 0.3, seed)
+    assert len(held) == round(0.3 * len(ids)) and held <= set(ids)
+    shuffled = list(ids)
+    random.Random(7).shuffle(shuffled)
+    assert holdout_ids(shuffled, 0.3, seed) == held  # the same questions, whatever the file's order
+    assert holdout_ids(ids, 0.0, seed) == set()
+    qa = pl.DataFrame({"query_id": ids, "question": ids})
+    sel, hold = split_rows(qa, SELECTION, 0.3, seed), split_rows(qa, HOLDOUT, 0.3, seed)
+    assert set(sel["query_id"]) | set(hold["query_id"]) == set(ids)
+    assert not set(sel["query_id"]) & set(hold["query_id"])
+    assert sel["query_id"].to_list() == [q for q in ids if q not in held]  # the file's order kept
+
+
+def test_holdout_keys_name_their_selection_partition():
+    assert is_holdout_key("a__b~holdout") and selection_key("a__b~holdout") == "a__b"
+    assert not is_holdout_key("a__b") and selection_key("a__b") == "a__b" and not is_holdout_key(None)
+
+
+def _decided(runs: dict[str, pl.DataFrame], constraints: Constraints | None = None):
+    board = _board(runs, dict.fromkeys(runs, 0.0)).with_columns(
+        pl.Series("rank", list(range(1, len(runs) + 1)))
+    )
+    return decide(board, runs, W, constraints or Constraints())
+
+
+def test_a_selection_winner_worse_on_the_holdout_is_not_confirmed_and_the_better_finalist_is_named():
+    # on 100 selection questions: `lucky` and `steady` tie at the top, `weak` is far behind
+    runs = {
+        "lucky": per_query(wrong_on(20)),
+        "steady": per_query(wrong_on(22, offset=1)),
+        "weak": per_query(wrong_on(70)),
+    }
+    board, decision = _decided(runs, Constraints(prefer="best"))
+    assert decision["top_tier"] == ["lucky", "steady"] and decision["recommended"] == "lucky"
+    assert finalists(board, decision) == ["lucky", "steady"]
+    # on 40 holdout questions `lucky` is wrong on 20, `steady` on 2: significantly worse, not confirmed
+    holdout = {"lucky": per_query(wrong_on(20, n=40)), "steady": per_query(wrong_on(2, n=40))}
+    table, summary = confirm(board, holdout, W, decision["recommended"])
+    assert summary["confirmed"] is False and summary["instead"] == "steady"
+    assert summary["holdout_best"] == "steady" and summary["n_questions"] == 40
+    row = table.filter(pl.col("config_key") == "lucky").row(0, named=True)
+    assert row["holdout_overall_score"] == 0.5 and abs(row["winners_curse_drop"] - 0.3) < 1e-12
+    assert row["holdout_ci_low"] < 0.5 < row["holdout_ci_high"]
+    assert row["holdout_p_holm_vs_best"] < 0.05 and not row["holdout_tied_with_best"]
+    assert "NOT confirmed" in summary["verdict"] and "steady instead" in summary["verdict"]
+
+
+def test_a_recommendation_tied_on_the_holdout_is_confirmed():
+    runs = {"a": per_query(wrong_on(20)), "b": per_query(wrong_on(21, offset=1))}
+    board, decision = _decided(runs)
+    holdout = {"a": per_query(wrong_on(10, n=40)), "b": per_query(wrong_on(9, n=40, offset=3))}
+    table, summary = confirm(board, holdout, W, decision["recommended"])
+    assert summary["confirmed"] is True and summary["instead"] is None
+    assert table["holdout_tied_with_best"].to_list() == [True, True]
+    assert summary["verdict"].startswith("confirmed:")
+
+
+def test_the_finalists_add_the_best_config_that_meets_the_constraints():
+    runs = {
+        "fast_bad": per_query(wrong_on(60), latency_ms=5.0),
+        "slow_good": per_query(wrong_on(10), latency_ms=900.0),
+    }
+    board, decision = _decided(runs, Constraints(max_p95_latency_ms=100))
+    assert decision["top_tier"] == ["slow_good"] and decision["recommended"] == "fast_bad"
+    assert finalists(board, decision) == ["slow_good", "fast_bad"]
+
+
+def _sweep(holdout: float):
+    from pathlib import Path
+
+    raw = {
+        "name": "s",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "fixed", "chunk_size": 200, "chunk_overlap": 0},
+        "retrieval": {"mode": ["vector", "bm25"], "top_k": 3},
+        "decision": {"holdout": holdout},
+    }
+    return sweep_from_dict(raw, Path("/tmp/s.yaml"))
+
+
+def test_the_plan_mirrors_every_question_stage_on_the_holdout_and_zero_turns_it_off():
+    plan, off = Plan.resolve(_sweep(0.3)), Plan.resolve(_sweep(0))
+    assert plan.holdout and not off.holdout
+    assert set(plan.holdout_partitions) == {"retrievals", "rerankings", "answers", "evaluations"}
+    assert plan.config_keys == off.config_keys  # selection: the configs, as before
+    key = plan.config_keys[0]
+    steps = plan.holdout_steps(key)
+    assert [s for s, _ in steps] == ["retrievals", "rerankings", "answers", "evaluations"]
+    assert all(is_holdout_key(k) for _, k in steps)
+    # a holdout retrieval reads the selection's index; everything after it reads the holdout's partitions
+    ret = plan.partition("retrievals", steps[0][1])
+    assert not is_holdout_key(ret.reads["vector_index"]) and ret.split == HOLDOUT
+    assert plan.partition("evaluations", key).split == SELECTION
+    inputs = {"corpus": "c1", "qa_set": "q1"}
+    fps, fps_off = plan.fingerprints(inputs), off.fingerprints(inputs)
+    # the index is shared; every partition that reads questions differs by split, and from the whole set
+    assert (
+        fps[("vector_index", plan.keys("vector_index")[0])]
+        == fps_off[("vector_index", off.keys("vector_index")[0])]
+    )
+    assert (
+        len(
+            {fps[("evaluations", key)], fps[("evaluations", key + "~holdout")], fps_off[("evaluations", key)]}
+        )
+        == 3
+    )
+    # a halving rung narrows the selection only
+    rung = plan.fingerprints(inputs, rung=5)
+    assert rung[("evaluations", key)] != fps[("evaluations", key)]
+    assert rung[("evaluations", key + "~holdout")] == fps[("evaluations", key + "~holdout")]
+    assert plan.all_keys("evaluations") == [*plan.config_keys, *(k + "~holdout" for k in plan.config_keys)]
