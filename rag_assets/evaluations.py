@@ -11,6 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.evaluation import evaluate, judge, per_question_table
+from rag_core.holdout import is_holdout_key
 from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
@@ -72,6 +73,12 @@ class Evaluations(StageLogic):
         label = run.plan.labels.get(key, key)  # the full key is tag config_key
         plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
         per_query = run.ref.read("per_query") if reused else run.output.parts["per_query"]
+        if is_holdout_key(key):  # a finalist on the holdout: the confirmation puts it on the config's run
+            return {
+                "split": "holdout",
+                **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
+                "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
+            }
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
             run_name=f"{label} ({rung['questions']} questions)" if rung else label,

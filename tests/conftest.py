@@ -61,6 +61,9 @@ def assert_same_board(a: pl.DataFrame, b: pl.DataFrame) -> None:
 
 
 def write_sweep(path: Path, data: dict, **sections) -> Path:
+    """A sweep file; without a `decision` section it holds no question out (`holdout: 0`), so a test of
+    another feature sees the whole QA set (the holdout's tests ask for one)."""
+    sections.setdefault("decision", {"holdout": 0})
     spec = {
         "name": sections.pop("name", "slice"),
         "data": {"corpus": str(data["corpus"]), "qa": str(data["qa"])},

@@ -400,6 +400,7 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
         retrieval={"mode": "bm25", "top_k": 3},
         generation={"model": ["openai/right", "openai/wrong"], "max_tokens": 16},
         search={"strategy": "halving", "start_questions": 4, "growth": 2.0},
+        decision={"holdout": 0.3},
     )
     with OpenAIStub(respond, by_model=True) as stub:
         monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
@@ -438,6 +439,7 @@ def test_a_forced_rerun_asks_the_provider_again_and_sees_it_change(slice_data, t
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
         retrieval={"mode": "bm25", "top_k": 3},
         generation={"model": MODEL, "max_tokens": 16},
+        decision={"holdout": 0.3},
     )
     data = tmp_path / "data"
     with OpenAIStub(respond) as stub:
