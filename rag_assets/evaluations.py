@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
-from rag_core.evaluation import evaluate, judge, per_question_table
+from rag_core.evaluation import evaluate, judge, per_question_table, variance_split
 from rag_core.holdout import is_holdout_key
 from rag_core.qa.generation import generation_params
 from resources.artifacts import Artifact, QuestionSubset
@@ -51,8 +51,11 @@ class Evaluations(StageLogic):
             chunk_vectors=chunk_vectors(run.read("embeddings")),
             token_counts=lambda texts: embedder.token_counts(model, texts),
             max_tokens=embedder.max_tokens(model),
-            judged=judge(llm, sweep.judge_model, qa, ret, ans) if sweep.judge_model else None,
+            judged=(lambda answers: judge(llm, sweep.judge_model, qa, ret, answers))
+            if sweep.judge_model
+            else None,
         )
+        metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
         summary = {
             "config_key": run.context.partition_key,
             "fingerprint": run.ref.fp,

@@ -20,6 +20,7 @@ from rag_core.spec import GenerationConfig, RagConfig
 
 ANSWER_SCHEMA = {
     "query_id": pl.String,
+    "sample": pl.Int64,  # which answer of the question (evaluation.samples of a random generator)
     "answer": pl.String,
     "error": pl.String,
     "context_doc_ids": pl.List(pl.String),  # the blocks the generator saw, in [n] order
@@ -38,13 +39,15 @@ ANSWER_SCHEMA = {
 
 
 def generate(
-    gen: GenerationConfig, question: str, titles: list[str], texts: list[str], llm: Completer
+    gen: GenerationConfig, question: str, titles: list[str], texts: list[str], llm: Completer, sample: int = 0
 ) -> Completion:
     if gen.is_extractive:
         t0 = time.perf_counter()
         text = extractive_answer(question, texts)
         return Completion(text=text, error=None, attempts=1, latency_ms=(time.perf_counter() - t0) * 1000)
     prompt = build_prompt(gen.prompt_template, question, format_context(texts, titles))
+    if sample:  # another draw of the same call: its own entry in the call cache
+        return llm.complete(gen.model, prompt, gen.temperature, gen.max_tokens, sample=sample)
     return llm.complete(gen.model, prompt, gen.temperature, gen.max_tokens)
 
 
@@ -110,13 +113,16 @@ def answer(
     count_tokens: Callable[[str], int],
     parents: Callable[[], tuple[pl.DataFrame, pl.DataFrame]],
 ) -> pl.DataFrame:
-    """One row per question (ANSWER_SCHEMA). `parents` gives (chunkset, corpus), read only for
+    """One row per question and sample (ANSWER_SCHEMA). `parents` gives (chunkset, corpus), read only for
     parent/child context expansion."""
     items = list(
         qa.select("query_id", "question").join(reranked, on="query_id", how="left").iter_rows(named=True)
     )
     if c.generation.context_expand == "parent":
         items = expand_to_parents(items, *parents())
+
+    samples = c.generation.samples
+    items = [{**row, "sample": i} for row in items for i in range(samples)]
 
     def one(row: dict) -> tuple:
         titles, texts, docs, fallbacks, spent = synthesize(
@@ -128,7 +134,8 @@ def answer(
             llm,
             count_tokens,
         )
-        return generate(c.generation, row["question"], titles, texts, llm), texts, docs, fallbacks, spent
+        out = generate(c.generation, row["question"], titles, texts, llm, row["sample"])
+        return out, texts, docs, fallbacks, spent
 
     workers = 1 if c.generation.is_extractive else llm.max_concurrency
     results = map_concurrently(one, items, workers, what="questions answered")
@@ -136,6 +143,7 @@ def answer(
         [
             {
                 "query_id": row["query_id"],
+                "sample": row["sample"],
                 "answer": res.text,
                 "error": res.error,
                 "context_doc_ids": docs,

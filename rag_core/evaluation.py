@@ -104,19 +104,30 @@ def evaluate(
     chunk_vectors: dict[str, np.ndarray],
     token_counts: Callable[[list[str]], list[int]],
     max_tokens: int | None,
-    judged: tuple[dict, dict] | None,
+    judged: Callable[[pl.DataFrame], tuple[dict, dict]] | None,
 ) -> tuple[pl.DataFrame, dict[str, float | None]]:
     """(per-query metrics, summary): metric means (None where no query defines one) with their 95% bootstrap intervals, chunk quality
-    (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged` is the judge's (scores, usage) when a judge is set."""
-    per_query = evaluate_queries(
-        qa,
-        reranked,
-        answers,
-        c.retrieval.top_k,
-        embed=embed,
-        chunk_vectors=chunk_vectors,
-        judge_scores=judged[0] if judged else None,
-    )
+    (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged(answers)` is the judge's (scores, usage) when a judge is set.
+    Several answers per question (`sample`, a random generator): each is scored, and a question's metrics
+    are their means (`n_samples`); the per-sample rows are `per_sample_metrics(per_query)`."""
+    samples = answers["sample"].unique().sort().to_list() if "sample" in answers.columns else [0]
+    frames, judge_usage = [], dict(NO_USAGE)
+    for i in samples:
+        ans = answers.filter(pl.col("sample") == i) if len(samples) > 1 else answers
+        verdicts = judged(ans) if judged else None
+        if verdicts:
+            judge_usage = {k: judge_usage[k] + v for k, v in verdicts[1].items()}
+        scored = evaluate_queries(
+            qa,
+            reranked,
+            ans.drop("sample", strict=False),
+            c.retrieval.top_k,
+            embed=embed,
+            chunk_vectors=chunk_vectors,
+            judge_scores=verdicts[0] if verdicts else None,
+        )
+        frames.append(scored.with_columns(pl.lit(i, pl.Int64).alias("sample")))
+    per_query = frames[0].drop("sample") if len(frames) == 1 else mean_over_samples(pl.concat(frames))
     metrics = summarize(per_query)
     for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
         metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = (
@@ -132,7 +143,8 @@ def evaluate(
         "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
         "chunk_cohesion": cohesion,
         "chunk_separation": separation,
-        **stage_costs(reranked, answers, judged[1] if judged else NO_USAGE),
+        **stage_costs(reranked, answers, judge_usage),
+        "n_samples": float(len(samples)),
         "generation_prompt_tokens": float(answers["prompt_tokens"].sum()),
         "generation_completion_tokens": float(answers["completion_tokens"].sum()),
         "n_query_transform_fallbacks": float(reranked["transform_fallback"].sum()),
@@ -140,6 +152,49 @@ def evaluate(
         "n_context_compression_fallbacks": float(answers["context_fallbacks"].sum()),
     }
     return per_query, metrics
+
+
+def mean_over_samples(per_sample: pl.DataFrame) -> pl.DataFrame:
+    """One row per question from its samples' rows: every metric and latency the mean over the samples
+    (a metric a sample leaves undefined is left out of its mean), the first sample's answer, the first
+    error, and the samples' metrics as lists (`samples_<metric>`) for the variance split."""
+    metrics = [m for m in (*metric_columns(per_sample), "retrieval_ms", "generation_ms")]
+    return (
+        per_sample.sort("query_id", "sample")
+        .group_by("query_id", maintain_order=True)
+        .agg(
+            pl.col("answer").first(),
+            pl.col("error").drop_nulls().first(),
+            *[pl.col(m).mean() for m in metrics],
+            *[pl.col(m).alias(f"samples_{m}") for m in metric_columns(per_sample)],
+            pl.len().alias("n_samples"),
+        )
+    )
+
+
+def variance_split(per_query: pl.DataFrame, weights: dict[str, float]) -> dict[str, float] | None:
+    """How much of the overall score's per-question variance is between questions and how much within a
+    question (sampling: a random generator's answers to the same question), from the per-sample scores
+    `mean_over_samples` keeps; None with one sample per question. Within: the mean over questions of the
+    variance of its samples' weighted scores (ddof 1); between: the variance over questions of their means."""
+    if "n_samples" not in per_query.columns or per_query["n_samples"].max() < 2:
+        return None
+    metrics = [m for m in weights if f"samples_{m}" in per_query.columns]
+    w = np.array([weights[m] for m in metrics], dtype=float)
+    rows = []
+    for r in per_query.iter_rows(named=True):
+        values = np.array([r[f"samples_{m}"] for m in metrics], dtype=float).T  # samples × metrics
+        have = ~np.isnan(values)
+        total, weight = np.where(have, values, 0.0) @ w, have.astype(float) @ w
+        rows.append(np.divide(total, weight, out=np.zeros_like(total), where=weight > 0))
+    within = float(np.mean([np.var(s, ddof=1) for s in rows]))
+    between = float(np.var([np.mean(s) for s in rows], ddof=1)) if len(rows) > 1 else 0.0
+    total = within + between
+    return {
+        "score_var_between_questions": between,
+        "score_var_within_questions": within,
+        "sampling_share": within / total if total > 0 else 0.0,
+    }
 
 
 def per_question_table(per_query: pl.DataFrame, qa: pl.DataFrame, retrieved: pl.DataFrame) -> pl.DataFrame:

@@ -154,7 +154,8 @@ def pareto_plot_png(board: pl.DataFrame, x: str, xlabel: str, front: str) -> byt
     ok = board.filter(~pl.col("too_many_errors")) if "too_many_errors" in board.columns else board
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
     xs, ys = ok[x].to_numpy(), ok["overall_score"].to_numpy()
-    err = np.vstack([ys - ok["overall_ci_low"].to_numpy(), ok["overall_ci_high"].to_numpy() - ys])
+    # clipped at 0: when every resample gives the same score, rounding can put the interval a hair past it
+    err = np.vstack([ys - ok["overall_ci_low"].to_numpy(), ok["overall_ci_high"].to_numpy() - ys]).clip(min=0)
     on = ok[front].to_numpy()
     ax.errorbar(xs[~on], ys[~on], yerr=err[:, ~on], fmt="o", color="#9aa5b1", alpha=0.7, label="dominated")
     ax.errorbar(xs[on], ys[on], yerr=err[:, on], fmt="o", color="#3b6ea5", label="Pareto front")
@@ -315,6 +316,25 @@ def ship_report(
         (f"Cost and latency per stage of {rec}", None, stages),
         ("The other configs", None, others),
     ]
+    if "sampling_share" in board.columns and board["sampling_share"].drop_nulls().len():
+        sampled = board.filter(pl.col("sampling_share").is_not_null()).select(
+            "config_key",
+            "n_samples",
+            "score_var_between_questions",
+            "score_var_within_questions",
+            "sampling_share",
+        )
+        sections.insert(
+            4,
+            (
+                "Sampling (a generator with temperature > 0 answered each question several times)",
+                "Each question's scores are the mean over its samples; the tiers and the detectable difference "
+                "use those means. The variance of a question's score is split into the part between questions "
+                "and the part within a question (the generator's sampling): a large sampling share means "
+                "more samples, not more questions, would sharpen the comparison.",
+                sampled,
+            ),
+        )
     if dropped := decision.get("not_ranked"):  # a halving search: out on an early rung
         table = pl.DataFrame(
             {"config_key": list(dropped), "questions answered": list(dropped.values())}

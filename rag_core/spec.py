@@ -230,6 +230,9 @@ class GenerationConfig(_Strict):
     # Parent/child: retrieve small chunks, give the generator their parent section (markdown heading
     # section, else the whole document) instead; parents shared by several chunks appear once.
     context_expand: Literal["none", "parent"] = "none"
+    # how many times each question is answered: set from the sweep's `evaluation.samples` for a generator
+    # that draws at random (temperature > 0); 1 otherwise
+    samples: int = Field(default=1, ge=1, le=50)
 
     @field_validator("prompt_template")
     @classmethod
@@ -255,7 +258,14 @@ class GenerationConfig(_Strict):
             fields.update(context_model=None)
         if self.is_extractive:  # the extractive reader has no prompt, temperature or token limit
             fields.update(prompt_template=DEFAULT_PROMPT, temperature=0.0, max_tokens=128)
+        if self.is_extractive or fields["temperature"] == 0:  # deterministic: one answer says it all
+            fields.update(samples=1)
         return GenerationConfig(**fields)
+
+    @property
+    def random(self) -> bool:
+        """Whether the generator draws at random (an LLM at temperature > 0)."""
+        return not self.is_extractive and self.temperature > 0
 
     @property
     def key(self) -> str:
@@ -318,6 +328,8 @@ class DataSpec(_Strict):
 
 class EvaluationSpec(_Strict):
     judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/judge.py)
+    # answers per question of a generator with temperature > 0: a question's scores are their mean
+    samples: int = Field(default=1, ge=1, le=50)
 
 
 def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
@@ -514,6 +526,11 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         generations = _expand(spec.generation, GenerationConfig, "generation")
     except SpecError as e:
         raise SpecError(f"{path}: {e}") from None
+    if any(g.samples != 1 for g in generations):
+        raise SpecError(f"{path}: field 'generation.samples': set evaluation.samples instead")
+    generations = [  # a random generator answers each question evaluation.samples times
+        g.model_copy(update={"samples": spec.evaluation.samples}) if g.random else g for g in generations
+    ]
     configs = [
         RagConfig(
             chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,

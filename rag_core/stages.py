@@ -127,9 +127,12 @@ STAGES: tuple[Stage, ...] = (
         "answers",
         "rerankings",
         ("rerankings", "chunksets", "corpus", "qa_set"),
-        5,  # 5: an empty completion is a failed call (retried, counted), not an empty answer
+        6,  # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`
         key=lambda c: c.generation.key,
-        settings=lambda c, j: c.generation.model_dump(),
+        # one sample keeps the fingerprints answers had before samples existed
+        settings=lambda c, j: c.generation.model_dump(
+            exclude={"samples"} if c.generation.samples == 1 else None
+        ),
         failures="error",
         calls_llm=lambda c, j: not c.generation.is_extractive or c.generation.context == "compress",
     ),

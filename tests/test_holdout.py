@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -138,3 +139,35 @@ def test_the_plan_mirrors_every_question_stage_on_the_holdout_and_zero_turns_it_
     assert rung[("evaluations", key)] != fps[("evaluations", key)]
     assert rung[("evaluations", key + "~holdout")] == fps[("evaluations", key + "~holdout")]
     assert plan.all_keys("evaluations") == [*plan.config_keys, *(k + "~holdout" for k in plan.config_keys)]
+
+
+def test_samples_are_averaged_per_question_and_their_variance_is_split():
+    from rag_core.evaluation import mean_over_samples, variance_split
+
+    # q1: right, wrong, right; q2: wrong three times; q3: right three times
+    em = {"q1": [1.0, 0.0, 1.0], "q2": [0.0, 0.0, 0.0], "q3": [1.0, 1.0, 1.0]}
+    per_sample = pl.DataFrame(
+        [
+            {
+                "query_id": q,
+                "sample": i,
+                "answer": f"a{i}",
+                "error": None,
+                "exact_match": v,
+                "recall_at_k": 0.5,
+                "retrieval_ms": 1.0,
+                "generation_ms": float(i),
+            }
+            for q, values in em.items()
+            for i, v in enumerate(values)
+        ],
+        schema_overrides={"error": pl.String},
+    )
+    per_query = mean_over_samples(per_sample)
+    assert per_query["exact_match"].to_list() == pytest.approx([2 / 3, 0.0, 1.0])
+    assert per_query["n_samples"].to_list() == [3, 3, 3] and per_query["answer"].to_list() == ["a0"] * 3
+    assert per_query["generation_ms"].to_list() == [1.0, 1.0, 1.0]
+    split = variance_split(per_query, {"exact_match": 1.0})
+    assert split["score_var_within_questions"] == pytest.approx((1 / 3 + 0 + 0) / 3)
+    assert split["score_var_between_questions"] == pytest.approx(float(np.var([2 / 3, 0.0, 1.0], ddof=1)))
+    assert variance_split(per_query.with_columns(pl.lit(1).alias("n_samples")), {"exact_match": 1.0}) is None

@@ -454,3 +454,52 @@ def test_a_forced_rerun_asks_the_provider_again_and_sees_it_change(slice_data, t
     assert asked == 40 and len(stub.requests) == 40  # 20 questions twice; the unforced rerun asks nothing
     assert unforced.board["exact_match"][0] == 0.0  # the newest answers
     assert LLMCache(data / "llm_cache.sqlite").spent()[0] == 40
+
+
+@pytest.mark.slow
+def test_a_random_generator_answers_each_question_n_times_and_the_variance_is_split(
+    slice_data, tmp_path, monkeypatch
+):
+    """evaluation.samples: 3 with a generator at temperature 0.7 that is right on a question's 1st and 3rd
+    call and wrong on its 2nd: every question scores 2/3, all of its variance within the question
+    (sampling), none between questions. A rerun pays nothing; samples 4 pays one more call per question."""
+    qa = pl.read_parquet(slice_data["qa"])
+    gold = GoldAnswers(qa)
+    seen: dict[str, int] = {}
+
+    def respond(prompt: str):
+        question = gold.question(prompt)
+        seen[question] = seen.get(question, 0) + 1
+        return 200, (gold.answer[question] if seen[question] % 2 else "no idea"), 0.0
+
+    def spec(samples: int) -> str:
+        return str(
+            write_sweep(
+                tmp_path / f"sampled{samples}.yaml",
+                slice_data,
+                name="sampled",
+                chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+                retrieval={"mode": "bm25", "top_k": 3},
+                generation={"model": MODEL, "max_tokens": 16, "temperature": 0.7},
+                evaluation={"samples": samples},
+                weights={"exact_match": 1.0},
+            )
+        )
+
+    data = str(tmp_path / "data")
+    with OpenAIStub(respond) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        three = run_sweep(spec(3), data, progress=False)
+        paid = len(stub.requests)
+        run_sweep(spec(3), data, progress=False)
+        again = len(stub.requests)
+        four = run_sweep(spec(4), data, progress=False)
+    row = three.board.row(0, named=True)
+    assert paid == 60 and again == 60 and len(stub.requests) == 80  # 20 questions x 3, then one more each
+    assert row["n_samples"] == 3.0 and row["exact_match"] == pytest.approx(2 / 3)
+    assert row["score_var_within_questions"] == pytest.approx(1 / 3)  # var of (1, 0, 1), ddof 1
+    assert row["score_var_between_questions"] == pytest.approx(0.0) and row[
+        "sampling_share"
+    ] == pytest.approx(1.0)
+    assert four.board["exact_match"][0] == pytest.approx(0.5) and four.board["n_samples"][0] == 4.0
