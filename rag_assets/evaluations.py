@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.drift import compare
 from rag_core.evaluation import evaluate, judge, per_question_table, variance_split
 from rag_core.holdout import is_holdout_key
 from rag_core.qa.generation import generation_params
@@ -56,6 +57,8 @@ class Evaluations(StageLogic):
             else None,
         )
         metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
+        if run.ref.intact():  # evaluated again on the same questions (forced): what changed since
+            metrics |= compare(run.ref.read("per_query"), per_query, sweep.weights) or {}
         summary = {
             "config_key": run.context.partition_key,
             "fingerprint": run.ref.fp,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -16,6 +17,7 @@ import polars as pl
 from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision import Constraints, bootstrap_scores, decide
+from rag_core.drift import findings
 from rag_core.holdout import SELECTION, finalists, holdout_ids, is_holdout_key
 from rag_core.leaderboard import (
     DISPLAY_COLUMNS,
@@ -133,13 +135,25 @@ class Leaderboard(StageLogic):
         "the recommended config under the sweep's decision constraints and a ship report."
     )
     resources = ("tracking",)
-    checks = (Check("complete", "Every config of the sweep is evaluated and on the board."),)
+    checks = (
+        Check("complete", "Every config of the sweep is evaluated and on the board."),
+        Check(
+            "nightly_drift",
+            "Against the previous leaderboard on the same questions: the recommended config did not drop "
+            "significantly (WARN), the top tier did not change (WARN), the recommendation was not lost (ERROR).",
+        ),
+    )
 
     def kinds(self, plan) -> set[str]:
         return {"parquet", "mlflow"}
 
     def identity(self, run: StageRun):
         return run.plan.board_identity
+
+    def reusable(self, run: StageRun) -> bool:
+        """Not when an evaluation it ranks was computed again since (a forced re-evaluation keeps its
+        fingerprint: the nightly schedule's, followed by this step through the automation sensor)."""
+        return super().reusable(run) and not newer_inputs(run.ref, run.inputs["evaluations"].values())
 
     def compute(self, run: StageRun) -> Artifact:
         refs = run.inputs["evaluations"]
@@ -194,6 +208,10 @@ class Leaderboard(StageLogic):
             pl.col("config_key").replace_strict(run.plan.labels, default=None).alias("label")
         )
         board = board.select("rank", "label", pl.exclude("rank", "label"))
+        decision["evaluated_at"] = time.time()
+        if run.ref.intact():  # ranked again on the same questions: what changed since
+            previous = json.loads(run.ref.read("decision")["json"][0])
+            decision["drift"] = findings(previous, decision, board, spec.alpha)
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})
 
@@ -215,8 +233,12 @@ class Leaderboard(StageLogic):
         }
         qa = run.read("qa_set")
         path, markdown, png, report = publish(run, frame, decision, per_query, qa)
-        # every config run carries its place (a config run logged again since gets it back) ...
-        run.resources.tracking.log_ranking(run.plan.sweep.name, frame)
+        history = record_history(path, frame, decision, append=not reused)
+        trend = trend_plot_png(history)
+        atomic_write(path.with_suffix(".trend.png"), lambda tmp: Path(tmp).write_bytes(trend))
+        # every config run carries its place, its score at this evaluation's night the step of its history
+        # (a config run logged again since gets it back) ...
+        run.resources.tracking.log_ranking(run.plan.sweep.name, frame, decision.get("evaluated_at"))
         if not reused:  # ... and one leaderboard run per content: an unchanged rerun logs none
             run.resources.tracking.log_leaderboard(
                 run.plan.sweep.name,
@@ -226,6 +248,7 @@ class Leaderboard(StageLogic):
                 report=report,
                 decision=decision,
                 fingerprint=run.ref.fp,
+                images={"trend.png": trend},
             )
         cols = [c for c in TABLE_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
@@ -270,6 +293,19 @@ class Leaderboard(StageLogic):
             ),
             "config_keys": dg.MetadataValue.json(dict(zip(frame["label"], frame["config_key"], strict=True))),
             "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(png).decode()})"),
+            "trend": dg.MetadataValue.md(
+                f"Overall score per evaluation ({history['evaluated_at'].n_unique()} so far)\n\n"
+                f"![trend](data:image/png;base64,{base64.b64encode(trend).decode()})"
+            ),
+            **(
+                {
+                    "drift": dg.MetadataValue.md(
+                        f"**{decision['drift']['severity'] or 'ok'}**: {decision['drift']['message']}"
+                    )
+                }
+                if decision.get("drift")
+                else {}
+            ),
             **question_tables(frame, per_query, qa, decision),
             "board_path": dg.MetadataValue.path(str(path)),
             "dagster/row_count": frame.height,
@@ -286,21 +322,111 @@ class Leaderboard(StageLogic):
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
+        part = run.output.parts.get("decision") if run.output.frame is not None else None
+        decision = json.loads((part if part is not None else run.ref.read("decision"))["json"][0])
+        return [self._complete(run, frame), drift_check(run.plan.sweep.name, decision)]
+
+    def _complete(self, run: StageRun, frame: pl.DataFrame) -> dg.AssetCheckResult:
         missing = sorted(set(run.plan.config_keys) - set(frame["config_key"].to_list()))
         bayesian = run.plan.sweep.search.strategy == "bayesian"
-        return [
-            dg.AssetCheckResult(
-                check_name="complete",
-                # an adaptive search evaluates some configs of the plan by design: bayesian its budget,
-                # halving its survivors (the rest it dropped on a share of the questions)
-                passed=(frame.height >= trial_budget(run.plan) if bayesian else frame.height >= 1)
-                if adaptive(run.plan)
-                else not missing,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={
-                    "configs": len(run.plan.config_keys),
-                    "missing": len(missing),
-                    "examples": ", ".join(missing[:3]),
-                },
-            )
-        ]
+        return dg.AssetCheckResult(
+            check_name="complete",
+            # an adaptive search evaluates some configs of the plan by design: bayesian its budget,
+            # halving its survivors (the rest it dropped on a share of the questions)
+            passed=(frame.height >= trial_budget(run.plan) if bayesian else frame.height >= 1)
+            if adaptive(run.plan)
+            else not missing,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "configs": len(run.plan.config_keys),
+                "missing": len(missing),
+                "examples": ", ".join(missing[:3]),
+            },
+        )
+
+
+def drift_check(sweep: str, decision: dict) -> dg.AssetCheckResult:
+    """The `nightly_drift` check: passed unless the findings against the previous leaderboard
+    (rag_core/drift.py) name a problem; its metadata `alert` is what the alert sensor sends."""
+    drift = decision.get("drift") or {
+        "severity": None,
+        "message": "no earlier leaderboard on these questions",
+    }
+    alert = drift.get("alert")
+    return dg.AssetCheckResult(
+        check_name="nightly_drift",
+        passed=drift["severity"] is None,
+        severity=dg.AssetCheckSeverity.ERROR if drift["severity"] == "ERROR" else dg.AssetCheckSeverity.WARN,
+        metadata={
+            "message": drift["message"],
+            **({"alert": dg.MetadataValue.json({"sweep": sweep, **alert})} if alert else {}),
+        },
+    )
+
+
+def newer_inputs(ref, inputs) -> bool:
+    """Whether any input artifact was written after `ref` (which exists)."""
+    if not ref.exists():
+        return False
+    mine = ref.path().stat().st_mtime_ns
+    return any(r.exists() and r.path().stat().st_mtime_ns > mine for r in inputs)
+
+
+HISTORY_COLUMNS = [
+    "evaluated_at",
+    "config_key",
+    "label",
+    "overall_score",
+    "overall_ci_low",
+    "overall_ci_high",
+    "recommended",
+]
+
+
+def record_history(path: Path, frame: pl.DataFrame, decision: dict, append: bool) -> pl.DataFrame:
+    """`<sweep>.history.parquet`: every config's overall score at each evaluation of the board (a night
+    of the schedule, a forced or changed run); `append`: this board is new (a reused one is there)."""
+    file = path.with_suffix(".history.parquet")
+    history = pl.read_parquet(file) if file.exists() else pl.DataFrame()
+    if append or history.is_empty():
+        rows = frame.select([c for c in HISTORY_COLUMNS if c != "evaluated_at"]).with_columns(
+            pl.lit(float(decision.get("evaluated_at") or time.time())).alias("evaluated_at")
+        )
+        history = pl.concat([history, rows.select(HISTORY_COLUMNS)], how="diagonal_relaxed")
+        atomic_write_parquet(history, file)
+    return history
+
+
+def trend_plot_png(history: pl.DataFrame) -> bytes:
+    """Each config's overall score at each evaluation (the recommended config of the latest in bold)."""
+    import io
+    from datetime import UTC, datetime
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latest = history.filter(pl.col("evaluated_at") == history["evaluated_at"].max())
+    rec = set(latest.filter(pl.col("recommended"))["config_key"])
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=90)
+    for (key,), rows in history.sort("evaluated_at").group_by("config_key", maintain_order=True):
+        when = [datetime.fromtimestamp(t, UTC) for t in rows["evaluated_at"]]
+        bold = key in rec
+        ax.plot(
+            when,
+            rows["overall_score"].to_list(),
+            marker="o",
+            lw=2.5 if bold else 1,
+            alpha=1 if bold else 0.5,
+            label=f"{rows['label'][-1]}{' (recommended)' if bold else ''}",
+        )
+    ax.set_ylabel("overall score")
+    ax.set_title("Overall score per evaluation")
+    ax.legend(fontsize=7, loc="best")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

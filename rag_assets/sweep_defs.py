@@ -22,6 +22,7 @@ from rag_assets.retrievals import Retrievals
 from rag_assets.stage_asset import StageLogic, asset_key, stage_asset
 from rag_core.plan import Plan
 from rag_core.stages import CONFIG_STAGE, STAGES
+from sensors.alerts import drift_alerts
 from sensors.schedules import nightly_reevaluation
 
 LOGIC: dict[str, StageLogic] = {
@@ -71,4 +72,5 @@ def sweep_definitions(plan: Plan, nightly_cron: str | None = "0 2 * * *") -> dg.
         assets=stage_assets(plan),
         jobs=[evaluate_job],
         schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron)] if nightly_cron else [],
+        sensors=[drift_alerts(plan.sweep.name, asset_key(prefix, "leaderboard"), f"{prefix}__drift_alerts")],
     )

@@ -20,6 +20,14 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
 
 
+def alert_settings() -> tuple[str | None, str]:
+    """(where drift alerts are posted: $RAG_ALERT_WEBHOOK, None for nowhere; the Dagster UI's address the
+    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000)."""
+    return os.environ.get("RAG_ALERT_WEBHOOK") or None, os.environ.get(
+        "RAG_DAGSTER_URL"
+    ) or "http://127.0.0.1:3000"
+
+
 def env_number(name: str, default, cast):
     """A non-negative number from the environment, or a one-line error naming the variable."""
     from rag_core.spec import SpecError

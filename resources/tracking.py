@@ -230,10 +230,12 @@ class MlflowTracking(dg.ConfigurableResource):
             raise
         return run_id
 
-    def log_ranking(self, experiment: str, board: pl.DataFrame) -> int:
+    def log_ranking(self, experiment: str, board: pl.DataFrame, evaluated_at: float | None = None) -> int:
         """Put each config's place in the leaderboard on its own run, so the experiment's runs sort by
         overall score: metrics `overall_score`, `overall_ci_low`/`_high`, `rank`, `tier`; tags `tier`,
-        `vs_leader`, `recommended`. A run is found by its evaluation fingerprint; returns the runs updated."""
+        `vs_leader`, `recommended`. A run is found by its evaluation fingerprint; returns the runs updated.
+        `evaluated_at` (when the board was computed): the metrics' step is its night (days since
+        1970-01-01), so a config re-evaluated every night has its score's history, one point per night."""
         if not self.enabled:
             return 0
         from mlflow.entities import Metric, RunTag
@@ -243,6 +245,8 @@ class MlflowTracking(dg.ConfigurableResource):
             r.data.tags.get("eval_fingerprint"): r.info.run_id
             for r in self._search(experiment, "attributes.status = 'FINISHED'")
         }
+        night = int(evaluated_at // 86400) if evaluated_at else 0
+        stamp = int(evaluated_at * 1000) if evaluated_at else 0
         updated = 0
         for row in board.iter_rows(named=True):
             run_id = runs.get(row.get("fingerprint"))
@@ -253,7 +257,7 @@ class MlflowTracking(dg.ConfigurableResource):
             }
             client.log_batch(
                 run_id,
-                metrics=[Metric(k, float(v), 0, 0) for k, v in values.items() if v is not None],
+                metrics=[Metric(k, float(v), stamp, night) for k, v in values.items() if v is not None],
                 tags=[
                     RunTag("tier", str(row.get("tier"))),
                     RunTag("vs_leader", str(row.get("vs_leader"))),
@@ -272,6 +276,7 @@ class MlflowTracking(dg.ConfigurableResource):
         report: dict[str, str] | None = None,
         decision: dict | None = None,
         fingerprint: str | None = None,
+        images: dict[str, bytes] | None = None,
     ) -> str | None:
         """A `leaderboard` run beside the config runs: the ranked table, its plot, the ship report and the
         recommendation (tag `recommended_config`, metric `min_detectable_difference`)."""
@@ -296,6 +301,8 @@ class MlflowTracking(dg.ConfigurableResource):
             (Path(tmp) / "leaderboard.png").write_bytes(png)
             for name, text in (report or {}).items():
                 (Path(tmp) / name).write_text(text)
+            for name, data in (images or {}).items():  # e.g. the score trend over nights
+                (Path(tmp) / name).write_bytes(data)
             for path in sorted(Path(tmp).iterdir()):
                 client.log_artifact(run.info.run_id, str(path))
         client.log_metric(run.info.run_id, "best_overall_score", float(board["overall_score"][0]))
