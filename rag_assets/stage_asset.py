@@ -151,9 +151,18 @@ def asset_key(prefix: str, name: str) -> dg.AssetKey:
 def _input(plan: Plan, prefix: str, upstream: Stage, downstream: Stage) -> dg.AssetIn:
     key = asset_key(prefix, upstream.name)
     if upstream.partitioned and not downstream.partitioned:  # the leaderboard reads every evaluation
-        return dg.AssetIn(
-            key=key, partition_mapping=dg.AllPartitionMapping(), metadata={"all_partitions": True}
+        # ... of its split: with a holdout, the leaderboard the selection's, the confirmation the holdout's
+        # (only the finalists' are ever materialized: a dependency on all would count the rest as missing)
+        mapping = (
+            dg.SpecificPartitionsPartitionMapping(
+                list(plan.holdout_partitions[upstream.name])
+                if downstream.name == "confirmation"
+                else plan.keys(upstream.name)
+            )
+            if plan.holdout
+            else dg.AllPartitionMapping()
         )
+        return dg.AssetIn(key=key, partition_mapping=mapping, metadata={"all_partitions": True})
     return dg.AssetIn(key=key, partition_mapping=_partition_mapping(plan, upstream, downstream))
 
 

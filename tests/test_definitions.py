@@ -31,7 +31,7 @@ def test_definitions_load(tmp_path):
     dg.Definitions.validate_loadable(defs)
     keys = {a.key.to_user_string() for a in defs.resolve_all_asset_specs()}
     assert keys == {f"{EXAMPLE}/{s.name}" for s in STAGES} | {f"{EXAMPLE}/corpus_file", f"{EXAMPLE}/qa_file"}
-    assert {s.name for s in defs.sensors} == {"rag_automation_sensor"}
+    assert {s.name for s in defs.sensors} == {"rag_automation_sensor", f"{EXAMPLE}__drift_alerts"}
     assert [s.name for s in defs.schedules] == [f"{EXAMPLE}__evaluate_nightly"]
 
 
@@ -139,3 +139,34 @@ def test_the_deployment_store_is_in_every_index_key():
         plan = Plan.resolve(sweep, store)
         assert all(k.endswith(f"__{store}") for k in plan.keys("vector_index"))
         assert all(c.index.store == store for c in plan.configs)
+
+
+def test_the_leaderboard_depends_on_the_selection_and_the_confirmation_on_the_holdout(tmp_path):
+    """Only the finalists' holdout partitions are ever materialized: a leaderboard that depended on every
+    evaluation partition would count the others as missing, and its automation would never run."""
+    defs = _defs(tmp_path)
+    graph = defs.resolve_asset_graph()
+    evaluations = graph.get(dg.AssetKey([EXAMPLE, "evaluations"]))
+    keys = evaluations.partitions_def.get_partition_keys()
+    selection = [k for k in keys if not k.endswith("~holdout")]
+    assert len(selection) == 12 and len(keys) == 24
+
+    def read_by(asset: str) -> set[str]:
+        node = graph.get(dg.AssetKey([EXAMPLE, asset]))
+        mapping = node.assets_def.get_partition_mapping(evaluations.key)
+        result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            None, None, evaluations.partitions_def
+        )
+        return set(result.partitions_subset.get_partition_keys())
+
+    assert read_by("leaderboard") == set(selection)
+    assert read_by("confirmation") == set(keys) - set(selection)
+    cfg = selection[0]
+    assert _upstream(defs, "evaluations", "answers", cfg + "~holdout") == {cfg + "~holdout"}
+    assert _upstream(defs, "retrievals", "vector_index", _retrieval(cfg) + "~holdout") == {
+        cfg.split("__vector")[0].split("__bm25")[0].split("__hybrid")[0]
+    }
+
+
+def _retrieval(config_key: str) -> str:
+    return config_key.rsplit("__", 2)[0]
