@@ -45,6 +45,18 @@ class Confirmation(StageLogic):
     def kinds(self, plan) -> set[str]:
         return {"parquet", "mlflow"}
 
+    def automation(self, key: dg.AssetKey, plan) -> dg.AutomationCondition:
+        """It follows the leaderboard and the finalists' holdout evaluations; the holdout partitions of
+        the other configs are never materialized, so their absence blocks nothing."""
+        evaluations = dg.AssetSelection.assets(dg.AssetKey([*key.path[:-1], "evaluations"]))
+        _A = dg.AutomationCondition
+        return (
+            _A.any_deps_updated().since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
+            & ~_A.any_deps_missing().ignore(evaluations)
+            & ~_A.any_deps_in_progress()
+            & ~_A.in_progress()
+        ).with_label("follows_the_leaderboard")
+
     def identity(self, run: StageRun):
         return run.plan.confirmation_identity
 

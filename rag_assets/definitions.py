@@ -29,7 +29,7 @@ def build_definitions(
     from rag_assets.sweep_defs import sweep_definitions
 
     return dg.Definitions.merge(
-        *(sweep_definitions(p) for p in plans),
+        *(sweep_definitions(p, data_dir=data_dir) for p in plans),
         deployment_definitions(data_dir, resources),
     )
 

@@ -93,6 +93,10 @@ class StageLogic:
     def kinds(self, plan: Plan) -> set[str]:
         return {"parquet"}
 
+    def automation(self, key: dg.AssetKey, plan: Plan) -> dg.AutomationCondition:
+        """When the automation sensor materializes the stage: when its inputs change (FOLLOWS_INPUTS)."""
+        return FOLLOWS_INPUTS
+
     def narrow(self, context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str, Any]) -> dict[str, Any]:
         """The inputs this step reads (their fingerprints make its own): all of them by default."""
         return inputs
@@ -197,7 +201,7 @@ def stage_asset(
         group_name=prefix,
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
-        automation_condition=FOLLOWS_INPUTS,
+        automation_condition=logic.automation(key, plan),
         check_specs=[
             dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
             for c in logic.checks

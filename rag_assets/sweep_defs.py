@@ -61,7 +61,9 @@ def stage_assets(plan: Plan) -> list:
     ]
 
 
-def sweep_definitions(plan: Plan, nightly_cron: str | None = "0 2 * * *") -> dg.Definitions:
+def sweep_definitions(
+    plan: Plan, nightly_cron: str | None = "0 2 * * *", data_dir: str | None = None
+) -> dg.Definitions:
     prefix = prefix_of(plan.sweep.name)
     evaluate_job = dg.define_asset_job(
         f"{prefix}__evaluate",
@@ -71,6 +73,6 @@ def sweep_definitions(plan: Plan, nightly_cron: str | None = "0 2 * * *") -> dg.
     return dg.Definitions(
         assets=stage_assets(plan),
         jobs=[evaluate_job],
-        schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron)] if nightly_cron else [],
+        schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir)] if nightly_cron else [],
         sensors=[drift_alerts(plan.sweep.name, asset_key(prefix, "leaderboard"), f"{prefix}__drift_alerts")],
     )

@@ -6,19 +6,40 @@ from rag_assets.stage_asset import FORCE_TAG
 from rag_core.plan import Plan
 
 
-def nightly_reevaluation(plan: Plan, evaluate_job, cron: str) -> dg.ScheduleDefinition:
+def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
+    """The holdout partitions of the finalists the sweep's last leaderboard named (re-asked nightly too,
+    so the confirmation measures today's provider); none before a leaderboard or without a holdout."""
+    import json
+    from pathlib import Path
+
+    from rag_core.holdout import HOLDOUT_SUFFIX
+
+    decision = Path(data_dir) / "leaderboards" / f"{plan.sweep.name}.decision.json"
+    if not plan.holdout or not decision.exists():
+        return []
+    return [k + HOLDOUT_SUFFIX for k in json.loads(decision.read_text()).get("finalists") or []]
+
+
+def nightly_reevaluation(
+    plan: Plan, evaluate_job, cron: str, data_dir: str | None = None
+) -> dg.ScheduleDefinition:
+    """`data_dir`: where the sweep's leaderboard is (default: the deployment's, $RAG_DATA_DIR)."""
+
     @dg.schedule(
         name=f"{evaluate_job.name}_nightly",
         job=evaluate_job,
         cron_schedule=cron,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Re-answer and re-evaluate every config (forced: LLMs and providers drift); the "
-        "leaderboard follows through the automation sensor. Steps read the materialized input snapshots.",
+        description="Re-answer and re-evaluate every config, and the finalists on the holdout (forced: LLMs "
+        "and providers drift, and are asked again); the leaderboard and the confirmation follow through the "
+        "automation sensor. Steps read the materialized input snapshots.",
     )
     def _nightly(context: dg.ScheduleEvaluationContext):
         stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-        for key in plan.config_keys:
+        from resources import default_data_dir
+
+        for key in [*plan.config_keys, *holdout_keys(plan, data_dir or default_data_dir())]:
             yield dg.RunRequest(run_key=f"{stamp}:{key}", partition_key=key, tags={FORCE_TAG: "true"})
 
     return _nightly

@@ -415,6 +415,17 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     assert decision["questions"] == 14 and decision["finalists"] == [out.board["config_key"][0]]
     assert decision["holdout"]["confirmed"] is True and decision["holdout"]["n_questions"] == 6
     assert out.board["holdout_overall_score"][0] is not None
+    # the nightly schedule re-asks every config and the finalist on the holdout, all forced
+    import datetime
+
+    import dagster as dg
+
+    nightly = out.defs.get_schedule_def("held__evaluate_nightly")
+    when = datetime.datetime(2026, 11, 26, 2, tzinfo=datetime.UTC)
+    requests = list(nightly(dg.build_schedule_context(instance=out.instance, scheduled_execution_time=when)))
+    keys = [r.partition_key for r in requests]
+    assert keys == [*out.plan.config_keys, decision["finalists"][0] + "~holdout"]
+    assert all(r.tags["rag/force"] == "true" for r in requests)
 
 
 @pytest.mark.slow
