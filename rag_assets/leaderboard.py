@@ -409,21 +409,28 @@ def trend_plot_png(history: pl.DataFrame) -> bytes:
 
     latest = history.filter(pl.col("evaluated_at") == history["evaluated_at"].max())
     rec = set(latest.filter(pl.col("recommended"))["config_key"])
+    times = sorted(history["evaluated_at"].unique().to_list())  # one x position per evaluation
+    at = {t: i for i, t in enumerate(times)}
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=90)
     for (key,), rows in history.sort("evaluated_at").group_by("config_key", maintain_order=True):
-        when = [datetime.fromtimestamp(t, UTC) for t in rows["evaluated_at"]]
         bold = key in rec
         ax.plot(
-            when,
+            [at[t] for t in rows["evaluated_at"]],
             rows["overall_score"].to_list(),
             marker="o",
             lw=2.5 if bold else 1,
             alpha=1 if bold else 0.5,
             label=f"{rows['label'][-1]}{' (recommended)' if bold else ''}",
         )
+    ax.set_xticks(
+        range(len(times)),
+        [datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M") for t in times],
+        fontsize=7,
+    )
+    ax.set_xlim(-0.5, len(times) - 0.5)
     ax.set_ylabel("overall score")
     ax.set_title("Overall score per evaluation")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.autofmt_xdate()
     fig.tight_layout()
     buf = io.BytesIO()

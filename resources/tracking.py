@@ -71,6 +71,10 @@ def seed_sqlite_store(db: Path) -> None:
         return
 
 
+# a config's place in the leaderboard, one point per night: carried over when its run is replaced
+HISTORY_METRICS = ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
+
+
 class MlflowTracking(dg.ConfigurableResource):
     """`tracking_uri` None means $MLFLOW_TRACKING_URI, else a SQLite store in the data directory."""
 
@@ -184,8 +188,26 @@ class MlflowTracking(dg.ConfigurableResource):
             if existing:
                 return existing
         run_id = self.log_evaluation(experiment, tags={**tags, "eval_fingerprint": fingerprint}, **kwargs)
+        self._carry_history(experiment, fingerprint, run_id)
         self._replace(experiment, "eval_fingerprint", fingerprint, keep=run_id)
         return run_id
+
+    def _carry_history(self, experiment: str, fingerprint: str, run_id: str) -> None:
+        """A re-evaluation (the nightly one) replaces the config's run: the new run takes the earlier
+        runs' history of its place in the leaderboard (one point per night), so it is never lost."""
+        from mlflow.entities import Metric
+
+        client = self._client()
+        for old in self._search(experiment, f"tags.eval_fingerprint = '{fingerprint}'"):
+            if old.info.run_id == run_id:
+                continue
+            points = [
+                Metric(name, m.value, m.timestamp, m.step)
+                for name in HISTORY_METRICS
+                for m in client.get_metric_history(old.info.run_id, name)
+            ]
+            for i in range(0, len(points), 1000):  # log_batch takes at most 1,000 metrics
+                client.log_batch(run_id, metrics=points[i : i + 1000])
 
     def log_evaluation(
         self,

@@ -137,4 +137,11 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     # the score's history: one point per evaluation, the trend plotted
     history = pl.read_parquet(leaderboard_path(data, "nightly").with_suffix(".history.parquet"))
     assert history.filter(pl.col("config_key") == key)["overall_score"].len() == 3
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{unchanged.data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("nightly")
+    (config_run,) = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
+    scores = client.get_metric_history(config_run.info.run_id, "overall_score")  # the replaced runs' too
+    assert len(scores) == 3 and max(m.value for m in scores) == history["overall_score"].max()
     assert leaderboard_path(data, "nightly").with_suffix(".trend.png").stat().st_size > 10_000

@@ -415,6 +415,20 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     assert decision["questions"] == 14 and decision["finalists"] == [out.board["config_key"][0]]
     assert decision["holdout"]["confirmed"] is True and decision["holdout"]["n_questions"] == 6
     assert out.board["holdout_overall_score"][0] is not None
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out.data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("held")
+    (finalist,) = client.search_runs(  # its run on the whole selection split (not a halving rung's)
+        [exp.experiment_id], filter_string=f"tags.eval_fingerprint = '{out.board['fingerprint'][0]}'"
+    )
+    assert finalist.data.metrics["holdout_overall_score"] == pytest.approx(
+        out.board["holdout_overall_score"][0]
+    )
+    assert "winners_curse_drop" in finalist.data.metrics
+    (board_run,) = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    assert board_run.data.tags["holdout_confirmed"] == "true"
+    assert not client.search_runs([exp.experiment_id], filter_string="tags.config_key LIKE '%holdout%'")
     # the nightly schedule re-asks every config and the finalist on the holdout, all forced
     import datetime
 
