@@ -592,6 +592,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
     from rag_core.bill import estimate
     from rag_core.chunking import chunk_corpus
     from rag_core.fingerprint import file_hash
+    from rag_core.holdout import holdout_ids
     from rag_core.plan import Plan
     from rag_core.spec import load_sweep
     from rag_core.stages import artifact_fingerprint
@@ -629,7 +630,14 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None):
         )  # semantic cuts need embeddings: about
         return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
 
-    return plan, estimate(plan, done, chunks_of, embedder.cached_hashes, n_queries, price)
+    held = 0
+    if plan.holdout and qa is not None:  # the selection's questions; the holdout's are the finalists'
+        d = plan.sweep.decision
+        held = len(holdout_ids(qa["query_id"].to_list(), d.holdout, d.holdout_seed))
+    bill = estimate(
+        plan, done, chunks_of, embedder.cached_hashes, n_queries - held, price, holdout_questions=held
+    )
+    return plan, bill
 
 
 def _print_board(board, full_table: Path | None = None) -> None:

@@ -12,7 +12,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from rag_assets.leaderboard import publish
+from rag_assets.leaderboard import newer_inputs, publish
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
 from resources.artifacts import Artifact, ArtifactRef
@@ -56,6 +56,12 @@ class Confirmation(StageLogic):
             & ~_A.any_deps_in_progress()
             & ~_A.in_progress()
         ).with_label("follows_the_leaderboard")
+
+    def reusable(self, run: StageRun) -> bool:
+        """Not when the leaderboard or a finalist's holdout evaluation was computed again since (the
+        nightly schedule re-asks them under the same fingerprints)."""
+        inputs = [run.inputs["leaderboard"], *run.inputs["evaluations"].values()]
+        return super().reusable(run) and not newer_inputs(run.ref, inputs)
 
     def identity(self, run: StageRun):
         return run.plan.confirmation_identity

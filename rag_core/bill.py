@@ -30,6 +30,7 @@ class Bill:
     cost_usd: float = 0.0
     unpriced: set[str] = field(default_factory=set)  # models litellm has no price for
     seconds: float = 0.0
+    holdout_questions: int = 0  # set aside: the finalists answer them after the selection
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
@@ -44,6 +45,11 @@ class Bill:
             f" + unpriced models {sorted(self.unpriced)}" if self.unpriced else ""
         )
         out.append(f"  estimated LLM cost: up to {cost}")
+        if self.holdout_questions:
+            out.append(
+                f"  then the finalists on {self.holdout_questions} holdout questions (their calls above, "
+                "in proportion; the top tier and the recommendation decide how many)"
+            )
         out.append(
             f"  estimated time: ~{self.seconds / 60:.1f} min (embedding, LLM calls and a Dagster run per "
             "partition; more on first use)"
@@ -60,8 +66,10 @@ def estimate(
     price: Callable[[str, int, int], float | None],
     texts_per_second: float = 23.0,
     concurrency: int = 4,
+    holdout_questions: int = 0,
 ) -> Bill:
-    """`done`: (stage, key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
+    """`n_queries`: the questions the selection sees (the holdout's: `holdout_questions`); `done`: (stage,
+    key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
     its chunks; `cached(model)`: text hashes the embedding cache holds; `price(model, prompt tokens,
     completion tokens)`: USD, None when unknown."""
     partitions = {}
@@ -81,7 +89,7 @@ def estimate(
         model = p.config.embedding.model
         have = cached(model)
         texts |= {(model, h) for h in map(text_hash, chunks["index_text"].to_list()) if h not in have}
-    bill = Bill(partitions, len(texts))
+    bill = Bill(partitions, len(texts), holdout_questions=holdout_questions)
     for stage_name, calls in _llm_calls(plan, done, chunk_tokens, n_queries).items():
         for model, (n, prompt, completion) in calls.items():
             bill.llm_calls[stage_name] = bill.llm_calls.get(stage_name, 0) + n
@@ -121,10 +129,10 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
                 add(stage_name, r.query_model, n, 64, 128)
             elif stage_name == "rerankings" and rr.method == "llm":
                 add(stage_name, rr.model, n, 64 + rr.candidates * tokens, 64)
-            elif stage_name == "answers" and g.model != "extractive":
-                add(stage_name, g.model, n, 96 + r.top_k * tokens, g.max_tokens)
+            elif stage_name == "answers" and g.model != "extractive":  # each sample its own call
+                add(stage_name, g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
                 if g.context == "compress":
                     add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)
             elif stage_name == "evaluations" and plan.sweep.judge_model:
-                add(stage_name, plan.sweep.judge_model, n, 160 + r.top_k * tokens, 8)
+                add(stage_name, plan.sweep.judge_model, n * g.samples, 160 + r.top_k * tokens, 8)
     return {s: {m: tuple(v) for m, v in models.items()} for s, models in out.items()}

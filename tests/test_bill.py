@@ -42,3 +42,21 @@ def test_llm_calls_tokens_and_cost_of_what_is_not_done():
     assert bill.unpriced == {"ollama/unpriced"}  # its calls are counted, not priced
     priced = bill.llm_tokens["retrievals"] + bill.llm_tokens["rerankings"]
     assert abs(bill.cost_usd - priced * 1e-6) < 1e-12
+
+
+def test_samples_multiply_the_answers_and_the_holdout_is_named():
+    raw = {
+        **RAW,
+        "retrieval": {"mode": "vector", "top_k": 2},
+        "rerank": {"method": "none"},
+        "generation": {"model": "ollama/unpriced", "max_tokens": 10, "temperature": [0.0, 0.7]},
+        "evaluation": {"samples": 3},
+    }
+    plan = Plan.resolve(sweep_from_dict(raw, Path("/tmp/bill.yaml")))
+    assert sorted(c.generation.samples for c in plan.configs) == [1, 3]  # only the random generator samples
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})
+    bill = estimate(
+        plan, set(), lambda key: chunks, lambda model: set(), 7, lambda *a: None, holdout_questions=3
+    )
+    assert bill.llm_calls == {"answers": 7 + 7 * 3}
+    assert any("finalists on 3 holdout questions" in line for line in bill.lines())
