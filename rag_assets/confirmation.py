@@ -68,7 +68,12 @@ class Confirmation(StageLogic):
 
     def narrow(self, context, plan, inputs: dict) -> dict:
         """The holdout's questions and the finalists' holdout evaluations (which the leaderboard names)."""
-        wanted = [k + HOLDOUT_SUFFIX for k in board_decision(inputs["leaderboard"])["finalists"]]
+        decision = board_decision(inputs["leaderboard"])
+        if not decision.get("finalists"):
+            raise dg.Failure(
+                f"nothing to confirm: {decision.get('holdout', {}).get('verdict', 'no finalists')}"
+            )
+        wanted = [k + HOLDOUT_SUFFIX for k in decision["finalists"]]
         missing = [k for k in wanted if k not in inputs["evaluations"]]
         if missing:
             raise dg.Failure(
