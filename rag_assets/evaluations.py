@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_assets.stage_asset import Check, StageLogic, StageRun, forced
 from rag_core.drift import compare
 from rag_core.evaluation import evaluate, judge, per_question_table, variance_split
 from rag_core.holdout import is_holdout_key
@@ -57,7 +57,7 @@ class Evaluations(StageLogic):
             else None,
         )
         metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
-        if run.ref.intact():  # evaluated again on the same questions (forced): what changed since
+        if forced(run.context) and run.ref.intact():  # re-evaluated (the nightly): what changed since
             metrics |= compare(run.ref.read("per_query"), per_query, sweep.weights) or {}
         summary = {
             "config_key": run.context.partition_key,
