@@ -24,8 +24,7 @@ def board_decision(ref) -> dict:
 
 
 def _summary(run: StageRun) -> dict:
-    part = run.output.parts.get("summary") if run.output.frame is not None else None
-    return json.loads((part if part is not None else run.ref.read("summary"))["json"][0])
+    return json.loads(run.part("summary")["json"][0])
 
 
 class Confirmation(StageLogic):

@@ -223,9 +223,7 @@ class Leaderboard(StageLogic):
         return {**split_inputs(plan, SELECTION, inputs), "evaluations": evaluations}
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
-        decision = json.loads(
-            (run.ref.read("decision") if reused else run.output.parts["decision"])["json"][0]
-        )
+        decision = json.loads(run.part("decision")["json"][0])
         per_query = run.notes.get("per_query") or {
             k: r.read("per_query")
             for k, r in run.inputs["evaluations"].items()
@@ -322,8 +320,7 @@ class Leaderboard(StageLogic):
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
-        part = run.output.parts.get("decision") if run.output.frame is not None else None
-        decision = json.loads((part if part is not None else run.ref.read("decision"))["json"][0])
+        decision = json.loads(run.part("decision")["json"][0])
         return [self._complete(run, frame), drift_check(run.plan.sweep.name, decision)]
 
     def _complete(self, run: StageRun, frame: pl.DataFrame) -> dg.AssetCheckResult:

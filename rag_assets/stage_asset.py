@@ -59,6 +59,11 @@ class StageRun:
     def resources(self):
         return self.context.resources
 
+    def part(self, name: str) -> pl.DataFrame:
+        """A side table of this step's artifact: the one it computed, else the one on disk (reused)."""
+        computed = self.output.parts.get(name) if self.output.frame is not None else None
+        return computed if computed is not None else self.ref.read(name)
+
     @property
     def llm(self):
         """The LLM client; in a forced run one that asks the provider again instead of the call cache."""

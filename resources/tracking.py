@@ -164,6 +164,13 @@ class MlflowTracking(dg.ConfigurableResource):
         runs = self._search(experiment, f"tags.{tag} != '' and attributes.status = 'FINISHED'")
         return {r.data.tags[tag] for r in runs}
 
+    def _config_runs(self, experiment: str) -> dict[str | None, str]:
+        """Evaluation fingerprint -> the id of its finished run, over the experiment, in one query."""
+        return {
+            r.data.tags.get("eval_fingerprint"): r.info.run_id
+            for r in self._search(experiment, "attributes.status = 'FINISHED'")
+        }
+
     def _replace(self, experiment: str, tag: str, value: str, keep: str | None) -> None:
         """Delete every other run tagged `tag = value` (a recomputed evaluation or leaderboard replaces its
         earlier run: one run per content); one a kill left RUNNING is first marked KILLED."""
@@ -263,10 +270,7 @@ class MlflowTracking(dg.ConfigurableResource):
         from mlflow.entities import Metric, RunTag
 
         client = self._client()
-        runs = {
-            r.data.tags.get("eval_fingerprint"): r.info.run_id
-            for r in self._search(experiment, "attributes.status = 'FINISHED'")
-        }
+        runs = self._config_runs(experiment)
         night = int(evaluated_at // 86400) if evaluated_at else 0
         stamp = int(evaluated_at * 1000) if evaluated_at else 0
         updated = 0
@@ -355,10 +359,7 @@ class MlflowTracking(dg.ConfigurableResource):
         from mlflow.entities import Metric, RunTag
 
         client = self._client()
-        runs = {
-            r.data.tags.get("eval_fingerprint"): r.info.run_id
-            for r in self._search(experiment, "attributes.status = 'FINISHED'")
-        }
+        runs = self._config_runs(experiment)
         updated = 0
         names = ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
         for row in board.filter(pl.col("holdout_overall_score").is_not_null()).iter_rows(named=True):

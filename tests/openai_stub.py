@@ -28,6 +28,18 @@ class GoldAnswers:
         return next(q for q in self.answer if q in prompt)
 
 
+class TurnsWrong:
+    """A responder that answers each question's gold answer until `right` is set False (a provider's silent
+    model update), then "no idea"."""
+
+    def __init__(self, qa):
+        self.gold, self.right = GoldAnswers(qa), True
+
+    def __call__(self, prompt: str):
+        question = self.gold.question(prompt)
+        return 200, (self.gold.answer[question] if self.right else "no idea"), 0.0
+
+
 class OpenAIStub:
     def __init__(self, responder: Callable[..., tuple[int, str, float]], by_model: bool = False):
         self.responder = responder  # responder(prompt), or responder(prompt, model) when by_model

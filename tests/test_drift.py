@@ -82,15 +82,9 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     from rag_assets.cli import run_sweep
     from rag_assets.leaderboard import leaderboard_path
     from tests.conftest import write_sweep
-    from tests.openai_stub import GoldAnswers, OpenAIStub
+    from tests.openai_stub import OpenAIStub, TurnsWrong
 
-    qa = pl.read_parquet(slice_data["qa"])
-    gold = GoldAnswers(qa)
-    state = {"right": True}
-
-    def respond(prompt: str):
-        question = gold.question(prompt)
-        return 200, (gold.answer[question] if state["right"] else "no idea"), 0.0
+    respond = TurnsWrong(pl.read_parquet(slice_data["qa"]))
 
     spec = str(
         write_sweep(
@@ -114,7 +108,7 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
             tick = dg.build_sensor_context(instance=first.instance)
             sensor(tick)
             assert _latest_check(first).passed and hook.bodies == []  # nothing to compare with yet
-            state["right"] = False  # the provider's silent model update
+            respond.right = False  # the provider's silent model update
             drifted = run_sweep(spec, data, force=True, progress=False)
             check = _latest_check(drifted)
             sensor(tick)

@@ -11,7 +11,7 @@ import pytest
 from rag_assets.cli import run_sweep
 from resources.llm import LLMClient
 from tests.conftest import write_sweep
-from tests.openai_stub import MALFORMED, GoldAnswers, OpenAIStub
+from tests.openai_stub import MALFORMED, GoldAnswers, OpenAIStub, TurnsWrong
 
 MODEL = "openai/stub-model"
 
@@ -449,13 +449,7 @@ def test_a_forced_rerun_asks_the_provider_again_and_sees_it_change(slice_data, t
     keeps both answers (the ledger counts every call paid), and answers an unforced rerun with the newest."""
     from resources.llm_cache import LLMCache
 
-    qa = pl.read_parquet(slice_data["qa"])
-    gold = GoldAnswers(qa)
-    state = {"right": True}
-
-    def respond(prompt: str):
-        question = gold.question(prompt)
-        return 200, (gold.answer[question] if state["right"] else "no idea"), 0.0
+    respond = TurnsWrong(pl.read_parquet(slice_data["qa"]))
 
     spec = write_sweep(
         tmp_path / "drift.yaml",
@@ -471,7 +465,7 @@ def test_a_forced_rerun_asks_the_provider_again_and_sees_it_change(slice_data, t
         monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         first = run_sweep(str(spec), str(data), progress=False)
-        state["right"] = False
+        respond.right = False
         forced = run_sweep(str(spec), str(data), force=True, progress=False)
         asked = len(stub.requests)
         unforced = run_sweep(str(spec), str(data), progress=False)
