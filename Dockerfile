@@ -9,10 +9,12 @@ COPY rag_core rag_core
 COPY rag_assets rag_assets
 COPY resources resources
 COPY sensors sensors
+COPY runner runner
+COPY rag_sweep rag_sweep
 COPY examples examples
 COPY workspace.yaml ./
 RUN uv sync --frozen --no-dev && mkdir -p $DAGSTER_HOME
 COPY deploy/dagster.yaml $DAGSTER_HOME/dagster.yaml
 ENV PATH=/opt/rag/.venv/bin:$PATH
 EXPOSE 4000
-CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "rag_assets.definitions"]
+CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "rag_sweep.definitions"]

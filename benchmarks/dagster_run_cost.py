@@ -33,8 +33,8 @@ os.environ.pop("DAGSTER_HOME", None)  # the CLI's own SQLite instance, not one c
 from overhead import children_cpu  # noqa: E402
 from rerun_and_toy import toy_sweep  # noqa: E402
 
-from rag_assets.cli import run_sweep  # noqa: E402
-from rag_assets.step_runs import StepRunner  # noqa: E402
+from runner import run_sweep  # noqa: E402
+from runner.step_runs import StepRunner  # noqa: E402
 from tests.servers import Postgres  # noqa: E402
 
 STAGES = ("chunksets", "retrievals", "rerankings")
@@ -105,11 +105,9 @@ def per_run(step: StepRunner, n: int, pg: Postgres | None) -> tuple[float, float
 def example_runs() -> int:
     """Dagster runs of the example's cold run: one per partition, the leaderboard, two input snapshots
     and the observation of the input files."""
-    from rag_assets.lib.rag_sweep import deployment_store
-    from rag_core.plan import Plan
-    from rag_core.spec import load_sweep
+    from runner import load_plan
 
-    plan = Plan.resolve(load_sweep(str(EXAMPLE)), deployment_store(), None)
+    plan = load_plan(str(EXAMPLE))
     return sum(len(keys) for keys in plan.partitions.values()) + 4
 
 

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rag_core.chunking import chunk_corpus  # noqa: E402
-from rag_core.datasets import load_corpus  # noqa: E402
-from rag_core.local_models import weights_path  # noqa: E402
+from rag_core.chunking.chunkers import chunk_corpus  # noqa: E402
+from rag_core.common.local_models import weights_path  # noqa: E402
+from rag_core.data.datasets import load_corpus  # noqa: E402
 from resources.embedders import EmbeddingService  # noqa: E402
 from resources.local_encoders import local_encoder  # noqa: E402
 

@@ -38,14 +38,14 @@ def main() -> None:
 
     import litellm
 
-    from rag_core.answering import answer
-    from rag_core.chunking import chunk_corpus
-    from rag_core.datasets import load_corpus, load_qa
-    from rag_core.evaluation import evaluate
-    from rag_core.plan import Plan
-    from rag_core.rerank import rerank
-    from rag_core.retrieval import retrieve
-    from rag_core.spec import load_sweep
+    from rag_core.chunking.chunkers import chunk_corpus
+    from rag_core.data.datasets import load_corpus, load_qa
+    from rag_core.evaluation.evaluate import evaluate
+    from rag_core.generation.answering import answer
+    from rag_core.planning.plan import Plan
+    from rag_core.planning.spec import load_sweep
+    from rag_core.retrieval.rerank import rerank
+    from rag_core.retrieval.retrieve import retrieve
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
     from resources.vector_stores import LanceDBStore

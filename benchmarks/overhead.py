@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/overhead.py [--repeats 3] [--naive-repeats 1]
 
-Alternating, `--repeats` times: (a) the example sweep cold, through the CLI's entry point (what
+Alternating, `--repeats` times: (a) the example sweep cold, through the runner (what
 `.venv/bin/rag-sweep run` calls) in a new process, into a fresh data dir, its CPU seconds (user + system,
 every thread); (b) the raw model on the same work: a new process that chunks the example corpus the
-sweep's two ways (`rag_core.chunking`) and encodes the unique chunk texts, longest first in batches of 16,
+sweep's two ways (`rag_core.chunking.chunkers`) and encodes the unique chunk texts, longest first in batches of 16,
 with the backend the run uses ($RAG_EMBEDDING_BACKEND: onnx by default, or torch), its CPU seconds of
 `encode` alone. The run also times its own model calls (every text it embeds,
 questions and the metrics' sentences too): the second, finer figure of CPU outside the model. And, the
@@ -35,8 +35,8 @@ EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 MODEL_ONLY = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from rag_core.chunking import chunk_corpus
-from rag_core.datasets import load_corpus
+from rag_core.chunking.chunkers import chunk_corpus
+from rag_core.data.datasets import load_corpus
 from resources.local_encoders import local_encoder
 corpus = load_corpus({corpus!r})
 texts = []
@@ -73,8 +73,8 @@ def timed(self, model, texts, progress=None):
         spent["cpu"] += time.process_time() - t0
         spent["texts"] += len(texts)
 EmbeddingService._model_embed = timed
-from rag_assets.cli import main
-main(["run", {spec!r}, "--data-dir", {data!r}])
+from runner import run_sweep
+run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent}}))
 """
@@ -124,8 +124,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--naive-repeats", type=int, default=1, help="the naive loop takes ~4x a cold run")
     args = ap.parse_args()
-    from rag_core.plan import Plan
-    from rag_core.spec import load_sweep
+    from rag_core.planning.plan import Plan
+    from rag_core.planning.spec import load_sweep
 
     plan = Plan.resolve(load_sweep(str(EXAMPLE)))
     runs, walls, models, inside, naives, naive_walls = [], [], [], [], [], []

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/scale.py [--sizes 1000,5000,10000,50000] [--queries 100]
 
 For each size, a new process (so its peak memory is its own): a synthetic corpus (seeded; documents of ~5
-paragraphs of words drawn from a Zipf-like vocabulary) chunked by `rag_core.chunking` (recursive, 384 chars),
+paragraphs of words drawn from a Zipf-like vocabulary) chunked by `rag_core.chunking.chunkers` (recursive, 384 chars),
 the chunks indexed in LanceDB (the default store: vectors + its BM25 full-text index, one `upsert`), then
 `--queries` keyword (BM25) and vector searches. The vectors are seeded random unit vectors of the model's
 width (384), standing in for embeddings: the model's own cost is linear in the texts and measured by
@@ -27,7 +27,7 @@ ONE_SIZE = r"""
 import json, resource, sys, tempfile, time
 import numpy as np, polars as pl
 sys.path.insert(0, {root!r})
-from rag_core.chunking import chunk_corpus
+from rag_core.chunking.chunkers import chunk_corpus
 from resources.vector_stores.lancedb_store import LanceDBStore
 
 target, n_queries = {chunks}, {queries}

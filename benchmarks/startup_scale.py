@@ -28,8 +28,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
-import rag_assets.cli as cli  # noqa: E402
+import runner.sweep as cli  # noqa: E402 (run_sweep and the `steps` it calls)
 from resources.artifacts import ArtifactRef, latest_fingerprint  # noqa: E402
+from runner import asset_key  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
@@ -57,13 +58,13 @@ def sweep_file(folder: Path, n: int) -> Path:
 
 def per_partition_steps(plan, instance, data: Path) -> list:
     """The baseline: the latest materialization of every partition asked for one by one."""
-    inputs = {s: latest_fingerprint(instance, cli._key(plan, s), None) for s in ("corpus", "qa_set")}
+    inputs = {s: latest_fingerprint(instance, asset_key(plan, s), None) for s in ("corpus", "qa_set")}
     expected = plan.fingerprints(inputs)
     todo = []
     for stage, keys in plan.partitions.items():
         for key in keys:
             ref = ArtifactRef(data, stage, expected[(stage, key)], key)
-            if latest_fingerprint(instance, cli._key(plan, stage), key) != ref.fp or not ref.intact():
+            if latest_fingerprint(instance, asset_key(plan, stage), key) != ref.fp or not ref.intact():
                 todo.append((stage, key))
     return todo
 

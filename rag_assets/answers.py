@@ -1,4 +1,4 @@
-"""Answers: one per question, from the extractive reader or any litellm model (rag_core/answering.py)."""
+"""Answers: one per question, from the extractive reader or any litellm model (rag_core/generation/answering.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
-from rag_core.answering import answer
-from rag_core.leaderboard import MAX_ERROR_SHARE
+from rag_core.decision.leaderboard import MAX_ERROR_SHARE
+from rag_core.generation.answering import answer
 from rag_core.metrics import percentile
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from rag_assets.stage_asset import StageLogic, StageRun
-from rag_core.chunking import chunk_corpus, semantic_breakpoints, sentence_spans
+from rag_core.chunking.chunkers import chunk_corpus, semantic_breakpoints, sentence_spans
 
 
 class Chunksets(StageLogic):

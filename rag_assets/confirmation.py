@@ -1,5 +1,5 @@
 """Confirmation: the leaderboard's finalists scored on the holdout, the questions no selection step saw
-(rag_core/holdout.py). It reads the leaderboard (which chose on the selection split) and the holdout
+(rag_core/decision/holdout.py). It reads the leaderboard (which chose on the selection split) and the holdout
 partitions of the finalists' evaluations, measures the winner's curse (selection score minus holdout
 score) and tells whether the recommended config is still tied with the best finalist. It then rewrites the
 sweep's leaderboard files with the holdout beside the selection, and puts the holdout scores on the
@@ -14,7 +14,7 @@ import polars as pl
 
 from rag_assets.leaderboard import newer_inputs, publish
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
-from rag_core.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
+from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
 from resources.artifacts import Artifact, ArtifactRef
 
 

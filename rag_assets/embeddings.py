@@ -10,8 +10,8 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.common.progress import report
 from rag_core.metrics.chunking import truncated_share
-from rag_core.progress import report
 from resources.embedders import fixed_size_vectors
 
 

@@ -1,4 +1,4 @@
-"""Evaluations: step-level metrics of one config over the QA set (rag_core/evaluation.py), tracked as an
+"""Evaluations: step-level metrics of one config over the QA set (rag_core/evaluation/evaluate.py), tracked as an
 MLflow run (params = the flattened config; tags: sweep, config key, Dagster run id, partition key).
 
 The artifact is the one-row summary (config params + metric means + counts); the per-query metrics are its
@@ -10,10 +10,10 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, forced
-from rag_core.drift import compare
-from rag_core.evaluation import evaluate, judge, per_question_table, variance_split
-from rag_core.holdout import is_holdout_key
-from rag_core.qa.generation import generation_params
+from rag_core.data.qa.generation import generation_params
+from rag_core.decision.drift import compare
+from rag_core.decision.holdout import is_holdout_key
+from rag_core.evaluation.evaluate import evaluate, judge, per_question_table, variance_split
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 

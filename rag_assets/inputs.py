@@ -9,17 +9,17 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key
-from rag_core.datasets import load_corpus, load_qa
-from rag_core.fingerprint import file_hash
-from rag_core.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
-from rag_core.qa.generation import (
+from rag_core.common.fingerprint import file_hash
+from rag_core.data.datasets import load_corpus, load_qa
+from rag_core.data.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
+from rag_core.data.qa.generation import (
     DEDUPE_MODEL,
     QAGeneration,
     generate_qa,
     generation_metadata,
     write_generated,
 )
-from rag_core.stages import artifact_fingerprint
+from rag_core.planning.stages import artifact_fingerprint
 from resources.embedders import EmbeddingService
 from resources.llm import LLMClient
 
@@ -35,8 +35,11 @@ def qa_identity(sweep) -> tuple:
 
 
 def snapshot_fingerprints(sweep) -> dict[str, str]:
-    """The fingerprints the corpus and QA set snapshots of the files as they are now would have."""
+    """The fingerprints the corpus and QA set snapshots of the files as they are now would have (computed
+    here only: the runner's skip rules and the bill read them)."""
     corpus = artifact_fingerprint("corpus", corpus_identity(sweep), {})
+    if not sweep.qa_path.exists():  # to be generated (qa_generation): nothing to snapshot yet
+        return {"corpus": corpus}
     return {
         "corpus": corpus,
         "qa_set": artifact_fingerprint("qa_set", qa_identity(sweep), {"corpus": corpus}),
@@ -49,13 +52,15 @@ warnings.filterwarnings("ignore", message="Function `observable_source_asset`", 
 OBSERVE = dg.AutomationCondition.cron_tick_passed("*/15 * * * *") & ~dg.AutomationCondition.in_progress()
 
 
-def source_files(prefix: str, corpus: Path, qa: Path, generation: QAGeneration | None = None) -> list:
-    """The observed input files; with `generation`, the QA file is an asset that writes it from the corpus."""
+def source_files(plan) -> list:
+    """The observed input files; with `qa_generation`, the QA file is an asset that writes it from the
+    corpus."""
+    corpus, qa, generation = plan.sweep.corpus_path, plan.sweep.qa_path, plan.sweep.qa_generation
 
     def observable(name: str, path: Path, what: str):
         @dg.observable_source_asset(
-            key=asset_key(prefix, name),
-            group_name=prefix,
+            key=asset_key(plan, name),
+            group_name=plan.prefix,
             description=f"The {what} file {path}; its data version is the SHA-256 of its bytes.",
             metadata={"path": dg.MetadataValue.path(str(path))},
             automation_condition=OBSERVE,
@@ -68,21 +73,21 @@ def source_files(prefix: str, corpus: Path, qa: Path, generation: QAGeneration |
     corpus_file = observable("corpus_file", corpus, "corpus")
     if generation is None:
         return [corpus_file, observable("qa_file", qa, "QA set")]
-    return [corpus_file, generated_qa_file(prefix, corpus, qa, generation)]
+    return [corpus_file, generated_qa_file(plan, corpus, qa, generation)]
 
 
 class GenerateQAConfig(dg.Config):
     regenerate: bool = False  # replace the file even when it exists (a reviewed copy is kept otherwise)
 
 
-def generated_qa_file(prefix: str, corpus: Path, qa: Path, settings: QAGeneration) -> dg.AssetsDefinition:
-    """The QA set written by an LLM from the corpus (rag_core/qa/generation.py). Materialized on request
+def generated_qa_file(plan, corpus: Path, qa: Path, settings: QAGeneration) -> dg.AssetsDefinition:
+    """The QA set written by an LLM from the corpus (rag_core/data/qa/generation.py). Materialized on request
     only (it costs LLM calls): an existing file is a reviewed copy and is used as is unless `regenerate`."""
 
     @dg.asset(
-        key=asset_key(prefix, "qa_file"),
-        group_name=prefix,
-        deps=[asset_key(prefix, "corpus_file")],
+        key=asset_key(plan, "qa_file"),
+        group_name=plan.prefix,
+        deps=[asset_key(plan, "corpus_file")],
         description=f"The QA set {qa}, generated from the corpus by {settings.model} when it does not exist "
         "(review and edit it: an existing file is used as is); its data version is the SHA-256 of its bytes.",
         metadata={"path": dg.MetadataValue.path(str(qa)), "generator_model": settings.model},

@@ -1,6 +1,6 @@
 """Leaderboard: every evaluated config of the sweep ranked by weighted overall score, grouped into tiers,
-with the recommended config under the sweep's `decision` constraints (rag_core/decision.py) and a ship
-report (rag_core/report.py). Besides its content-addressed artifact (side table `decision`: the
+with the recommended config under the sweep's `decision` constraints (rag_core/decision/recommendation.py) and a ship
+report (rag_core/decision/report.py). Besides its content-addressed artifact (side table `decision`: the
 recommendation as JSON) it writes `<data_dir>/leaderboards/<sweep>.parquet`, `.png`, `.report.html` and
 `.report.md`."""
 
@@ -14,12 +14,10 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from rag_assets.search_run import adaptive, trial_budget
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
-from rag_core.decision import Constraints, bootstrap_scores, decide
-from rag_core.drift import findings
-from rag_core.holdout import SELECTION, finalists, holdout_ids, is_holdout_key
-from rag_core.leaderboard import (
+from rag_core.decision.drift import findings
+from rag_core.decision.holdout import SELECTION, finalists, holdout_ids, is_holdout_key
+from rag_core.decision.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
     defined_weights,
@@ -27,7 +25,8 @@ from rag_core.leaderboard import (
     score_plot_png,
     to_markdown,
 )
-from rag_core.report import missed_questions, query_scores, ship_report
+from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
+from rag_core.decision.report import missed_questions, query_scores, ship_report
 from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
 
 # The Dagster table: the short label for the key (the full keys are the `config_keys` metadata), the
@@ -96,7 +95,7 @@ def leaderboard_path(data_dir, sweep_name: str) -> Path:
 
 
 def read_decision(data_dir, sweep_name: str) -> dict:
-    """The recommendation the last leaderboard of a sweep made (see rag_core.decision.decide)."""
+    """The recommendation the last leaderboard of a sweep made (see rag_core.decision.recommendation.decide)."""
     return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
 
 
@@ -109,7 +108,7 @@ def publish(
     holdout: pl.DataFrame | None = None,
 ) -> tuple[Path, str, bytes, dict[str, str]]:
     """Write the sweep's leaderboard files (`<sweep>.parquet`, `.png`, `.decision.json`, the ship report
-    and its plots); `holdout`: the finalists' confirmation on the holdout (rag_core/holdout.py).
+    and its plots); `holdout`: the finalists' confirmation on the holdout (rag_core/decision/holdout.py).
     Returns (the board's path, its Markdown table, its plot, the ship report by MLflow artifact name)."""
     sweep = run.plan.sweep
     md, page, plots = ship_report(
@@ -160,7 +159,7 @@ class Leaderboard(StageLogic):
         if not refs:
             raise dg.Failure(f"no evaluation of sweep {run.plan.sweep.name} is materialized yet")
         missing = [k for k in run.plan.config_keys if k not in refs]
-        if missing and not adaptive(run.plan):
+        if missing and not run.plan.sweep.search.adaptive:
             run.context.log.warning(f"{len(missing)} configs not evaluated yet: {missing[:5]}")
         keys = [k for k in run.plan.config_keys if k in refs]
         every = {k: refs[k].read() for k in keys}
@@ -330,8 +329,8 @@ class Leaderboard(StageLogic):
             check_name="complete",
             # an adaptive search evaluates some configs of the plan by design: bayesian its budget,
             # halving its survivors (the rest it dropped on a share of the questions)
-            passed=(frame.height >= trial_budget(run.plan) if bayesian else frame.height >= 1)
-            if adaptive(run.plan)
+            passed=(frame.height >= run.plan.trial_budget if bayesian else frame.height >= 1)
+            if run.plan.sweep.search.adaptive
             else not missing,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={
@@ -344,7 +343,7 @@ class Leaderboard(StageLogic):
 
 def drift_check(sweep: str, decision: dict) -> dg.AssetCheckResult:
     """The `nightly_drift` check: passed unless the findings against the previous leaderboard
-    (rag_core/drift.py) name a problem; its metadata `alert` is what the alert sensor sends."""
+    (rag_core/decision/drift.py) name a problem; its metadata `alert` is what the alert sensor sends."""
     drift = decision.get("drift") or {
         "severity": None,
         "message": "no earlier leaderboard on these questions",

@@ -1,11 +1,10 @@
-"""`rag-sweep generate-qa`: a QA set written from a corpus alone (rag_core/qa/generation.py), with the cost
+"""`rag-sweep generate-qa`: a QA set written from a corpus alone (rag_core/data/qa/generation.py), with the cost
 before (`--dry-run`) and after, and progress while it runs. The set is JSONL in the project's QA format
 beside its sidecar (generator model, seed, prompt versions, filter counts); an existing file is a reviewed
 copy and is never overwritten unless asked."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ def parse_types(text: str | None) -> dict[str, float] | None:
 
 def estimate_line(settings, corpus, out: Path) -> str:
     """What generating the set will ask of the LLM, before any call (validate, plan, generate-qa)."""
-    from rag_core.qa.generation import estimate_calls
+    from rag_core.data.qa.generation import estimate_calls
     from resources.llm import price
 
     calls = estimate_calls(settings)
@@ -51,18 +50,18 @@ def estimate_line(settings, corpus, out: Path) -> str:
 def generate_qa_command(args) -> int:
     from pydantic import ValidationError
 
-    from rag_core.datasets import load_corpus, load_qa
-    from rag_core.qa.checks import qa_quality
-    from rag_core.qa.generation import (
+    from rag_core.data.datasets import load_corpus, load_qa
+    from rag_core.data.qa.checks import qa_quality
+    from rag_core.data.qa.generation import (
         DEDUPE_MODEL,
         QAGeneration,
         generate_qa,
         sidecar,
         write_generated,
     )
-    from rag_core.spec import SpecError
-    from resources import default_data_dir, env_number
+    from rag_core.planning.spec import SpecError
     from resources.embedders import EmbeddingService
+    from resources.environment import default_data_dir, env_number, text
     from resources.llm import LLMClient
 
     try:
@@ -90,8 +89,8 @@ def generate_qa_command(args) -> int:
     data = Path(args.data_dir or default_data_dir()).resolve()
     data.mkdir(parents=True, exist_ok=True)
     llm = LLMClient(
-        api_base=os.environ.get("RAG_LLM_API_BASE"),
-        api_key=os.environ.get("RAG_LLM_API_KEY"),
+        api_base=text("RAG_LLM_API_BASE"),
+        api_key=text("RAG_LLM_API_KEY"),
         cache_path=str(data / "llm_cache.sqlite"),
         timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
         max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),

@@ -1,4 +1,4 @@
-"""Rerankings: a reranker's top_k out of the retrieved candidates (rag_core/rerank.py). Two rerankers
+"""Rerankings: a reranker's top_k out of the retrieved candidates (rag_core/retrieval/rerank.py). Two rerankers
 over one retrieval share its partition: retrieval is not re-run."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import polars as pl
 
 from rag_assets.stage_asset import StageLogic, StageRun
 from rag_core.metrics import percentile
-from rag_core.rerank import rerank
+from rag_core.retrieval.rerank import rerank
 from resources.embedders import chunk_vectors
 
 

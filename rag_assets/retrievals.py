@@ -1,4 +1,4 @@
-"""Retrievals: the top fetch_k chunks of every question (rag_core/retrieval.py)."""
+"""Retrievals: the top fetch_k chunks of every question (rag_core/retrieval/retrieve.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import StageLogic, StageRun
+from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.metrics import percentile
-from rag_core.retrieval import retrieve
-from rag_core.text import UNSEGMENTED_ADVICE, unsegmented_share
+from rag_core.retrieval.retrieve import retrieve
 
 
 class Retrievals(StageLogic):

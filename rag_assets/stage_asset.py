@@ -1,4 +1,4 @@
-"""One asset skeleton for every stage of the registry (rag_core/stages.py).
+"""One asset skeleton for every stage of the registry (rag_core/planning/stages.py).
 
 The skeleton declares the stage's inputs (every artifact it reads, with the plan's partition mappings),
 its partitions, code version, pool and checks; at run time it computes the artifact's fingerprint from its
@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import dagster as dg
 import polars as pl
 
-from rag_core.plan import Partition, Plan
-from rag_core.spec import RagConfig
-from rag_core.stages import Stage, artifact_fingerprint, stage
+from rag_core.planning.plan import Partition, Plan
+from rag_core.planning.spec import RagConfig
+from rag_core.planning.stages import Stage, artifact_fingerprint, stage
 from resources.artifacts import Artifact, ArtifactRef, QuestionSplit, QuestionSubset
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
@@ -138,7 +138,7 @@ def forced(context: dg.AssetExecutionContext) -> bool:
 
 
 def split_inputs(plan: Plan, split: str | None, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The inputs as a partition of one split of the QA set sees them (rag_core/holdout.py)."""
+    """The inputs as a partition of one split of the QA set sees them (rag_core/decision/holdout.py)."""
     if split is None or "qa_set" not in inputs:
         return inputs
     d = plan.sweep.decision
@@ -153,12 +153,13 @@ def rung_inputs(context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str,
     return {**inputs, "qa_set": QuestionSubset.of(inputs["qa_set"], int(n), plan.sweep.search.seed)}
 
 
-def asset_key(prefix: str, name: str) -> dg.AssetKey:
-    return dg.AssetKey([prefix, name])
+def asset_key(plan: Plan, name: str) -> dg.AssetKey:
+    """The asset key the plan names for a stage or input file of its sweep (`Plan.asset_path`)."""
+    return dg.AssetKey(plan.asset_path(name))
 
 
-def _input(plan: Plan, prefix: str, upstream: Stage, downstream: Stage) -> dg.AssetIn:
-    key = asset_key(prefix, upstream.name)
+def _input(plan: Plan, upstream: Stage, downstream: Stage) -> dg.AssetIn:
+    key = asset_key(plan, upstream.name)
     if upstream.partitioned and not downstream.partitioned:  # the leaderboard reads every evaluation
         # ... of its split: with a holdout, the leaderboard the selection's, the confirmation the holdout's
         # (only the finalists' are ever materialized: a dependency on all would count the rest as missing)
@@ -189,21 +190,21 @@ def _fingerprint(value: ArtifactRef | dict[str, ArtifactRef]):
 
 
 def stage_asset(
-    plan: Plan, prefix: str, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
+    plan: Plan, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
 ) -> dg.AssetsDefinition:
     s = stage(name)
-    key = asset_key(prefix, name)
-    ins = {r: _input(plan, prefix, stage(r), s) for r in s.reads}
+    key = asset_key(plan, name)
+    ins = {r: _input(plan, stage(r), s) for r in s.reads}
 
     @dg.asset(
         key=key,
         ins=ins,
-        deps=[asset_key(prefix, d) for d in logic.deps],
+        deps=[asset_key(plan, d) for d in logic.deps],
         partitions_def=partitions.get(name),
         code_version=str(s.version),
         io_manager_key="artifacts",
         required_resource_keys={"artifacts", *logic.resources},
-        group_name=prefix,
+        group_name=plan.prefix,
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
         automation_condition=logic.automation(key, plan),

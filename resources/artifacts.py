@@ -76,7 +76,7 @@ class ArtifactRef:
 
     def failed_calls(self) -> int:
         """How many failed LLM calls the artifact holds (its stage's `failures` column; 0 when none)."""
-        from rag_core.stages import BY_NAME
+        from rag_core.planning.stages import BY_NAME
 
         column = BY_NAME[self.stage].failures if self.stage in BY_NAME else None
         if column is None or column not in pq.read_schema(self.path()).names:
@@ -121,7 +121,7 @@ class QuestionSubset(ArtifactRef):
 
 @dataclass(frozen=True)
 class QuestionSplit(ArtifactRef):
-    """One split of the QA set (rag_core/holdout.py: the selection or the holdout), with its own
+    """One split of the QA set (rag_core/decision/holdout.py: the selection or the holdout), with its own
     fingerprint, so every artifact computed from it is told apart from the other split's."""
 
     source: ArtifactRef | None = None
@@ -131,13 +131,13 @@ class QuestionSplit(ArtifactRef):
 
     @classmethod
     def of(cls, qa: ArtifactRef, split: str, share: float, seed: int) -> QuestionSplit:
-        from rag_core.holdout import split_fingerprint
+        from rag_core.decision.holdout import split_fingerprint
 
         fp = split_fingerprint(qa.fp, split, share, seed)
         return cls(qa.root, qa.stage, fp, qa.partition, qa, split, share, seed)
 
     def read(self, part: str | None = None) -> pl.DataFrame:
-        from rag_core.holdout import split_rows
+        from rag_core.decision.holdout import split_rows
 
         return split_rows(self.source.read(part), self.split, self.share, self.seed)
 

@@ -24,8 +24,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rag_core.fingerprint import short_hash, slug, text_hash
-from rag_core.local_models import is_local, model_version
+from rag_core.common.fingerprint import short_hash, slug, text_hash
+from rag_core.common.local_models import is_local, model_version
 from resources.artifacts import atomic_write_parquet
 from resources.local_encoders import local_encoder
 

@@ -11,29 +11,23 @@ the sweep's burst of requests, not the model's speed.
 from __future__ import annotations
 
 import email.utils
-import os
 import time
 
 import dagster as dg
 
-from rag_core.completion import Completion
+from rag_core.common.completion import Completion
+from resources.environment import secret_values
 from resources.llm_cache import LLMCache, call_key
-
-# litellm fetches a remote cost map at import and deadlocks with mlflow without this (shared/notes/stack.md).
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 class EmptyCompletion(RuntimeError):
     pass
 
 
-SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
 def redact(text: str, *secrets: str | None) -> str:
     """`text` with every given secret and every secret-named environment variable's value (…_API_KEY,
     …_TOKEN …) replaced by ***: a provider error that echoes the key must not reach an artifact."""
-    values = [*secrets, *(v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES))]
+    values = [*secrets, *secret_values()]
     for value in sorted({v for v in values if v and len(v) >= 6}, key=len, reverse=True):
         text = text.replace(value, "***")
     return text
@@ -79,7 +73,7 @@ class LLMClient(dg.ConfigurableResource):
     max_retry_after_s: float = 60.0  # the longest Retry-After honoured; a longer one waits this long
     max_concurrency: int = 4  # calls in flight at once within a stage
     # the provider's quota: requests start at most this often (all stages and threads of a process share
-    # it per provider and endpoint, rag_core/rate_limit.py); None: as fast as max_concurrency allows
+    # it per provider and endpoint, rag_core/common/rate_limit.py); None: as fast as max_concurrency allows
     requests_per_minute: float | None = None
     cache_path: str | None = None  # the call cache and ledger (resources/llm_cache.py); None: no cache
 
@@ -110,7 +104,7 @@ class LLMClient(dg.ConfigurableResource):
             return None
         import litellm
 
-        from rag_core.rate_limit import limiter
+        from rag_core.common.rate_limit import limiter
 
         try:
             provider = litellm.get_llm_provider(model, api_base=self.api_base)[1]

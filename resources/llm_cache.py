@@ -17,8 +17,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from rag_core.completion import Completion
-from rag_core.fingerprint import fingerprint
+from rag_core.common.completion import Completion
+from rag_core.common.fingerprint import fingerprint
 
 # One row per call paid for: a forced re-evaluation asks again and adds a row (the ledger keeps what was
 # paid); the latest row of a key answers it. (Older stores kept one row per key in `completions`.)

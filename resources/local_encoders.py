@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_core.fingerprint import short_hash, slug
-from rag_core.local_models import model_version, weights_path
-from resources import user_cache_dir
+from rag_core.common.fingerprint import short_hash, slug
+from rag_core.common.local_models import model_version, weights_path
+from resources.environment import user_cache_dir
 
 BACKENDS = ("onnx", "torch")
 MIN_COSINE = 0.9999

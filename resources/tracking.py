@@ -14,10 +14,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from resources import user_cache_dir
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+from resources.environment import mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
 
 
 @functools.cache
@@ -85,8 +82,8 @@ class MlflowTracking(dg.ConfigurableResource):
     def resolved_uri(self) -> str:
         if self.tracking_uri:
             return self.tracking_uri
-        if os.environ.get("MLFLOW_TRACKING_URI"):
-            return os.environ["MLFLOW_TRACKING_URI"]
+        if uri := mlflow_tracking_uri():
+            return uri
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
 
@@ -96,7 +93,7 @@ class MlflowTracking(dg.ConfigurableResource):
         uri = self.resolved_uri()
         if uri.startswith(("http://", "https://")):
             return uri.rstrip("/")
-        return os.environ.get("MLFLOW_UI_URL", "http://127.0.0.1:5000").rstrip("/")
+        return mlflow_ui_url()
 
     def ranked_runs_url(self, experiment: str) -> str | None:
         """The experiment's runs in the MLflow UI, best overall score first."""
@@ -349,7 +346,7 @@ class MlflowTracking(dg.ConfigurableResource):
         board_fingerprint: str,
         report: dict[str, str],
     ) -> int:
-        """The holdout confirmation (rag_core/holdout.py): each finalist's run gets its holdout score
+        """The holdout confirmation (rag_core/decision/holdout.py): each finalist's run gets its holdout score
         (metrics `holdout_overall_score`, `holdout_ci_low`/`_high`, `winners_curse_drop`; tag
         `holdout_tied_with_best`), and the leaderboard run of `board_fingerprint` the verdict (tags
         `holdout_confirmed`, `holdout_instead`, its note) and the ship report with the holdout beside the

@@ -1,5 +1,5 @@
 """Drift alerts: a sensor per sweep that sends every failed `nightly_drift` check of its leaderboard
-(rag_core/drift.py: the recommended config dropped, the top tier changed, the recommendation was lost)
+(rag_core/decision/drift.py: the recommended config dropped, the top tier changed, the recommendation was lost)
 to the webhook $RAG_ALERT_WEBHOOK as JSON, once each (its cursor is the last check evaluation sent)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import urllib.request
 
 import dagster as dg
 
-from resources import alert_settings
+from resources.environment import alert_settings
 
 
 def post_json(url: str, body: dict, timeout_s: float = 10.0) -> int:

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from rag_assets.stage_asset import FORCE_TAG
-from rag_core.plan import Plan
+from rag_core.planning.plan import Plan
 
 
 def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
@@ -12,7 +12,7 @@ def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
     import json
     from pathlib import Path
 
-    from rag_core.holdout import HOLDOUT_SUFFIX
+    from rag_core.decision.holdout import HOLDOUT_SUFFIX
 
     decision = Path(data_dir) / "leaderboards" / f"{plan.sweep.name}.decision.json"
     if not plan.holdout or not decision.exists():
@@ -37,7 +37,7 @@ def nightly_reevaluation(
     )
     def _nightly(context: dg.ScheduleEvaluationContext):
         stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-        from resources import default_data_dir
+        from resources.environment import default_data_dir
 
         for key in [*plan.config_keys, *holdout_keys(plan, data_dir or default_data_dir())]:
             yield dg.RunRequest(run_key=f"{stamp}:{key}", partition_key=key, tags={FORCE_TAG: "true"})

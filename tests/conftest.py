@@ -17,6 +17,8 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ.pop("RAG_VECTOR_STORE", None)
 
 import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import polars as pl  # noqa: E402
@@ -60,6 +62,13 @@ def assert_same_board(a: pl.DataFrame, b: pl.DataFrame) -> None:
             assert a[col].to_list() == b[col].to_list(), col
 
 
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`rag-sweep ARGS` as a user starts it, in a process of its own (its exit code, stdout and stderr)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rag_sweep.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
+
+
 def write_sweep(path: Path, data: dict, **sections) -> Path:
     """A sweep file; without a `decision` section it holds no question out (`holdout: 0`), so a test of
     another feature sees the whole QA set (the holdout's tests ask for one)."""
@@ -90,7 +99,7 @@ def slice_sweep(slice_data, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sweep_run(slice_sweep, tmp_path_factory):
     """The slice sweep materialized once, in process, on the embedded defaults."""
-    from rag_assets.cli import run_sweep
+    from runner import run_sweep
 
     data_dir = tmp_path_factory.mktemp("data")
     run = run_sweep(str(slice_sweep), str(data_dir), progress=False)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import polars as pl
 
-from rag_core.bill import estimate
-from rag_core.plan import Plan
-from rag_core.spec import sweep_from_dict
+from rag_core.planning.bill import estimate
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import sweep_from_dict
 
 RAW = {
     "name": "bill",

@@ -1,6 +1,6 @@
 import pytest
 
-from rag_core.chunking import chunk_corpus, chunk_text
+from rag_core.chunking.chunkers import chunk_corpus, chunk_text
 
 TEXT = (
     "Paris is the capital of France. It has 2.1 million residents! Is it large? Yes.\n\n"
@@ -135,7 +135,7 @@ def test_token_sizes_use_token_offsets():
 def test_semantic_breaks_where_topics_change():
     import numpy as np
 
-    from rag_core.chunking import semantic_breakpoints, sentence_spans
+    from rag_core.chunking.chunkers import semantic_breakpoints, sentence_spans
 
     text = "Cats purr. Cats sleep a lot. Stocks fell today. Markets were down."
     spans = sentence_spans(text)

@@ -8,8 +8,7 @@ import re
 import polars as pl
 import pytest
 
-from rag_assets.cli import main
-from tests.conftest import write_sweep
+from tests.conftest import cli, write_sweep
 
 SECTIONS = {
     "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
@@ -19,8 +18,8 @@ SECTIONS = {
 
 def test_validate_loads_the_data(slice_data, tmp_path, capsys):
     spec = write_sweep(tmp_path / "ok.yaml", slice_data, **SECTIONS)
-    assert main(["validate", str(spec)]) == 0
-    out = capsys.readouterr().out
+    assert (r := cli(*["validate", str(spec)])).returncode == 0
+    out = r.stdout
     assert f"{slice_data['n_docs']} documents, 20 questions; 2 configs" in out
 
 
@@ -28,16 +27,16 @@ def test_validate_names_the_field_of_missing_or_bad_data(slice_data, tmp_path, c
     missing = write_sweep(
         tmp_path / "m.yaml", {**slice_data, "corpus": tmp_path / "nope.parquet"}, **SECTIONS
     )
-    assert main(["validate", str(missing)]) == 2
-    err = capsys.readouterr().err
+    assert (r := cli(*["validate", str(missing)])).returncode == 2
+    err = r.stderr
     assert "field 'data.corpus'" in err and "nope.parquet: file not found" in err
     bad_qa = tmp_path / "qa.jsonl"
     bad_qa.write_text(
         json.dumps({"query_id": "q", "question": "?", "answers": 3, "relevant_doc_ids": []}) + "\n"
     )
     bad = write_sweep(tmp_path / "b.yaml", {**slice_data, "qa": bad_qa}, **SECTIONS)
-    assert main(["validate", str(bad)]) == 2
-    err = capsys.readouterr().err
+    assert (r := cli(*["validate", str(bad)])).returncode == 2
+    err = r.stderr
     assert "field 'data.qa'" in err and "line 1: field 'answers' must be a list of strings" in err
 
 
@@ -49,14 +48,14 @@ def test_run_prints_a_data_error_in_one_line_and_the_traceback_only_when_verbose
         + "\n"
     )
     spec = write_sweep(tmp_path / "s.yaml", {"corpus": corpus, "qa": qa}, **SECTIONS)
-    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d")])).returncode == 2
+    err = r.stderr.strip().splitlines()
     assert err == [
         f"error: {corpus}: line 1: field 'metadata' is a string but not JSON",
         "(rerun with --verbose for the traceback)",
     ]
-    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d"), "--verbose"]) == 2
-    err = capsys.readouterr().err
+    assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d"), "--verbose"])).returncode == 2
+    err = r.stderr
     assert "Traceback" in err and err.strip().endswith("field 'metadata' is a string but not JSON")
 
 
@@ -64,11 +63,13 @@ def test_a_bad_output_path_or_llm_setting_is_refused_before_any_work(
     slice_sweep, tmp_path, capsys, monkeypatch
 ):
     data = tmp_path / "data"
-    assert main(["run", str(slice_sweep), "--data-dir", str(data), "--output", "board.xlsx"]) == 2
-    assert "error: --output board.xlsx: use a .csv or .parquet path" in capsys.readouterr().err
+    assert (
+        r := cli(*["run", str(slice_sweep), "--data-dir", str(data), "--output", "board.xlsx"])
+    ).returncode == 2
+    assert "error: --output board.xlsx: use a .csv or .parquet path" in r.stderr
     assert not data.exists()  # nothing was started
     monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "soon")
-    from rag_core.spec import SpecError
+    from rag_core.planning.spec import SpecError
     from resources import build_resources
 
     with pytest.raises(SpecError, match=r"\$RAG_LLM_TIMEOUT_S='soon': expected a non-negative float"):
@@ -99,8 +100,8 @@ def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_pa
         ],
         retrieval={"mode": "vector", "top_k": 1},
     )
-    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 0
-    out, err = capsys.readouterr()
+    assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d")])).returncode == 0
+    out, err = r.stdout, r.stderr
     warnings = [line for line in err.splitlines() if line.startswith("warning: embeddings[paragraph")]
     assert len(warnings) == 1 and re.search(
         r"(\d+) of \1 chunks \(100\.0%\) are longer than all-MiniLM-L6-v2 reads \(256", warnings[0]
@@ -120,8 +121,8 @@ def test_run_counts_and_warns_about_chunks_longer_than_the_embedder_reads(tmp_pa
 def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
     import dagster as dg
 
-    from rag_assets.cli import bill, run_sweep
-    from rag_core.stages import PARTITIONED
+    from rag_core.planning.stages import PARTITIONED
+    from runner import bill, run_sweep
 
     spec = write_sweep(tmp_path / "p.yaml", slice_data, name="billed", **SECTIONS)
     data = tmp_path / "data"
@@ -140,8 +141,8 @@ def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
     assert embedded == before.texts_to_embed
     _, after = bill(str(spec), str(data))
     assert all(new == 0 for _, new in after.partitions.values()) and after.texts_to_embed == 0
-    assert main(["plan", str(spec), "--data-dir", str(data)]) == 0
-    assert "texts to embed: 0" in capsys.readouterr().out
+    assert (r := cli(*["plan", str(spec), "--data-dir", str(data)])).returncode == 0
+    assert "texts to embed: 0" in r.stdout
 
 
 @pytest.mark.slow
@@ -174,12 +175,12 @@ def test_keyword_search_over_text_without_spaces_is_warned_about_not_silent(tmp_
         chunking={"method": "paragraph", "chunk_size": 1000, "chunk_overlap": 0},
         retrieval={"mode": ["vector", "bm25"], "top_k": 1},
     )
-    assert main(["validate", str(spec)]) == 0
-    err = capsys.readouterr().err
+    assert (r := cli(*["validate", str(spec)])).returncode == 0
+    err = r.stderr
     assert "warning: 67% of the documents and 100% of the questions are written without spaces" in err
 
-    assert main(["run", str(spec), "--data-dir", str(tmp_path / "d")]) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "without spaces" in line]
+    assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d")])).returncode == 0
+    warnings = [line for line in r.stderr.splitlines() if "without spaces" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: retrievals[paragraph-1000-0__all-minilm")
     assert "bm25" in warnings[0].split(":")[1]  # the keyword config's retrieval, not the vector one
     board = pl.read_parquet(tmp_path / "d" / "leaderboards" / "cjk.parquet")
@@ -199,13 +200,13 @@ def test_validate_says_what_a_large_grid_means(slice_data, tmp_path, capsys):
             "hybrid_alpha": [i / 10 for i in range(10)],
         },
     )
-    assert main(["validate", str(spec)]) == 0
-    out, err = capsys.readouterr()
+    assert (r := cli(*["validate", str(spec)])).returncode == 0
+    out, err = r.stdout, r.stderr
     assert "600 configs" in out and "a run evaluates all 600 configs: up to 2418 steps" in out
     assert "warning: 600 configs is a large grid" in err and "search.budget.max_configs" in err
     small = write_sweep(tmp_path / "small.yaml", slice_data, **SECTIONS)
-    assert main(["validate", str(small)]) == 0
-    assert "large grid" not in capsys.readouterr().err
+    assert (r := cli(*["validate", str(small)])).returncode == 0
+    assert "large grid" not in r.stderr
 
 
 @pytest.fixture
@@ -232,8 +233,8 @@ def test_a_data_dir_that_cannot_be_written_is_a_one_line_error_naming_it(
 ):
     spec = write_sweep(tmp_path / "s.yaml", slice_data, **SECTIONS)
     for data in (read_only_dir, read_only_dir / "new"):  # an existing data dir, and one to create
-        assert main(["run", str(spec), "--data-dir", str(data)]) == 2
-        err = capsys.readouterr().err
+        assert (r := cli(*["run", str(spec), "--data-dir", str(data)])).returncode == 2
+        err = r.stderr
         assert f"error: data dir {data}: cannot write there (Read-only file system" in err or (
             f"error: data dir {data}: cannot write there (Permission denied" in err
         )
@@ -253,7 +254,7 @@ def test_validate_piped_into_a_reader_that_leaves_ends_without_a_traceback(slice
         chunking={"method": "recursive", "chunk_size": list(range(200, 1200, 50)), "chunk_overlap": 0},
         retrieval={"mode": ["vector", "bm25", "hybrid"], "top_k": list(range(1, 21))},
     )
-    cmd = f"'{sys.executable}' -m rag_assets.cli validate '{spec}' | head -1"
+    cmd = f"'{sys.executable}' -m rag_sweep.cli validate '{spec}' | head -1"
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("big:") and out.stdout.count("\n") == 1
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr

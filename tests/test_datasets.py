@@ -3,7 +3,7 @@ import json
 import polars as pl
 import pytest
 
-from rag_core.datasets import DatasetError, load_corpus, load_qa
+from rag_core.data.datasets import DatasetError, load_corpus, load_qa
 
 
 def jsonl(path, rows):

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rag_core.decision import (
+from rag_core.decision.recommendation import (
     Constraints,
     bootstrap_scores,
     decide,
@@ -139,7 +139,7 @@ def test_when_no_top_tier_config_qualifies_the_next_tier_is_used_and_said():
 
 
 def test_the_ship_report_is_self_contained_and_says_what_to_ship():
-    from rag_core.report import effects, missed_questions, ship_report
+    from rag_core.decision.report import effects, missed_questions, ship_report
 
     runs = {
         "best": per_query(wrong_on(20), latency_ms=300.0),

@@ -10,10 +10,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_assets.definitions import build_definitions
-from rag_core.plan import Plan
-from rag_core.spec import load_sweep
-from rag_core.stages import STAGES
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import load_sweep
+from rag_core.planning.stages import STAGES
+from rag_sweep.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "hotpotqa_example"
@@ -58,7 +58,7 @@ def test_workspace_module_loads_the_defs_folder():
         [
             sys.executable,
             "-c",
-            "from rag_assets.definitions import defs; d = defs(); "
+            "from rag_sweep.definitions import defs; d = defs(); "
             "print(sorted({a.key.path[0] for a in d.resolve_all_asset_specs()}))",
         ],
         cwd=ROOT,

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rag_core.retrieval import Hit, ranked
+from rag_core.retrieval.retrieve import Hit, ranked
 from resources.vector_stores import ChromaStore, LanceDBStore, MilvusLiteStore, QdrantStore
 from tests.conftest import assert_same_board, write_sweep
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ("0", "1", "2", "3", "4", "5")
 
 READER = (
-    "from rag_core.generation import extractive_answer; from rag_core.bm25 import BM25Index; "
+    "from rag_core.generation.generate import extractive_answer; from rag_core.retrieval.bm25 import BM25Index; "
     "print(extractive_answer('what is the process of somatic cell nuclear transfer', ['The process of somatic "
     "cell nuclear transplant involves two different cells . In human SCNT ( Somatic Cell Nuclear Transfer ) "
     "experiments , these eggs are obtained through consenting donors , utilizing ovarian stimulation .'])); "
@@ -98,7 +98,7 @@ def test_forced_runs_under_different_hash_seeds_give_the_same_leaderboard(slice_
             [
                 sys.executable,
                 "-m",
-                "rag_assets.cli",
+                "rag_sweep.cli",
                 "run",
                 str(spec),
                 "--data-dir",
@@ -119,8 +119,8 @@ def test_forced_runs_under_different_hash_seeds_give_the_same_leaderboard(slice_
 def test_retrieve_until_k_distinct_documents(tmp_path):
     """k_unit: documents fetches deeper until the ranking covers k distinct documents (chunkings are then
     compared at equal document depth); chunks (the default) counts chunks."""
-    from rag_core.retrieval import first_documents, search
-    from rag_core.spec import RagConfig
+    from rag_core.planning.spec import RagConfig
+    from rag_core.retrieval.retrieve import first_documents, search
 
     assert first_documents(["a", "a", "b", "a", "c", "d"], 2) == 4
     assert first_documents(["a", "a"], 3) == 2

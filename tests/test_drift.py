@@ -12,7 +12,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from rag_core.drift import compare, findings
+from rag_core.decision.drift import compare, findings
+from rag_sweep.definitions import build_definitions
 from tests.test_decision import per_query, wrong_on
 
 
@@ -68,9 +69,9 @@ class Webhook:
 
 
 def _latest_check(run) -> dg.AssetCheckEvaluation:
-    from rag_assets.cli import _key
+    from runner import asset_key
 
-    key = dg.AssetCheckKey(_key(run.plan, "leaderboard"), "nightly_drift")
+    key = dg.AssetCheckKey(asset_key(run.plan, "leaderboard"), "nightly_drift")
     (record,) = run.instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
     return record.event.dagster_event.event_specific_data
 
@@ -79,8 +80,8 @@ def _latest_check(run) -> dg.AssetCheckEvaluation:
 def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     slice_data, tmp_path, monkeypatch
 ):
-    from rag_assets.cli import run_sweep
     from rag_assets.leaderboard import leaderboard_path
+    from runner import run_sweep
     from tests.conftest import write_sweep
     from tests.openai_stub import OpenAIStub, TurnsWrong
 
@@ -104,7 +105,7 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
             monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
             monkeypatch.setenv("RAG_ALERT_WEBHOOK", hook.url)
             first = run_sweep(spec, data, progress=False)
-            sensor = first.defs.get_sensor_def("nightly__drift_alerts")
+            sensor = build_definitions([first.plan], data).get_sensor_def("nightly__drift_alerts")
             tick = dg.build_sensor_context(instance=first.instance)
             sensor(tick)
             assert _latest_check(first).passed and hook.bodies == []  # nothing to compare with yet

@@ -56,9 +56,9 @@ def test_a_local_model_replaced_under_the_same_path_is_another_model(tmp_path, s
 
     from sentence_transformers import SentenceTransformer
 
-    from rag_core.local_models import weights_path
-    from rag_core.plan import Plan
-    from rag_core.spec import load_sweep
+    from rag_core.common.local_models import weights_path
+    from rag_core.planning.plan import Plan
+    from rag_core.planning.spec import load_sweep
     from tests.conftest import write_sweep
 
     folder = tmp_path / "my-model"

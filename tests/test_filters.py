@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from rag_core.bm25 import BM25Index, idf, term_weights, tokenize
-from rag_core.filters import FilterError, filterable_attributes, matches, parse_filter
-from rag_core.plan import Plan
-from rag_core.spec import SpecError, sweep_from_dict
+from rag_core.data.filters import FilterError, filterable_attributes, matches, parse_filter
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import SpecError, sweep_from_dict
+from rag_core.retrieval.bm25 import BM25Index, idf, term_weights, tokenize
 
 
 def test_parse_flattens_ranges_and_and():

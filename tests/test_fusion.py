@@ -1,6 +1,6 @@
 import pytest
 
-from rag_core.fusion import fuse, min_max, rrf, weighted
+from rag_core.retrieval.fusion import fuse, min_max, rrf, weighted
 
 VEC = [("a", 0.9), ("b", 0.8), ("c", 0.1)]
 KW = [("c", 12.0), ("a", 6.0), ("d", 3.0)]

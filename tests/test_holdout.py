@@ -9,8 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rag_core.decision import Constraints, decide
-from rag_core.holdout import (
+from rag_core.decision.holdout import (
     HOLDOUT,
     SELECTION,
     confirm,
@@ -20,8 +19,9 @@ from rag_core.holdout import (
     selection_key,
     split_rows,
 )
-from rag_core.plan import Plan
-from rag_core.spec import sweep_from_dict
+from rag_core.decision.recommendation import Constraints, decide
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import sweep_from_dict
 from tests.test_decision import W, _board, per_query, wrong_on
 
 
@@ -142,7 +142,7 @@ def test_the_plan_mirrors_every_question_stage_on_the_holdout_and_zero_turns_it_
 
 
 def test_samples_are_averaged_per_question_and_their_variance_is_split():
-    from rag_core.evaluation import mean_over_samples, variance_split
+    from rag_core.evaluation.evaluate import mean_over_samples, variance_split
 
     # q1: right, wrong, right; q2: wrong three times; q3: right three times
     em = {"q1": [1.0, 0.0, 1.0], "q2": [0.0, 0.0, 0.0], "q3": [1.0, 1.0, 1.0]}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rag_core.labels import short_labels
-from rag_core.spec import load_sweep
+from rag_core.planning.labels import short_labels
+from rag_core.planning.spec import load_sweep
 from tests.conftest import ROOT
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_assets.cli import run_sweep
 from resources.llm import LLMClient
+from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import MALFORMED, GoldAnswers, OpenAIStub, TurnsWrong
 
@@ -86,7 +86,7 @@ def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slic
     ranked last as 'too many errors', not as a config of low quality, and the sweep still finishes."""
     from mlflow import MlflowClient
 
-    from rag_assets.cli import _print_board
+    from rag_core.decision.leaderboard import terminal_columns, to_terminal
 
     qa = pl.read_parquet(slice_data["qa"])
     gold = GoldAnswers(qa)
@@ -123,8 +123,8 @@ def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slic
     assert sum(failing in p for p in prompts) == 2  # first try + one retry
     assert all("[1]" in p and "Question:" in p for p in prompts)
 
-    _print_board(board)  # what `rag-sweep run` prints: the error counts are shown when non-zero
-    header = capsys.readouterr().out.splitlines()[0]
+    # what `rag-sweep run` prints: the error counts are shown when non-zero
+    header = to_terminal(board, terminal_columns(board)).splitlines()[0]
     assert "gen errors" in header and "vs leader" in header
     client = MlflowClient(tracking_uri=f"sqlite:///{run.data / 'mlflow.db'}")
     exp = client.get_experiment_by_name("llm-slice")
@@ -134,9 +134,9 @@ def test_sweep_with_llm_generation_keeps_failed_queries_and_marks_an_outage(slic
 
 
 def test_llm_judge_parses_verdicts_and_counts_failures():
-    from rag_core.evaluation import judge
-    from rag_core.judge import JUDGE_PROMPT_VERSION, parse_verdict
+    from rag_core.evaluation.evaluate import judge
     from rag_core.metrics import evaluate_queries, summarize
+    from rag_core.metrics.judge import JUDGE_PROMPT_VERSION, parse_verdict
 
     assert parse_verdict("0.75") == 0.75 and parse_verdict("Score: 1") == 1.0 and parse_verdict("85%") == 0.85
     assert parse_verdict("banana") is None and parse_verdict("7") is None and parse_verdict("") is None
@@ -269,7 +269,7 @@ def test_a_new_call_cache_takes_many_writers_at_once(tmp_path):
 
     script = (
         "import sys, threading; sys.path.insert(0, '.')\n"
-        "from rag_core.completion import Completion\n"
+        "from rag_core.common.completion import Completion\n"
         "from resources.llm_cache import LLMCache\n"
         "cache = LLMCache(sys.argv[1])\n"
         "def put(i):\n"
@@ -298,7 +298,7 @@ def test_a_new_call_cache_takes_many_writers_at_once(tmp_path):
 def test_a_deleted_call_cache_is_set_up_again_in_the_same_process(tmp_path):
     """The README says: delete llm_cache.sqlite to ask again. A long-lived process (Dagster's code server)
     then writes to a new, empty file, which needs its table again."""
-    from rag_core.completion import Completion
+    from rag_core.common.completion import Completion
     from resources.llm_cache import LLMCache
 
     path = tmp_path / "llm_cache.sqlite"
@@ -349,7 +349,7 @@ def test_concurrent_calls_start_within_the_providers_quota_and_the_wait_is_not_l
     """8 calls on 4 threads at 240 requests/minute: their starts at the server are ~0.25 s apart (a burst
     would land at once), and each call's latency is the server's 0.05 s plus the client's own time, not the
     time queued for a slot (up to 1.75 s for the last)."""
-    from rag_core.concurrency import map_concurrently
+    from rag_core.common.concurrency import map_concurrently
 
     with OpenAIStub(lambda p: (200, "ok", 0.05)) as stub:
         # litellm's one-time set-up in a process (its first call) holds calls that already have their slot,
@@ -378,7 +378,7 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     """Halving over two generators on the selection split: every call for a holdout question comes after
     the last call of the search and the leaderboard, and only for the finalist (6 holdout questions of 20)."""
     from rag_assets.leaderboard import read_decision
-    from rag_core.holdout import holdout_ids
+    from rag_core.decision.holdout import holdout_ids
 
     qa = pl.read_parquet(slice_data["qa"])
     gold = GoldAnswers(qa)
@@ -434,7 +434,9 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
 
     import dagster as dg
 
-    nightly = out.defs.get_schedule_def("held__evaluate_nightly")
+    from rag_sweep.definitions import build_definitions
+
+    nightly = build_definitions([out.plan], str(out.data)).get_schedule_def("held__evaluate_nightly")
     when = datetime.datetime(2026, 11, 26, 2, tzinfo=datetime.UTC)
     requests = list(nightly(dg.build_schedule_context(instance=out.instance, scheduled_execution_time=when)))
     keys = [r.partition_key for r in requests]

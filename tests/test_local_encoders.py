@@ -151,7 +151,7 @@ def test_a_damaged_export_is_not_trusted_and_is_built_again(
 
 
 def test_a_model_pooled_other_than_by_mean_is_embedded_with_torch(tmp_path, monkeypatch):
-    from rag_core.local_models import weights_path
+    from rag_core.common.local_models import weights_path
 
     model = tmp_path / "cls-model"
     shutil.copytree(weights_path(MODEL), model)
@@ -167,7 +167,7 @@ def test_a_model_pooled_other_than_by_mean_is_embedded_with_torch(tmp_path, monk
 
 
 def test_an_unknown_backend_is_a_clear_error(monkeypatch, tmp_path):
-    from rag_core.spec import SpecError
+    from rag_core.planning.spec import SpecError
     from resources import build_resources
 
     monkeypatch.setenv("RAG_EMBEDDING_BACKEND", "tensorrt")

@@ -3,6 +3,7 @@ import math
 import polars as pl
 import pytest
 
+from rag_core.common.text import normalize_answer
 from rag_core.metrics import (
     evaluate_queries,
     exact_match,
@@ -12,7 +13,6 @@ from rag_core.metrics import (
     summarize,
     token_f1,
 )
-from rag_core.text import normalize_answer
 
 
 def test_retrieval_hand_computed_with_duplicate_chunks():
@@ -159,7 +159,7 @@ def test_bootstrap_ci_and_paired_test():
 
 
 def test_a_config_whose_generations_failed_is_ranked_last_and_marked_not_tied():
-    from rag_core.leaderboard import compare_to_leader, rank_configs
+    from rag_core.decision.leaderboard import compare_to_leader, rank_configs
 
     def summary(key, f1, errors):
         return {

@@ -1,4 +1,4 @@
-"""Independent partitions in worker processes (rag_assets/step_runs.py): the same leaderboard as one process,
+"""Independent partitions in worker processes (runner/step_runs.py): the same leaderboard as one process,
 each text embedded once, each Dagster run tagged with the worker that ran it, and a step that fails in a
 worker (or a worker killed mid-step) stops the sweep with its name while what completed stays complete."""
 
@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from resources.embedders import EmbeddingService
-from tests.conftest import assert_same_board
+from tests.conftest import assert_same_board, cli
 
 _BLOCKS_EMBEDDED = 0
 
@@ -39,24 +39,26 @@ def _cache(data: Path) -> pl.DataFrame:
 
 
 def test_two_workers_give_the_board_of_one_process_and_embed_each_text_once(sweep_run, slice_sweep, tmp_path):
-    from rag_assets.cli import CLI_PID_TAG, _key, run_sweep
+    from runner import RUNNER_PID_TAG, asset_key, run_sweep
 
     run = run_sweep(str(slice_sweep), str(tmp_path / "data"), progress=False, workers=2)
     assert_same_board(run.board, sweep_run["board"])
 
-    pids = {r.tags[CLI_PID_TAG] for r in run.instance.get_runs() if CLI_PID_TAG in r.tags}  # not observations
+    pids = {
+        r.tags[RUNNER_PID_TAG] for r in run.instance.get_runs() if RUNNER_PID_TAG in r.tags
+    }  # not observations
     workers = pids - {str(os.getpid())}
     assert len(workers) == 2, pids  # the partitions ran in two other processes
     # the leaderboard too (the finalists' holdout steps then run in this process)
-    board = run.instance.get_latest_materialization_event(_key(run.plan, "leaderboard"))
-    assert run.instance.get_run_by_id(board.run_id).tags[CLI_PID_TAG] != str(os.getpid())
+    board = run.instance.get_latest_materialization_event(asset_key(run.plan, "leaderboard"))
+    assert run.instance.get_run_by_id(board.run_id).tags[RUNNER_PID_TAG] != str(os.getpid())
 
     hashes = _cache(tmp_path / "data")["text_hash"]
     assert hashes.len() == hashes.n_unique() > 0  # the two embeddings never ran at once on shared texts
 
 
 def test_a_step_that_fails_in_a_worker_is_named_and_what_completed_stays(slice_sweep, tmp_path):
-    from rag_assets.cli import StepFailed, run_sweep
+    from runner import StepFailed, run_sweep
 
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the embedding cache would go")
@@ -78,8 +80,8 @@ def test_a_worker_killed_mid_embedding_is_named_and_the_next_run_resumes_from_it
 ):
     import dagster as dg
 
-    from rag_assets.cli import StepFailed, run_sweep
     from resources import build_resources
+    from runner import StepFailed, run_sweep
 
     data = tmp_path / "data"
     default = build_resources(str(data))["embedder"]  # the run's backend and endpoint, as the other runs
@@ -103,11 +105,12 @@ def test_a_worker_killed_mid_embedding_is_named_and_the_next_run_resumes_from_it
 
 
 def test_a_bad_worker_count_is_a_one_line_error(slice_sweep, tmp_path, monkeypatch, capsys):
-    from rag_assets.cli import main
 
-    assert main(["run", str(slice_sweep), "--data-dir", str(tmp_path), "--workers", "0"]) == 2
-    assert "--workers 0: expected 1 or more" in capsys.readouterr().err
+    assert (
+        r := cli(*["run", str(slice_sweep), "--data-dir", str(tmp_path), "--workers", "0"])
+    ).returncode == 2
+    assert "--workers 0: expected 1 or more" in r.stderr
     monkeypatch.setenv("RAG_WORKERS", "many")
-    assert main(["run", str(slice_sweep), "--data-dir", str(tmp_path / "d")]) == 2
-    assert "$RAG_WORKERS='many'" in capsys.readouterr().err
+    assert (r := cli(*["run", str(slice_sweep), "--data-dir", str(tmp_path / "d")])).returncode == 2
+    assert "$RAG_WORKERS='many'" in r.stderr
     assert not Path(tmp_path / "d" / "chunksets").exists()

@@ -12,11 +12,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rag_assets.cli import run_sweep
-from rag_core.context import apply_budget, parse_compressed, word_count
-from rag_core.query_transform import parse_reply
-from rag_core.rerank import mmr, parse_ordering
+from rag_core.generation.context import apply_budget, parse_compressed, word_count
+from rag_core.retrieval.query_transform import parse_reply
+from rag_core.retrieval.rerank import mmr, parse_ordering
 from resources.llm import LLMClient
+from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import GoldAnswers, OpenAIStub
 
@@ -85,8 +85,8 @@ def tiny_cross_encoder(tmp_path_factory) -> str:
 def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
     from sentence_transformers import CrossEncoder
 
-    from rag_core.rerank import orders
-    from rag_core.spec import RagConfig
+    from rag_core.planning.spec import RagConfig
+    from rag_core.retrieval.rerank import orders
 
     c = RagConfig(
         chunking={"method": "fixed", "chunk_size": 100, "chunk_overlap": 0},
@@ -264,8 +264,8 @@ def test_sweep_over_new_chunkers(slice_data, tmp_path):
 def test_parent_spans_group_sections_and_documents():
     import json
 
-    from rag_core.chunking import chunk_corpus
-    from rag_core.context import parent_spans
+    from rag_core.chunking.chunkers import chunk_corpus
+    from rag_core.generation.context import parent_spans
 
     corpus = pl.DataFrame(
         {

@@ -1,8 +1,8 @@
 """Progress inside a step: concurrent work reports each finished item to whoever listens (the CLI's bars)."""
 
-from rag_assets.cli import WorkBars
-from rag_core.concurrency import map_concurrently
-from rag_core.progress import listening, report
+from rag_core.common.concurrency import map_concurrently
+from rag_core.common.progress import listening, report
+from runner.progress_bars import WorkBars
 
 
 def test_concurrent_work_reports_every_finished_item_once():

@@ -8,8 +8,8 @@ import json
 import polars as pl
 import pytest
 
-from rag_core.datasets import DatasetError, load_corpus, load_qa
-from rag_core.qa.checks import qa_quality
+from rag_core.data.datasets import DatasetError, load_corpus, load_qa
+from rag_core.data.qa.checks import qa_quality
 
 
 def jsonl(path, rows):

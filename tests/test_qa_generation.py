@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rag_core.datasets import load_qa
-from rag_core.qa.generation import (
+from rag_core.data.datasets import load_qa
+from rag_core.data.qa.generation import (
     QAGeneration,
     Sampler,
     generate_qa,
@@ -23,6 +23,7 @@ from rag_core.qa.generation import (
     write_generated,
 )
 from resources.llm import LLMClient
+from tests.conftest import cli
 from tests.openai_stub import OpenAIStub
 
 MODEL = "openai/stub-model"
@@ -221,24 +222,23 @@ def slice_responder(prompt: str):
 def test_generate_qa_command_writes_a_set_with_its_estimate_and_keeps_a_reviewed_copy(
     slice_data, tmp_path, monkeypatch, capsys
 ):
-    from rag_assets.cli import main
 
     out = tmp_path / "generated.jsonl"
     args = ["generate-qa", str(slice_data["corpus"]), "--model", MODEL, "--out", str(out), "--questions", "5"]
     args += ["--data-dir", str(tmp_path / "data"), "--types", "factoid=0.6,multi_hop=0.4"]
-    assert main([*args, "--dry-run"]) == 0
-    assert "estimated: ~15 LLM calls" in capsys.readouterr().out and not out.exists()
+    assert (r := cli(*[*args, "--dry-run"])).returncode == 0
+    assert "estimated: ~15 LLM calls" in r.stdout and not out.exists()
     with OpenAIStub(slice_responder) as stub:
         monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
         monkeypatch.setenv("RAG_LLM_API_KEY", "sk-test")
-        assert main(args) == 0
-        printed = capsys.readouterr().out
+        assert (r := cli(*args)).returncode == 0
+        printed = r.stdout
         qa = load_qa(out, set(pl.read_parquet(slice_data["corpus"])["doc_id"]))
         assert qa.height == 5 and f"wrote 5 questions to {out}" in printed
         assert "answers found in their gold passages: " in printed
         assert stub.requests and stub.requests[0]["auth"] == "Bearer sk-test"
-        assert main(args) == 2  # the file is a reviewed copy now: never overwritten unasked
-        assert "pass --overwrite" in capsys.readouterr().err
+        assert (r := cli(*args)).returncode == 2  # the file is a reviewed copy now: never overwritten unasked
+        assert "pass --overwrite" in r.stderr
 
 
 @pytest.mark.slow
@@ -247,7 +247,7 @@ def test_a_sweep_from_documents_alone_generates_its_qa_set_once_and_evaluates_it
     config on it and records the generator; a rerun and an edited (reviewed) copy make no new call."""
     from mlflow import MlflowClient
 
-    from rag_assets.cli import run_sweep
+    from runner import run_sweep
     from tests.conftest import write_sweep
 
     qa_path = tmp_path / "generated_qa.jsonl"
@@ -290,7 +290,6 @@ def test_a_sweep_from_documents_alone_generates_its_qa_set_once_and_evaluates_it
 
 
 def test_validate_and_plan_of_a_sweep_whose_qa_set_is_to_be_generated(tmp_path, capsys):
-    from rag_assets.cli import main
     from tests.conftest import write_sweep
 
     corpus = tmp_path / "corpus.parquet"
@@ -301,12 +300,12 @@ def test_validate_and_plan_of_a_sweep_whose_qa_set_is_to_be_generated(tmp_path, 
     }
     data = {"corpus": corpus, "qa": tmp_path / "qa.jsonl"}
     spec = write_sweep(tmp_path / "s.yaml", data, qa_generation={"model": MODEL, "questions": 4}, **sections)
-    assert main(["validate", str(spec)]) == 0
-    out = capsys.readouterr().out
+    assert (r := cli(*["validate", str(spec)])).returncode == 0
+    out = r.stdout
     assert "4 questions (3 factoid, 1 multi_hop) to generate from 6 documents" in out
     assert "4 generated questions" in out
-    assert main(["plan", str(spec), "--data-dir", str(tmp_path / "d")]) == 0
-    assert "estimated: ~12 LLM calls" in capsys.readouterr().out
+    assert (r := cli(*["plan", str(spec), "--data-dir", str(tmp_path / "d")])).returncode == 0
+    assert "estimated: ~12 LLM calls" in r.stdout
     bad = write_sweep(tmp_path / "b.yaml", data, qa_generation={"model": MODEL, "questions": 0}, **sections)
-    assert main(["validate", str(bad)]) == 2
-    assert "qa_generation.questions" in capsys.readouterr().err
+    assert (r := cli(*["validate", str(bad)])).returncode == 2
+    assert "qa_generation.questions" in r.stderr

@@ -1,10 +1,10 @@
-"""rag_core/rate_limit.py on a fake clock: request starts spaced evenly, a quota shared per provider."""
+"""rag_core/common/rate_limit.py on a fake clock: request starts spaced evenly, a quota shared per provider."""
 
 from __future__ import annotations
 
 import pytest
 
-from rag_core.rate_limit import RateLimiter, limiter
+from rag_core.common.rate_limit import RateLimiter, limiter
 
 
 class FakeClock:

@@ -73,7 +73,7 @@ def _start(spec: Path, data: Path, llm: OpenAIStub, out: Path | None = None) -> 
         "RAG_LLM_API_KEY": KEY,
         "OPENAI_API_KEY": KEY,
     }
-    args = [sys.executable, "-m", "rag_assets.cli", "run", str(spec), "--data-dir", str(data)]
+    args = [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)]
     return subprocess.Popen(
         args + (["--output", str(out)] if out else []),
         cwd=ROOT,
@@ -117,9 +117,9 @@ def _artifacts(data: Path, stage: str) -> list[Path]:
 
 
 def _dagster_runs(data: Path) -> list:
-    from rag_assets.cli import _instance
+    from runner import local_instance
 
-    with _instance(data) as instance:
+    with local_instance(data) as instance:
         return list(instance.get_runs())
 
 

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from dagster._core.definitions.observe import observe
 
-from rag_assets.definitions import build_definitions
 from rag_assets.stage_asset import FORCE_TAG
-from rag_core.plan import Plan
-from rag_core.spec import load_sweep
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import load_sweep
+from rag_sweep.definitions import build_definitions
 from resources.artifacts import latest_fingerprint, latest_fingerprints
 from tests.conftest import write_sweep
 
@@ -62,7 +62,7 @@ def test_nightly_schedule_requests_every_config_forced(tmp_path, slice_data):
 
 
 def test_input_files_are_observed_by_content(tmp_path, slice_data):
-    from rag_assets.cli import unobserved
+    from runner import unobserved
 
     _, defs, data = _setup(tmp_path, slice_data)
     sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]

@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rag_core.fingerprint import fingerprint
-from rag_core.plan import Plan
-from rag_core.spec import SpecError, load_sweep
+from rag_core.common.fingerprint import fingerprint
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import SpecError, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_fingerprint_is_stable_across_processes():
         [
             sys.executable,
             "-c",
-            "from rag_core.fingerprint import fingerprint; print(fingerprint('chunkset', {'b': 2, 'a': 1}))",
+            "from rag_core.common.fingerprint import fingerprint; print(fingerprint('chunkset', {'b': 2, 'a': 1}))",
         ],
         capture_output=True,
         text=True,

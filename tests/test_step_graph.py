@@ -1,11 +1,11 @@
-"""The order several workers run a sweep's steps in (rag_core/step_graph.py): a step starts only once the
+"""The order several workers run a sweep's steps in (rag_core/planning/step_graph.py): a step starts only once the
 steps it reads are done, stage limits and stages that run alone hold, and every step runs exactly once."""
 
 from __future__ import annotations
 
 import random
 
-from rag_core.step_graph import StepGraph
+from rag_core.planning.step_graph import StepGraph
 
 # two chunksets -> two embeddings -> two indexes -> four retrievals -> four evaluations -> leaderboard
 READS = {

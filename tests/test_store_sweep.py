@@ -14,8 +14,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from rag_assets.cli import run_sweep
-from rag_core.filters import matches, parse_filter
+from rag_core.data.filters import matches, parse_filter
+from runner import run_sweep
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from rag_assets.cli import run_sweep, stale_snapshots, steps
 from rag_assets.stage_asset import StageRun
 from rag_core.metrics import SCORABLE_METRICS
-from rag_core.plan import Plan
-from rag_core.spec import load_sweep
-from rag_core.stages import PARTITIONED
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import load_sweep
+from rag_core.planning.stages import PARTITIONED
+from runner import run_sweep, stale_snapshots, steps
 
 pytestmark = pytest.mark.slow
 PREFIX = "slice"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from rag_assets.cli import run_sweep
-from rag_assets.definitions import build_definitions
+from rag_sweep.definitions import build_definitions
+from runner import run_sweep
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow

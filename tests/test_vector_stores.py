@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from rag_core.filters import FilterError, matches, parse_filter
+from rag_core.data.filters import FilterError, matches, parse_filter
 from resources.vector_stores import BACKENDS, LanceDBStore
 from resources.vector_stores.chroma_store import ChromaStore
 from resources.vector_stores.milvus_store import MilvusLiteStore
@@ -245,7 +245,7 @@ def test_single_client_stores_release_their_files_when_a_step_ends(tmp_path):
 def test_bm25_analyzer_means_the_same_on_every_store(store):
     """`plain` (the default): lowercased runs of letters and digits, no stemming, no stop words, no accent
     folding, on every store; `english` (stemming, stop words) where the store can apply it, else refused."""
-    from rag_core.spec import STORE_ANALYZERS
+    from rag_core.planning.spec import STORE_ANALYZERS
 
     rows = [
         {"chunk_id": "c0", "doc_id": "d0", "text": "The runners were running home", "metadata": "{}"},

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_core.stages import STAGES
+from rag_core.planning.stages import STAGES
 from resources.vector_stores.weaviate_store import WeaviateStore
 from tests.conftest import write_sweep
 from tests.servers import _stop, free_port, graphql, mlflow_tracking, wait_http

@@ -22,7 +22,12 @@ from rag_core.metrics.generation import (
     strip_citations,
     token_f1,
 )
-from rag_core.metrics.retrieval import RETRIEVAL_METRICS, context_diversity, dedupe, retrieval_scores
+from rag_core.metrics.retrieval import (
+    RETRIEVAL_METRICS,
+    context_diversity,
+    dedupe,
+    retrieval_scores,
+)
 
 GENERATION_METRICS = ("exact_match", "token_f1", "bleu", "rouge_l")
 SUPPORT_METRICS = ("faithfulness", "citation_accuracy")

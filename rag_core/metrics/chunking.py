@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_core.text import normalize_answer
+from rag_core.common.text import normalize_answer
 
 
 def truncated_share(token_counts: Sequence[int], max_tokens: int | None) -> float:

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from rag_core.text import normalize_answer, tokens
+from rag_core.common.text import normalize_answer, tokens
 
 _CITATION = re.compile(r"\[(\d+)\]")
 

@@ -53,3 +53,16 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, weights, n_boot: int = N_BOOT
     lo, hi = np.percentile(diffs, [2.5, 97.5])
     p = min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))
     return float(observed), float(lo), float(hi), float(p)
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjustment: controls the family-wise error rate over all the comparisons."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted

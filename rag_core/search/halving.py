@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from rag_core.decision import holm
-from rag_core.fingerprint import fingerprint
+from rag_core.common.fingerprint import fingerprint
+from rag_core.metrics.stats import holm
 from rag_core.search.space import Candidate
 
 N_FLIPS = 10_000

@@ -6,12 +6,12 @@ embedded ones keep their data under the data dir; Weaviate is a server (WEAVIATE
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
-from rag_core.spec import VECTOR_STORES
+from rag_core.planning.spec import VECTOR_STORES
+from resources.environment import weaviate_settings
 from resources.vector_stores.base import Hit, VectorStore
 from resources.vector_stores.chroma_store import ChromaStore
 from resources.vector_stores.lancedb_store import LanceDBStore
@@ -34,12 +34,13 @@ class VectorStores(dg.ConfigurableResource):
     @classmethod
     def from_env(cls, data_dir: str) -> VectorStores:
         """WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY configure the Weaviate server."""
+        url, grpc_port, has_key = weaviate_settings()
         return cls(
             data_dir=data_dir,
-            weaviate_url=os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
-            weaviate_grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
+            weaviate_url=url,
+            weaviate_grpc_port=grpc_port,
             # resolved at run time: Dagster's run records hold the variable's name, never the key
-            weaviate_api_key=dg.EnvVar("WEAVIATE_API_KEY") if os.environ.get("WEAVIATE_API_KEY") else None,
+            weaviate_api_key=dg.EnvVar("WEAVIATE_API_KEY") if has_key else None,
         )
 
     def get(self, backend: str) -> VectorStore:

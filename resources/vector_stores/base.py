@@ -3,7 +3,7 @@
 Shaped after Weaviate's v4 client: a collection per index partition, objects carrying precomputed
 vectors, `near_vector`, `bm25` and `hybrid(alpha)` queries. Rows are dicts with `chunk_id`, `doc_id`,
 `text` (the indexed text) and `metadata` (a JSON string). Every query takes an optional `where` filter in
-the seeds' format (rag_core/filters.py): it is validated here, against the collection's filterable
+the seeds' format (rag_core/data/filters.py): it is validated here, against the collection's filterable
 fields, and each backend translates the parsed conditions into its own filter language.
 """
 
@@ -13,10 +13,10 @@ import abc
 
 import numpy as np
 
-from rag_core.filters import Condition, check_fields, parse_filter
-from rag_core.fusion import fuse
-from rag_core.retrieval import TIE_MARGIN, Hit, ranked
-from rag_core.spec import STORE_ANALYZERS
+from rag_core.data.filters import Condition, check_fields, parse_filter
+from rag_core.planning.spec import STORE_ANALYZERS
+from rag_core.retrieval.fusion import fuse
+from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
 
 Conditions = tuple[Condition, ...]
 
@@ -32,7 +32,7 @@ class VectorStore(abc.ABC):
     def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
         """Build the collection from rows and vectors (replacing any previous build, which readers keep
         seeing until the new one is complete), its keyword index with the BM25 `analyzer` (plain or
-        english, see rag_core/spec.py); return the count."""
+        english, see rag_core/planning/spec.py); return the count."""
 
     def _check_analyzer(self, analyzer: str) -> None:
         if analyzer not in STORE_ANALYZERS[self.backend]:

@@ -3,7 +3,7 @@
 - Each build is its own persistent folder; the collection name is an alias (embedded.AliasDirectory)
   moved to the finished build. Vectors are self-provided (no embedding function), HNSW with cosine space.
 - Chroma's embedded client has no keyword index (sparse/BM25 indexes are Chroma Cloud only), so keyword
-  search ranks the build's texts with rag_core.bm25 in process (filters there with rag_core.filters'
+  search ranks the build's texts with rag_core.retrieval.bm25 in process (filters there with rag_core.data.filters'
   `matches`); the texts are read once per build and process.
 - Filters map onto Chroma's own `where` (the same operator names); ranges are split into `$and`.
 """
@@ -17,8 +17,8 @@ from typing import ClassVar
 import dagster as dg
 import numpy as np
 
-from rag_core import bm25
-from rag_core.filters import matches
+from rag_core.data.filters import matches
+from rag_core.retrieval import bm25
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import dagster as dg
 
-from rag_core.filters import filterable_attributes
+from rag_core.data.filters import filterable_attributes
 from resources.vector_stores.base import VectorStore
 
 

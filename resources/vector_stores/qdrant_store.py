@@ -3,7 +3,7 @@
 - Each build is its own storage folder (local mode locks a folder to one client); the collection name is
   an alias (embedded.AliasDirectory) moved to the finished build.
 - Points carry a dense `dense` vector (cosine) and a sparse `bm25` vector: BM25 term weights computed here
-  (rag_core/bm25.py) with Qdrant applying the idf (`Modifier.IDF`), which makes keyword search BM25.
+  (rag_core/retrieval/bm25.py) with Qdrant applying the idf (`Modifier.IDF`), which makes keyword search BM25.
 - Payload: chunk_id, doc_id, text, metadata (JSON) and the filterable metadata fields; filters become
   `Filter(must=[FieldCondition(...)])` with MatchValue, MatchAny and Range.
 """
@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rag_core import bm25
+from rag_core.retrieval import bm25
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 

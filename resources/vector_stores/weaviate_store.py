@@ -3,7 +3,7 @@
 - One collection per index partition, no server-side vectorizer: vectors are precomputed and imported.
 - Properties: chunk_id, doc_id, text (BM25-indexed), metadata (JSON string, not indexed for search).
 - Queries: near_vector (cosine), bm25, native hybrid with alpha and fusion (rrf -> rankedFusion,
-  weighted -> relativeScoreFusion); filters (rag_core/filters.py) become Weaviate `Filter`s on doc_id and
+  weighted -> relativeScoreFusion); filters (rag_core/data/filters.py) become Weaviate `Filter`s on doc_id and
   the filterable metadata fields, which are typed properties (text, int, number, boolean).
 - Rebuilds are invisible to readers: each build is a new physical collection and the partition's name is an
   alias moved to it once the import is complete (Weaviate >= 1.32); the old collection is dropped after.
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import contextmanager
 from typing import ClassVar
@@ -21,7 +20,7 @@ from urllib.parse import urlparse
 import dagster as dg
 import numpy as np
 
-from rag_core.filters import filterable_attributes
+from rag_core.data.filters import filterable_attributes
 from resources.vector_stores.base import Conditions, Hit, VectorStore
 
 
@@ -41,11 +40,10 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
 
     @classmethod
     def from_env(cls) -> WeaviateStore:
-        return cls(
-            url=os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
-            grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
-            api_key=os.environ.get("WEAVIATE_API_KEY") or None,
-        )
+        from resources.environment import text, weaviate_settings
+
+        url, grpc_port, _ = weaviate_settings()
+        return cls(url=url, grpc_port=grpc_port, api_key=text("WEAVIATE_API_KEY"))
 
     @contextmanager
     def _client(self):

@@ -1,5 +1,0 @@
-"""Component types of the project (listed by `dg list components`)."""
-
-from rag_assets.lib.rag_sweep import RagSweep
-
-__all__ = ["RagSweep"]

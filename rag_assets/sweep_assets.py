@@ -1,0 +1,52 @@
+"""The assets of one sweep, read from its plan: its input files and one asset per stage of the registry
+(rag_core/planning/stages.py), each with the stage's logic. What runs a sweep (the runner, a deployment)
+materializes these; jobs, schedules and sensors are added where the deployment is put together
+(rag_sweep/sweep_defs.py).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rag_assets.answers import Answers
+from rag_assets.chunksets import Chunksets
+from rag_assets.confirmation import Confirmation
+from rag_assets.embeddings import Embeddings
+from rag_assets.evaluations import Evaluations
+from rag_assets.indexes import VectorIndex
+from rag_assets.inputs import Corpus, QASet, source_files
+from rag_assets.leaderboard import Leaderboard
+from rag_assets.rerankings import Rerankings
+from rag_assets.retrievals import Retrievals
+from rag_assets.stage_asset import StageLogic, stage_asset
+from rag_core.planning.plan import Plan
+from rag_core.planning.stages import STAGES
+
+LOGIC: dict[str, StageLogic] = {
+    "corpus": Corpus(),
+    "qa_set": QASet(),
+    "chunksets": Chunksets(),
+    "embeddings": Embeddings(),
+    "vector_index": VectorIndex(),
+    "retrievals": Retrievals(),
+    "rerankings": Rerankings(),
+    "answers": Answers(),
+    "evaluations": Evaluations(),
+    "leaderboard": Leaderboard(),
+    "confirmation": Confirmation(),
+}
+assert set(LOGIC) == {s.name for s in STAGES}, "every stage of the registry needs its logic"
+
+
+def stage_assets(plan: Plan) -> list:
+    partitions = {
+        s.name: dg.StaticPartitionsDefinition(plan.all_keys(s.name)) for s in STAGES if s.partitioned
+    }
+    return [
+        *source_files(plan),
+        *(
+            stage_asset(plan, s.name, LOGIC[s.name], partitions)
+            for s in STAGES
+            if s.name != "confirmation" or plan.holdout  # confirmed on a holdout only when there is one
+        ),
+    ]

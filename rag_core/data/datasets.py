@@ -1,0 +1,189 @@
+"""Loading and validating the corpus and the QA set.
+
+Corpus: Parquet or JSONL with `doc_id`, `text` (`title`, `metadata` optional), or a directory of `.txt`/`.md`
+files (doc_id = path relative to the directory, title = file stem).
+QA set: Parquet or JSONL with `query_id`, `question`, `answers` (list of strings), `relevant_doc_ids` (list,
+may be empty); BEIR, Ragas and MLflow evaluation datasets are read too (rag_core/data/qa/formats.py).
+Errors name the file, the row (1-based; the line for JSONL) and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from rag_core.common.text import normalize_answer
+from rag_core.data.qa import formats
+from rag_core.data.rows import DatasetError, read_rows, where
+
+CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String, "metadata": pl.String}
+QA_SCHEMA = {
+    "query_id": pl.String,
+    "question": pl.String,
+    "answers": pl.List(pl.String),
+    "relevant_doc_ids": pl.List(pl.String),
+}
+
+
+def _string(path: Path, row: dict, i: int, field: str, required: bool = True) -> str | None:
+    value = row.get(field)
+    if value is None:
+        if required:
+            raise DatasetError(f"{where(path, row, i)}: field '{field}' is missing")
+        return None
+    if not isinstance(value, str):
+        raise DatasetError(
+            f"{where(path, row, i)}: field '{field}' must be a string, got {type(value).__name__}"
+        )
+    if required and not value.strip():
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' is empty")
+    return value
+
+
+def _string_list(path: Path, row: dict, i: int, field: str) -> list[str]:
+    value = row.get(field)
+    if value is None:
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' is missing")
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise DatasetError(f"{where(path, row, i)}: field '{field}' must be a list of strings")
+    return list(value)
+
+
+def _utf8(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(
+            f"{file}: not UTF-8 text (byte {e.start}: {e.reason}); re-encode it as UTF-8 or remove it"
+        ) from None
+
+
+def _metadata(path: Path, row: dict, i: int) -> dict | None:
+    """A JSON object, given as a mapping (JSONL) or as its JSON text (a Parquet string column)."""
+    meta = row.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else None
+        except json.JSONDecodeError:
+            raise DatasetError(f"{where(path, row, i)}: field 'metadata' is a string but not JSON") from None
+    if meta is not None and not isinstance(meta, dict):
+        raise DatasetError(
+            f"{where(path, row, i)}: field 'metadata' must be a JSON object, got {type(meta).__name__}"
+        )
+    return meta
+
+
+def load_corpus(path: str | Path) -> pl.DataFrame:
+    """The project's corpus format, a folder of text files, or a BEIR corpus (`corpus.jsonl` with `_id`,
+    `title`, `text`, or the BEIR dataset folder holding it)."""
+    path = Path(path)
+    if path.is_dir() and (path / "corpus.jsonl").is_file():
+        path = path / "corpus.jsonl"
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
+        if not files:
+            raise DatasetError(f"{path}: directory holds no .txt or .md files")
+        rows = [{"doc_id": str(f.relative_to(path)), "title": f.stem, "text": _utf8(f)} for f in files]
+    else:
+        rows = read_rows(path)
+    out, seen = [], {}
+    for i, row in enumerate(rows):
+        if "doc_id" not in row and "_id" in row:  # BEIR
+            row["doc_id"] = str(row["_id"])
+        doc_id = _string(path, row, i, "doc_id")
+        if doc_id in seen:
+            raise DatasetError(
+                f"{where(path, row, i)}: field 'doc_id': duplicate id {doc_id!r} (first at row {seen[doc_id] + 1})"
+            )
+        seen[doc_id] = i
+        meta = _metadata(path, row, i)
+        out.append(
+            {
+                "doc_id": doc_id,
+                "title": _string(path, row, i, "title", required=False) or "",
+                "text": _string(path, row, i, "text"),
+                "metadata": json.dumps(meta, sort_keys=True, default=str) if meta is not None else "{}",
+            }
+        )
+    if not out:
+        raise DatasetError(f"{path}: the corpus is empty")
+    return pl.DataFrame(out, schema=CORPUS_SCHEMA)
+
+
+def load_qa(
+    path: str | Path,
+    known_doc_ids: set[str] | None = None,
+    max_queries: int | None = None,
+    corpus: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """The project's QA format, or BEIR, Ragas or an MLflow evaluation dataset (rag_core/data/qa/formats.py);
+    `corpus` (doc_id, text) finds the gold documents of a Ragas set."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: file not found")
+    rows = None if path.is_dir() or path.suffix == ".tsv" else read_rows(path)
+    kind = formats.detect(path, rows)
+    if kind == "beir":
+        rows = formats.read_beir(path)
+    elif kind == "ragas":
+        pairs = list(zip(corpus["doc_id"], corpus["text"], strict=True)) if corpus is not None else None
+        rows = formats.read_ragas(path, rows, pairs)
+    elif kind == "mlflow":
+        rows = formats.read_mlflow(path, rows)
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        qid = _string(path, row, i, "query_id")
+        if qid in seen:
+            raise DatasetError(f"{where(path, row, i)}: field 'query_id': duplicate id {qid!r}")
+        seen.add(qid)
+        rel = _string_list(path, row, i, "relevant_doc_ids")
+        if known_doc_ids is not None:
+            missing = [d for d in rel if d not in known_doc_ids]
+            if missing:
+                raise DatasetError(
+                    f"{where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
+                )
+        answers = _string_list(path, row, i, "answers")
+        for j, a in enumerate(answers):
+            if not normalize_answer(a):  # an empty (failed) answer would match it: EM 1, F1 1
+                raise DatasetError(
+                    f"{where(path, row, i)}: field 'answers': answer {j + 1} ({a!r}) is empty once "
+                    "normalized (case, punctuation and articles removed): give the answer or leave it out"
+                )
+        out.append(
+            {
+                "query_id": qid,
+                "question": _string(path, row, i, "question"),
+                "answers": answers,
+                "relevant_doc_ids": rel,
+                "relevant_doc_grades": _grades(path, row, i, len(rel)),
+            }
+        )
+    if not out:
+        raise DatasetError(f"{path}: the QA set is empty")
+    if max_queries is not None:
+        out = out[:max_queries]
+    if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column
+        out = [{k: v for k, v in r.items() if k != "relevant_doc_grades"} for r in out]
+        return pl.DataFrame(out, schema=QA_SCHEMA)
+    for r in out:  # a row without grades in a graded set: its gold documents have grade 1
+        r["relevant_doc_grades"] = r["relevant_doc_grades"] or [1.0] * len(r["relevant_doc_ids"])
+    return pl.DataFrame(out, schema={**QA_SCHEMA, "relevant_doc_grades": pl.List(pl.Float64)})
+
+
+def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:
+    """Optional graded relevance: `relevant_doc_grades`, numbers > 0 aligned with `relevant_doc_ids`."""
+    value = row.get("relevant_doc_grades")
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(
+        isinstance(g, int | float) and not isinstance(g, bool) for g in value
+    ):
+        raise DatasetError(f"{where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
+    if len(value) != n or any(g <= 0 for g in value):
+        raise DatasetError(
+            f"{where(path, row, i)}: field 'relevant_doc_grades' needs one grade > 0 per relevant_doc_ids entry"
+        )
+    return [float(g) for g in value]

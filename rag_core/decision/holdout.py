@@ -1,0 +1,162 @@
+"""Questions the choice never saw: a seeded split of the QA set into a selection split (everything that
+chooses a config sees only it) and a holdout split, on which the finalists are confirmed afterwards.
+
+The config that wins on a sample is, on average, worse on new questions (the winner's curse): the
+holdout measures that drop and tells whether the recommended config is still tied with the best finalist
+on questions no selection step saw (paired bootstrap, Holm). Pure polars/numpy, no Dagster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from rag_core.common.fingerprint import fingerprint
+
+SELECTION, HOLDOUT = "selection", "holdout"
+# A holdout partition's key: its selection partition's key and this suffix (the same stages, other questions)
+HOLDOUT_SUFFIX = "~holdout"
+
+
+def is_holdout_key(key: str | None) -> bool:
+    return bool(key) and key.endswith(HOLDOUT_SUFFIX)
+
+
+def selection_key(key: str) -> str:
+    """The selection partition a holdout partition mirrors (a selection key is returned as it is)."""
+    return key[: -len(HOLDOUT_SUFFIX)] if is_holdout_key(key) else key
+
+
+def holdout_ids(query_ids: list[str], share: float, seed: int) -> set[str]:
+    """The holdout's question ids: round(share × n) of them (at least 1, at most n − 1), in an order seeded by `seed` and each id alone,
+    so the same QA set always splits the same way, on any machine and in any row order."""
+    n = len(query_ids)
+    # at least one question on each side when there are two or more (a tiny QA set still confirms)
+    k = min(max(int(round(share * n)), 1), n - 1) if share > 0 and n >= 2 else 0
+    order = sorted(query_ids, key=lambda q: (fingerprint("holdout", seed, q), q))
+    return set(order[:k])
+
+
+def split_rows(qa: pl.DataFrame, split: str, share: float, seed: int) -> pl.DataFrame:
+    """The QA set's rows of one split, in the file's order."""
+    held = holdout_ids(qa["query_id"].to_list(), share, seed)
+    member = pl.col("query_id").is_in(list(held))
+    return qa.filter(member if split == HOLDOUT else ~member)
+
+
+def split_fingerprint(qa_fp: str, split: str, share: float, seed: int) -> str:
+    """The fingerprint of one split of a QA snapshot: every artifact computed from it is told apart."""
+    return fingerprint("qa-split", qa_fp, split, float(share), int(seed))
+
+
+def finalists(board: pl.DataFrame, decision: dict) -> list[str]:
+    """The configs confirmed on the holdout, in board order: the top tier, the recommended config, and the
+    best-ranked config that meets the constraints when it is neither."""
+    keys = set(decision.get("top_tier") or [])
+    if decision.get("recommended"):
+        keys.add(decision["recommended"])
+    ok = board.filter(pl.col("meets_constraints") & ~pl.col("too_many_errors"))
+    if ok.height:
+        keys.add(ok["config_key"][0])
+    return [k for k in board["config_key"] if k in keys]
+
+
+def confirm(
+    board: pl.DataFrame,
+    holdout: dict[str, pl.DataFrame],
+    weights: dict[str, float],
+    recommended: str | None,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[pl.DataFrame, dict]:
+    """Score the finalists (`holdout`: config key -> its per-query metrics on the holdout) and confirm the
+    recommendation. Returns one row per finalist (holdout score, its 95% interval, the drop from the
+    selection score, the Holm-adjusted paired p-value against the best finalist on the holdout, tied or
+    not) and a summary: `confirmed` when the recommended config is still statistically tied with the best
+    finalist on the holdout (a paired sign-flip test over the holdout's questions, Holm over the finalists); otherwise `instead`, the best finalist on the holdout that meets the
+    constraints."""
+    from rag_core.decision.recommendation import bootstrap_scores, holm
+    from rag_core.search.halving import question_scores, sign_flip_p
+
+    keys = [k for k in board["config_key"] if k in holdout]
+    scores = bootstrap_scores({k: holdout[k] for k in keys}, weights, seed=seed)
+    best = int(np.argmax(scores.observed))
+    others = [i for i in range(len(keys)) if i != best]
+    p_adj = np.ones(len(keys))
+    if others:  # a paired sign-flip test per question: valid on the few questions a holdout may have
+        per_question = [question_scores(holdout[k], weights) for k in keys]
+        ids = sorted(per_question[best])
+        diff = [
+            np.array([per_question[best][q] - per_question[i][q] for q in ids], dtype=float) for i in others
+        ]
+        rng = np.random.default_rng(seed)
+        p_adj[others] = holm([sign_flip_p(d, rng) for d in diff])
+    rows = board.filter(pl.col("config_key").is_in(keys)).select(
+        "config_key", "overall_score", "meets_constraints"
+    )
+    selection = dict(zip(rows["config_key"], rows["overall_score"], strict=True))
+    meets = dict(zip(rows["config_key"], rows["meets_constraints"], strict=True))
+    lo, hi = np.percentile(scores.samples, [2.5, 97.5], axis=0)
+    table = pl.DataFrame(
+        {
+            "config_key": keys,
+            "selection_score": [float(selection[k]) for k in keys],
+            "holdout_overall_score": scores.observed.astype(float),
+            "holdout_ci_low": lo.astype(float),
+            "holdout_ci_high": hi.astype(float),
+            "winners_curse_drop": [
+                float(selection[k]) - float(s) for k, s in zip(keys, scores.observed, strict=True)
+            ],
+            "holdout_p_holm_vs_best": p_adj,
+            "holdout_tied_with_best": [bool(i == best or p_adj[i] >= alpha) for i in range(len(keys))],
+            "n_holdout_questions": [int(holdout[k].height) for k in keys],
+        }
+    )
+    confirmed = None
+    instead = None
+    if recommended in keys:
+        confirmed = bool(table.filter(pl.col("config_key") == recommended)["holdout_tied_with_best"][0])
+        if not confirmed:
+            pool = table.filter(pl.col("config_key").is_in([k for k in keys if meets[k]]))
+            pool = pool if pool.height else table
+            instead = pool.sort(["holdout_overall_score", "config_key"], descending=[True, False])[
+                "config_key"
+            ][0]
+    summary = {
+        "finalists": keys,
+        "recommended": recommended,
+        "confirmed": confirmed,
+        "instead": instead,
+        "holdout_best": keys[best],
+        "n_questions": int(holdout[keys[0]].height),
+        "alpha": alpha,
+    }
+    if recommended in keys:
+        row = table.filter(pl.col("config_key") == recommended).row(0, named=True)
+        summary.update(
+            selection_score=row["selection_score"],
+            holdout_score=row["holdout_overall_score"],
+            holdout_ci=[row["holdout_ci_low"], row["holdout_ci_high"]],
+            drop=row["winners_curse_drop"],
+        )
+    summary["verdict"] = verdict(summary)
+    return table, summary
+
+
+def verdict(s: dict) -> str:
+    """One sentence on the holdout confirmation, for the terminal, the report and the metadata."""
+    n = s["n_questions"]
+    if s["recommended"] is None:
+        return f"nothing to confirm: no config meets the constraints ({len(s['finalists'])} finalists on {n} holdout questions)"
+    lo, hi = s["holdout_ci"]
+    head = (
+        f"on {n} holdout questions no selection step saw, {s['recommended']} scores "
+        f"{s['holdout_score']:.4f} (95% CI {lo:.3f}–{hi:.3f}) against {s['selection_score']:.4f} on the "
+        f"selection split (drop {s['drop']:+.4f}, the winner's curse)"
+    )
+    if s["confirmed"]:
+        return f"confirmed: {head}; it is still statistically tied with the best of {len(s['finalists'])} finalists"
+    return (
+        f"NOT confirmed: {head}; it is significantly worse than {s['holdout_best']} on the holdout "
+        f"(paired sign-flip test, Holm); the holdout would pick {s['instead']} instead"
+    )

@@ -1,0 +1,254 @@
+"""Ranking configs: weighted overall score, tie-broken by cost, then latency (pure functions)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rag_core.metrics import overall_score
+
+# A config whose generations failed for more than this share of the queries is not ranked among the others:
+# its failed answers would count as wrong answers, i.e. an outage would read as low quality.
+MAX_ERROR_SHARE = 0.1
+
+DISPLAY_COLUMNS = [
+    "rank",
+    "config_key",
+    "overall_score",
+    "recall_at_k",
+    "ndcg_at_k",
+    "mrr",
+    "exact_match",
+    "token_f1",
+    "faithfulness",
+    "retrieval_p50_ms",
+    "generation_p50_ms",
+    "cost_usd",
+]
+
+
+def compare_to_leader(
+    board: pl.DataFrame,
+    per_query: dict[str, pl.DataFrame],
+    weights: dict[str, float],
+    seed: int = 0,
+    scores=None,
+) -> pl.DataFrame:
+    """Add the overall score's 95% bootstrap interval and a paired bootstrap test of each config against
+    the leader (rank 1) over the same queries: `p_value_vs_leader`, `tied_with_leader` (the 95% interval of
+    the score difference contains 0), and a display column `vs_leader` (leader / tied / worse, or
+    "too many errors" for a config ranked last for its failed generations). `scores`: the configs'
+    bootstrap scores (rag_core.decision.recommendation.bootstrap_scores), when the caller already has them."""
+    import numpy as np
+
+    from rag_core.decision.recommendation import bootstrap_scores, p_value
+
+    if scores is None:
+        scores = bootstrap_scores(per_query, weights, seed=seed)
+    col = {k: i for i, k in enumerate(scores.keys)}
+    leader = col[board["config_key"][0]]
+    rows = []
+    for key in board["config_key"]:
+        i = col[key]
+        lo, hi = np.percentile(scores.samples[:, i], [2.5, 97.5])
+        if i == leader:
+            rows.append((float(lo), float(hi), 0.0, 0.0, 0.0, 1.0, True, "leader"))
+            continue
+        diffs = scores.diff(leader, i)
+        dlo, dhi = np.percentile(diffs, [2.5, 97.5])
+        tied = dlo <= 0.0 <= dhi
+        diff = float(scores.observed[leader] - scores.observed[i])
+        rows.append(
+            (
+                float(lo),
+                float(hi),
+                diff,
+                float(dlo),
+                float(dhi),
+                p_value(diffs),
+                tied,
+                "tied" if tied else "worse",
+            )
+        )
+    for i, bad in enumerate(board["too_many_errors"]):
+        if bad:  # its score is not a measure of quality: neither tied with the leader nor merely worse
+            rows[i] = (*rows[i][:6], False, "too many errors")
+    cols = [
+        "overall_ci_low",
+        "overall_ci_high",
+        "leader_minus_score",
+        "leader_diff_ci_low",
+        "leader_diff_ci_high",
+        "p_value_vs_leader",
+        "tied_with_leader",
+        "vs_leader",
+    ]
+    extra = pl.DataFrame(rows, schema=cols, orient="row")
+    out = pl.concat([board, extra], how="horizontal")
+    out = out.with_columns(
+        pl.format("{}–{}", pl.col("overall_ci_low").round(3), pl.col("overall_ci_high").round(3)).alias(
+            "overall_ci95"
+        )
+    )
+    front = [c for c in DISPLAY_COLUMNS if c in out.columns]
+    return out.select(front + [c for c in out.columns if c not in front])
+
+
+def defined_weights(weights: dict[str, float], summaries: pl.DataFrame) -> tuple[dict[str, float], list[str]]:
+    """(the weights of the metrics some config defines, the weighted metrics none defines). A metric is
+    undefined for every config when no query can define it (recall without any gold documents): it is
+    left out of the overall score, whose other weights keep their proportions, instead of counting as 0."""
+    undefined = [
+        m for m in weights if m not in summaries.columns or summaries[m].null_count() == summaries.height
+    ]
+    kept = {m: w for m, w in weights.items() if m not in undefined}
+    if not kept:
+        raise ValueError(
+            f"no weighted metric is defined for any config ({', '.join(undefined)}): give weight to a "
+            "metric this QA set defines (retrieval metrics need gold documents, answer metrics gold answers)"
+        )
+    return kept, undefined
+
+
+def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
+    """Rank by overall score, then cost, then latency; configs with `too_many_errors` (generation errors
+    on more than MAX_ERROR_SHARE of the queries) come after every other config."""
+    scores = [overall_score(row, weights) for row in summaries.iter_rows(named=True)]
+    latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]
+    error_share = summaries["n_generation_errors"] / summaries["n_queries"].clip(lower_bound=1)
+    ranked = (
+        summaries.with_columns(
+            pl.Series("overall_score", scores, pl.Float64),
+            error_share.alias("generation_error_share"),
+            (error_share > MAX_ERROR_SHARE).alias("too_many_errors"),
+            latency.alias("_latency"),
+        )
+        .sort(
+            ["too_many_errors", "overall_score", "cost_usd", "_latency", "config_key"],
+            descending=[False, True, False, False, False],
+        )
+        .drop("_latency")
+        .with_row_index("rank", offset=1)
+    )
+    front = [c for c in DISPLAY_COLUMNS if c in ranked.columns]
+    return ranked.select(front + [c for c in ranked.columns if c not in front])
+
+
+def to_markdown(df: pl.DataFrame, columns: list[str] | None = None) -> str:
+    columns = [c for c in (columns or DISPLAY_COLUMNS) if c in df.columns]
+
+    def fmt(v) -> str:
+        if v is None:
+            return "undefined"  # a metric no query defines (recall without gold documents)
+        if isinstance(v, float):
+            return f"{v:.4f}" if abs(v) < 10 else f"{v:.1f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in df.select(columns).iter_rows():
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+# The terminal's names for the leaderboard columns it shows (the file keeps the full names)
+TERMINAL_NAMES = {
+    "overall_score": "score",
+    "overall_ci95": "95% CI",
+    "vs_leader": "vs leader",
+    "recall_at_k": "recall@k",
+    "ndcg_at_k": "nDCG@k",
+    "exact_match": "EM",
+    "token_f1": "F1",
+    "faithfulness": "faithful",
+    "retrieval_p50_ms": "ret p50 ms",
+    "n_generation_errors": "gen errors",
+    "n_judge_failures": "judge fails",
+    "chunk_truncated_share": "truncated",
+}
+TERMINAL_LEGEND = (
+    "tier 1: the best config and every config not significantly worse (paired bootstrap over the same "
+    "questions, Holm-corrected); vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
+    "failed LLM calls (gen errors); truncated: share of chunks longer than the embedder reads; undefined: no "
+    "question defines that metric"
+)
+
+
+def to_terminal(df: pl.DataFrame, columns: list[str]) -> str:
+    """An aligned plain-text table (numbers right-aligned, 3 decimals) that fits a terminal."""
+    columns = [c for c in columns if c in df.columns]
+
+    def fmt(v, column: str) -> str:
+        if v is None:
+            return "undefined"
+        if isinstance(v, float):
+            return (
+                f"{v:.1f}"
+                if column.endswith("_ms") or abs(v) >= 10 or column.startswith("n_")
+                else f"{v:.3f}"
+            )
+        return str(v)
+
+    cells = [[TERMINAL_NAMES.get(c, c) for c in columns]]
+    cells += [
+        [fmt(v, c) for v, c in zip(row, columns, strict=True)] for row in df.select(columns).iter_rows()
+    ]
+    numeric = [df[c].dtype.is_numeric() for c in columns]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = []
+    for row in cells:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def score_plot_png(df: pl.DataFrame) -> bytes:
+    """Horizontal bar chart of overall score per config, with recall and token F1 beside it."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = df["label" if "label" in df.columns else "config_key"].to_list()[::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(keys) + 1.2), dpi=90)
+    y = range(len(keys))
+    for offset, col, color in (
+        (-0.25, "overall_score", "#3b6ea5"),
+        (0, "recall_at_k", "#8fb8de"),
+        (0.25, "token_f1", "#f2a65a"),
+    ):
+        if df[col].null_count() == df.height:
+            continue  # undefined for every config (e.g. recall without gold documents): no bars
+        ax.barh([i + offset for i in y], df[col].to_list()[::-1], height=0.25, label=col, color=color)
+    ax.set_yticks(list(y), keys, fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Configs ranked by overall score")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# Shown only when some config has a non-zero value: they say a score is not what it seems.
+WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_share"]
+
+
+def terminal_columns(board: pl.DataFrame) -> list[str]:
+    """The columns `rag-sweep run` prints: the scores that decide, and the warnings that apply."""
+    cols = [
+        "rank",
+        "label" if "label" in board.columns else "config_key",
+        "overall_score",
+        "overall_ci95",
+        "tier",
+        "vs_leader",
+        "recall_at_k",
+        "ndcg_at_k",
+        "exact_match",
+        "token_f1",
+        "faithfulness",
+        "retrieval_p50_ms",
+    ]
+    return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]

@@ -1,0 +1,276 @@
+"""What to ship: statistical tiers, the smallest detectable difference, constraints, a CI-aware Pareto
+front and one recommended config, from the configs' per-query metrics (pure numpy/polars).
+
+Every comparison uses one set of bootstrap resamples of the queries shared by all configs (paired: the
+same questions in every resample), so the tiers, the front and the recommendation agree with each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from rag_core.metrics import percentile
+from rag_core.metrics.stats import N_BOOT, _resample_means, holm, weighted_score
+
+Z_975, Z_80 = 1.959964, 0.841621  # two-sided 5% test, 80% power
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Overall score of each config on the full QA set (`observed`, (N,)) and on each bootstrap resample
+    of the queries (`samples`, (B, N)); `keys` name the columns."""
+
+    keys: list[str]
+    observed: np.ndarray
+    samples: np.ndarray
+
+    def diff(self, a: int, b: int) -> np.ndarray:
+        return self.samples[:, a] - self.samples[:, b]
+
+    def subset(self, keys: list[str]) -> Scores:
+        """The same resamples, for some of the configs."""
+        idx = [self.keys.index(k) for k in keys]
+        return Scores(list(keys), self.observed[idx], self.samples[:, idx])
+
+
+def bootstrap_scores(
+    per_query: dict[str, pl.DataFrame], weights: dict[str, float], n_boot: int = N_BOOT, seed: int = 0
+) -> Scores:
+    """Resample the queries once (they are the same in every config) and score every config on each."""
+    keys = list(per_query)
+    metrics = list(weights)
+    w = np.array([weights[m] for m in metrics], dtype=float)
+    mats = [per_query[k].sort("query_id").select(metrics).fill_null(float("nan")).to_numpy() for k in keys]
+    n = len(mats[0])
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    full = np.arange(n)[None, :]
+    observed = np.array([weighted_score(_resample_means(m.astype(float), full), w)[0] for m in mats])
+    samples = np.stack([weighted_score(_resample_means(m.astype(float), idx), w) for m in mats], axis=1)
+    return Scores(keys, observed, samples)
+
+
+def p_value(diffs: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of a difference being 0: 2 · min(P(d <= 0), P(d >= 0)), capped at 1."""
+    return float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())))
+
+
+def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """(tier of each config, Holm-adjusted p-value against its tier's best). Tier 1 is the best config and
+    every config not significantly worse than it (Holm over those comparisons); tier 2 the same among the
+    rest, and so on."""
+    tier = np.zeros(len(scores.keys), dtype=int)
+    p_adj = np.ones(len(scores.keys))
+    remaining = list(np.argsort(-scores.observed, kind="stable"))
+    t = 0
+    while remaining:
+        t += 1
+        best, others = remaining[0], remaining[1:]
+        adjusted = holm([p_value(scores.diff(best, o)) for o in others]) if others else np.array([])
+        tier[best] = t
+        members = [best]
+        for o, p in zip(others, adjusted, strict=True):
+            p_adj[o] = p
+            if p >= alpha:
+                tier[o] = t
+                members.append(o)
+        remaining = [r for r in remaining if r not in members]
+    return tier, p_adj
+
+
+def min_detectable_difference(scores: Scores, leader: int) -> float:
+    """The smallest overall-score gap to the leader that a paired test on this QA set detects with 80%
+    power at 5%: (z₀.₉₇₅ + z₀.₈) × the median standard error of the leader-minus-config difference."""
+    others = [i for i in range(len(scores.keys)) if i != leader]
+    if not others:
+        return float("nan")
+    se = np.median([scores.diff(leader, o).std(ddof=1) for o in others])
+    return float((Z_975 + Z_80) * se)
+
+
+def significantly_better(scores: Scores, a: int, b: int) -> bool:
+    """a's score is above b's: the 95% bootstrap interval of a − b lies above 0."""
+    return bool(np.percentile(scores.diff(a, b), 2.5) > 0)
+
+
+def pareto_front(scores: Scores, cost: np.ndarray) -> np.ndarray:
+    """Configs no other config dominates on (quality, cost). a dominates b when it costs no more, b is not
+    significantly better than a, and a is cheaper or significantly better: a gap the QA set cannot resolve
+    does not buy a place on the front."""
+    n = len(scores.keys)
+    front = np.ones(n, dtype=bool)
+    for b in range(n):
+        for a in range(n):
+            if a == b or cost[a] > cost[b] or significantly_better(scores, b, a):
+                continue
+            if cost[a] < cost[b] or significantly_better(scores, a, b):
+                front[b] = False
+                break
+    return front
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_p95_latency_ms: float | None = None
+    max_cost_per_1k_queries: float | None = None
+    min: dict[str, float] | None = None
+    prefer: str = "cheapest"  # cheapest | fastest | best
+
+
+def query_latency_p95(per_query: pl.DataFrame) -> float:
+    """p95 over queries of retrieval + generation time (ms)."""
+    total = per_query["retrieval_ms"].fill_null(0.0) + per_query["generation_ms"].fill_null(0.0)
+    return percentile(total.to_list(), 95)
+
+
+def violations(row: dict, c: Constraints) -> list[str]:
+    """Why a config breaks the constraints (empty: it meets them)."""
+    out = []
+    if c.max_p95_latency_ms is not None and row["p95_latency_ms"] > c.max_p95_latency_ms:
+        out.append(f"p95 latency {row['p95_latency_ms']:.0f} ms > {c.max_p95_latency_ms:g}")
+    if c.max_cost_per_1k_queries is not None and row["cost_per_1k_queries"] > c.max_cost_per_1k_queries:
+        out.append(f"cost ${row['cost_per_1k_queries']:.4f}/1k queries > ${c.max_cost_per_1k_queries:g}")
+    for metric, floor in (c.min or {}).items():
+        if row[metric] < floor:
+            out.append(f"{metric} {row[metric]:.3f} < {floor:g}")
+    return out
+
+
+# Measured latency is noisy (a loaded machine doubles it): configs within LATENCY_BAND × the fastest one's
+# p95 count as equally fast, so run-to-run noise does not flip the recommendation. Cost is exact.
+LATENCY_BAND = 2.0
+PREFERENCES = {
+    "cheapest": ("cost_per_1k_queries", "p95_latency_ms"),
+    "fastest": ("p95_latency_ms", "cost_per_1k_queries"),
+    "best": ("-overall_score", "cost_per_1k_queries"),
+}
+WORDS = {"cost_per_1k_queries": "cheapest", "p95_latency_ms": "fastest", "-overall_score": "best"}
+
+
+def _lowest(pool: pl.DataFrame, col: str) -> pl.DataFrame:
+    """The rows with the lowest value of col (latency: within the band of the lowest)."""
+    low = pool[col].min()
+    limit = low * LATENCY_BAND if col == "p95_latency_ms" else low
+    return pool.filter(pl.col(col) <= limit + 1e-12)
+
+
+def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
+    """(recommended config key, why): among the configs meeting the constraints, those of the best tier
+    that has any; among them the preferred ones, then the other preference's, then the highest score."""
+    ok = board.filter(pl.col("meets_constraints") & pl.col("tier").is_not_null())
+    if ok.is_empty():
+        return None, "no config meets the constraints: " + "; ".join(
+            f"{k}: {v}" for k, v in zip(board["config_key"][:3], board["violations"][:3], strict=False)
+        )
+    best_tier = int(ok["tier"].min())
+    pool = ok.filter(pl.col("tier") == best_tier).with_columns(
+        (-pl.col("overall_score")).alias("-overall_score")
+    )
+    first, second = PREFERENCES[c.prefer]
+    narrowed = _lowest(_lowest(pool, first), second)
+    pick = narrowed.sort(["-overall_score", "config_key"]).row(0, named=True)
+    top = board.filter(pl.col("tier") == 1).height
+    if best_tier == 1:
+        where = (
+            f"in the top tier ({top} configs statistically indistinguishable from the best, Holm-corrected), "
+            f"{pool.height} of which meet the constraints"
+        )
+    else:
+        where = f"no config of tiers 1–{best_tier - 1} meets the constraints; {pool.height} of tier {best_tier} do"
+    why = (
+        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} (p95 within "
+        f"{LATENCY_BAND:g}x of the fastest counts as equally fast), then the best-scoring "
+        f"(score {pick['overall_score']:.4f}, "
+        f"${pick['cost_per_1k_queries']:.4f} per 1k queries, p95 {pick['p95_latency_ms']:.0f} ms)"
+    )
+    return pick["config_key"], why
+
+
+def decide(
+    board: pl.DataFrame,
+    per_query: dict[str, pl.DataFrame],
+    weights: dict[str, float],
+    constraints: Constraints,
+    alpha: float = 0.05,
+    seed: int = 0,
+    scores: Scores | None = None,
+) -> tuple[pl.DataFrame, dict]:
+    """Add to a ranked board: tier, Holm-adjusted p vs the tier's best, cost per 1k queries, p95 latency,
+    constraint violations, Pareto membership (quality vs cost, quality vs p95 latency) and the
+    recommendation; return it with a summary (recommended, why, min detectable difference, advice).
+    `scores`: bootstrap_scores of the board's configs, when the caller already has them."""
+    keys = board["config_key"].to_list()
+    sound = (
+        ~board["too_many_errors"].to_numpy()
+        if "too_many_errors" in board.columns
+        else np.ones(len(keys), bool)
+    )
+    if not sound.any():
+        sound[:] = True  # every config failed: still compare them, the board says why
+    idx = np.flatnonzero(sound)
+    sound_keys = [keys[i] for i in idx]
+    if scores is None:
+        scores = bootstrap_scores({k: per_query[k] for k in sound_keys}, weights, seed=seed)
+    else:  # the caller's resamples of every config: the same numbers, computed once
+        scores = scores.subset(sound_keys)
+    cost = (board["cost_usd"] / board["n_queries"].clip(lower_bound=1) * 1000).to_numpy()
+    p95 = np.array([query_latency_p95(per_query[k]) for k in keys])
+    tier = np.full(len(keys), None, dtype=object)
+    p_adj, on_cost, on_latency = np.ones(len(keys)), np.zeros(len(keys), bool), np.zeros(len(keys), bool)
+    tier[idx], p_adj[idx] = tiers(scores, alpha)
+    on_cost[idx], on_latency[idx] = pareto_front(scores, cost[idx]), pareto_front(scores, p95[idx])
+    out = board.with_columns(
+        pl.Series("tier", tier.tolist(), pl.Int64),
+        pl.Series("p_holm_vs_tier_best", p_adj),
+        pl.Series("cost_per_1k_queries", cost),
+        pl.Series("p95_latency_ms", p95),
+        pl.Series("pareto_cost", on_cost),
+        pl.Series("pareto_latency", on_latency),
+    )
+    if "vs_leader" in out.columns:  # tied with the leader = in its tier, after Holm's correction
+        out = out.with_columns(
+            (pl.col("tier") == 1).fill_null(False).alias("tied_with_leader"),
+            pl.when(pl.col("vs_leader").is_in(["leader", "too many errors"]))
+            .then(pl.col("vs_leader"))
+            .when(pl.col("tier") == 1)
+            .then(pl.lit("tied"))
+            .otherwise(pl.lit("worse"))
+            .alias("vs_leader"),
+        )
+    why_not = [violations(r, constraints) for r in out.iter_rows(named=True)]
+    out = out.with_columns(
+        pl.Series("meets_constraints", [not v for v in why_not]),
+        pl.Series("violations", ["; ".join(v) for v in why_not], pl.String),
+    )
+    key, why = recommend(out, constraints)
+    out = out.with_columns((pl.col("config_key") == (key or "")).alias("recommended"))
+    mde = min_detectable_difference(scores, int(np.argmax(scores.observed)))
+    n_questions = int(per_query[keys[0]].height)
+    top = out.filter(pl.col("tier") == 1).sort("overall_score", descending=True)
+    advice = ""
+    if top.height > 1:
+        gap = float(top["overall_score"][0] - top["overall_score"][1])
+        advice = (
+            f"{top.height} configs are statistically tied at the top: with {n_questions} questions the sweep "
+            f"detects overall-score differences of about {mde:.3f} or more, and the best two differ by {gap:.3f}"
+        )
+        if gap > 0 and gap >= mde / 3:  # close enough that a larger QA set would tell them apart
+            advice += f"; about {int(np.ceil(n_questions * (mde / gap) ** 2))} questions would separate them."
+        else:
+            advice += (
+                ", far less: more questions would not change the choice; choose among them on cost and speed."
+            )
+    summary = {
+        "recommended": key,
+        "why": why,
+        "top_tier": top["config_key"].to_list(),
+        "min_detectable_difference": mde
+        if np.isfinite(mde)
+        else None,  # None: one config, nothing to compare
+        "n_questions": n_questions,
+        "advice": advice,
+        "prefer": constraints.prefer,
+    }
+    return out, summary

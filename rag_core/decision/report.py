@@ -1,0 +1,385 @@
+"""The ship report of a sweep: the recommendation and why, the top tier, Pareto plots, what each setting
+did to quality, questions the recommended config misses that another answers, cost and latency per stage.
+One self-contained HTML file (plots inlined) and the same content as Markdown (pure: frames in, text out).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+import numpy as np
+import polars as pl
+
+STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
+STAGE_COSTS = ["query_transform", "rerank", "context", "generation", "judge"]
+
+
+def query_scores(per_query: pl.DataFrame, weights: dict[str, float]) -> pl.Series:
+    """Each question's overall score: the weighted mean of the metrics defined for it."""
+    m = per_query.select(list(weights)).fill_null(float("nan")).to_numpy().astype(float)
+    w = np.array(list(weights.values()), dtype=float)
+    present = ~np.isnan(m)
+    total = (present * w).sum(axis=1)
+    scores = np.divide(np.where(present, m, 0.0) @ w, total, out=np.full(len(m), np.nan), where=total > 0)
+    return pl.Series("score", scores)
+
+
+def _score_note(weights: dict[str, float], undefined: list[str]) -> str:
+    note = "The weighted mean of " + ", ".join(f"{m} (weight {w:g})" for m, w in weights.items()) + "."
+    if undefined:
+        note += (
+            f" Undefined for every config, so left out: {', '.join(undefined)} (retrieval metrics need "
+            "questions with gold documents, answer metrics gold answers)."
+        )
+    return note
+
+
+def missed_questions(
+    per_query: dict[str, pl.DataFrame],
+    qa: pl.DataFrame,
+    weights: dict[str, float],
+    recommended: str,
+    limit: int = 10,
+) -> pl.DataFrame:
+    """Questions the recommended config scores below 0.5 on and another config at least 0.25 higher and
+    0.5 or more, largest gap first: what switching would win, question by question."""
+    mine = per_query[recommended].sort("query_id")
+    base = mine.select("query_id", "answer").with_columns(query_scores(mine, weights).alias("score"))
+    best = None
+    for key, frame in per_query.items():
+        if key == recommended:
+            continue
+        frame = frame.sort("query_id")
+        other = frame.select(
+            "query_id",
+            pl.lit(key).alias("other_config"),
+            pl.col("answer").alias("other_answer"),
+            query_scores(frame, weights).alias("other_score"),
+        )
+        best = other if best is None else pl.concat([best, other])
+    if best is None:
+        return pl.DataFrame()
+    best = best.sort("other_score", descending=True, nulls_last=True).unique("query_id", keep="first")
+    out = (
+        base.join(best, on="query_id")
+        .filter(
+            (pl.col("score") < 0.5)
+            & (pl.col("other_score") >= 0.5)
+            & (pl.col("other_score") - pl.col("score") >= 0.25)
+        )
+        .join(qa.select("query_id", "question", "answers"), on="query_id", how="left")
+        .with_columns((pl.col("other_score") - pl.col("score")).alias("gap"))
+        .sort(["gap", "query_id"], descending=[True, False])
+    )
+    return out.select(
+        "query_id", "question", "answers", "answer", "score", "other_config", "other_answer", "other_score"
+    ).head(limit)
+
+
+def effects(board: pl.DataFrame) -> pl.DataFrame:
+    """For every setting the sweep varies (a `stage.field` column with more than one value): the mean and
+    best overall score of the configs with each value, i.e. its effect marginal over the other settings."""
+    rows = []
+    ok = board.filter(~pl.col("too_many_errors")) if "too_many_errors" in board.columns else board
+    for col in [c for c in ok.columns if "." in c]:
+        values = ok[col].cast(pl.String).fill_null("—")
+        if values.n_unique() < 2:
+            continue
+        grouped = (
+            ok.with_columns(values.alias("_v"))
+            .group_by("_v")
+            .agg(
+                pl.len().alias("configs"),
+                pl.col("overall_score").mean().alias("mean_score"),
+                pl.col("overall_score").max().alias("best_score"),
+            )
+            .sort("mean_score", descending=True)
+        )
+        for r in grouped.iter_rows(named=True):
+            rows.append(
+                {
+                    "setting": col,
+                    "value": r["_v"],
+                    **{k: r[k] for k in ("configs", "mean_score", "best_score")},
+                }
+            )
+    schema = {
+        "setting": pl.String,
+        "value": pl.String,
+        "configs": pl.UInt32,
+        "mean_score": pl.Float64,
+        "best_score": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def stage_table(row: dict) -> pl.DataFrame:
+    """p50/p95 latency, tokens and cost of each stage of one config (from its evaluation summary)."""
+    rows = []
+    for stage in dict.fromkeys(STAGE_TIMES + STAGE_COSTS):
+        rows.append(
+            {
+                "stage": stage,
+                "p50_ms": row.get(f"{stage}_p50_ms"),
+                "p95_ms": row.get(f"{stage}_p95_ms"),
+                "tokens": row.get(f"tokens_{stage}"),
+                "cost_usd": row.get(f"cost_usd_{stage}"),
+            }
+        )
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "stage": pl.String,
+            "p50_ms": pl.Float64,
+            "p95_ms": pl.Float64,
+            "tokens": pl.Float64,
+            "cost_usd": pl.Float64,
+        },
+    )
+    return frame.filter(
+        pl.any_horizontal(pl.exclude("stage").fill_null(0) != 0) | pl.col("stage").is_in(["retrieval"])
+    )
+
+
+def pareto_plot_png(board: pl.DataFrame, x: str, xlabel: str, front: str) -> bytes:
+    """Overall score (with its 95% interval) against a cost axis; the CI-aware front joined by a line,
+    the recommended config starred."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = board.filter(~pl.col("too_many_errors")) if "too_many_errors" in board.columns else board
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
+    xs, ys = ok[x].to_numpy(), ok["overall_score"].to_numpy()
+    # clipped at 0: when every resample gives the same score, rounding can put the interval a hair past it
+    err = np.vstack([ys - ok["overall_ci_low"].to_numpy(), ok["overall_ci_high"].to_numpy() - ys]).clip(min=0)
+    on = ok[front].to_numpy()
+    ax.errorbar(xs[~on], ys[~on], yerr=err[:, ~on], fmt="o", color="#9aa5b1", alpha=0.7, label="dominated")
+    ax.errorbar(xs[on], ys[on], yerr=err[:, on], fmt="o", color="#3b6ea5", label="Pareto front")
+    order = np.argsort(xs[on])
+    ax.plot(xs[on][order], ys[on][order], color="#3b6ea5", lw=1)
+    rec = ok["recommended"].to_numpy()
+    if rec.any():
+        ax.scatter(xs[rec], ys[rec], marker="*", s=260, color="#f2a65a", zorder=5, label="recommended")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("overall score (95% CI)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, float):
+        if np.isnan(v):
+            return "—"
+        return f"{v:.4f}" if abs(v) < 10 else f"{v:,.0f}"
+    if isinstance(v, list):
+        return " | ".join(map(str, v))
+    return str(v)
+
+
+def _md_table(df: pl.DataFrame) -> str:
+    if df.is_empty():
+        return "_none_"
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    for row in df.iter_rows():
+        lines.append("| " + " | ".join(_fmt(v).replace("|", "/").replace("\n", " ") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _html_table(df: pl.DataFrame, highlight: str | None = None) -> str:
+    if df.is_empty():
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = []
+    for row in df.iter_rows(named=True):
+        cls = ' class="rec"' if highlight and row.get("config_key") == highlight else ""
+        body.append(
+            f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row.values()) + "</tr>"
+        )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+TIER_COLUMNS = [
+    "rank",
+    "config_key",
+    "overall_score",
+    "overall_ci95",
+    "tier",
+    "p_holm_vs_tier_best",
+    "cost_per_1k_queries",
+    "p95_latency_ms",
+    "meets_constraints",
+    "violations",
+]
+
+
+HOLDOUT_COLUMNS = [
+    "config_key",
+    "selection_score",
+    "holdout_overall_score",
+    "holdout_ci_low",
+    "holdout_ci_high",
+    "winners_curse_drop",
+    "holdout_p_holm_vs_best",
+    "holdout_tied_with_best",
+]
+
+
+def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
+    """The holdout confirmation: its verdict, then selection and holdout scores side by side."""
+    state = decision.get("holdout")
+    if not state:
+        return []
+    if "verdict" in state and holdout is None:  # no holdout question: said why
+        return [("Confirmed on unseen questions", state["verdict"], None)]
+    if state.get("pending") or holdout is None:
+        text = (
+            f"Pending: {len(decision.get('finalists') or [])} finalists are to be scored on the holdout "
+            f"({state['share']:.0%} of the QA set, set aside before anything was chosen)."
+        )
+        return [("Confirmed on unseen questions", text, None)]
+    text = f"**{state['verdict']}**"
+    return [
+        ("Confirmed on unseen questions", text, None),
+        ("Selection against holdout (the finalists)", None, holdout.select(HOLDOUT_COLUMNS)),
+    ]
+
+
+def ship_report(
+    sweep: str,
+    board: pl.DataFrame,
+    decision: dict,
+    per_query: dict[str, pl.DataFrame],
+    qa: pl.DataFrame,
+    weights: dict[str, float],
+    constraints: dict,
+    holdout: pl.DataFrame | None = None,
+) -> tuple[str, str, dict[str, bytes]]:
+    """(markdown, self-contained html, plots by file name). `holdout`: the finalists scored on the holdout
+    (rag_core/decision/holdout.confirm), shown beside their selection scores; its verdict is `decision['holdout']`."""
+    rec = decision["recommended"]
+    plots = {
+        "pareto_cost.png": pareto_plot_png(
+            board, "cost_per_1k_queries", "cost per 1k queries (USD)", "pareto_cost"
+        ),
+        "pareto_latency.png": pareto_plot_png(
+            board, "p95_latency_ms", "p95 latency per query (ms)", "pareto_latency"
+        ),
+    }
+    top = board.filter(pl.col("tier") == 1).select([c for c in TIER_COLUMNS if c in board.columns])
+    others = board.filter(pl.col("tier") != 1).select([c for c in TIER_COLUMNS if c in board.columns])
+    effect = effects(board)
+    missed = missed_questions(per_query, qa, weights, rec) if rec else pl.DataFrame()
+    stages = (
+        stage_table(board.filter(pl.col("config_key") == rec).row(0, named=True)) if rec else pl.DataFrame()
+    )
+    limits = {k: v for k, v in constraints.items() if v not in (None, {}, [])}
+    n, mde = decision["n_questions"], decision["min_detectable_difference"]
+    sections = [
+        ("Recommendation", f"**{rec or 'none'}**\n\n{decision['why']}", None),
+        *_holdout_sections(decision, holdout),
+        (
+            "How sure",
+            decision["advice"]
+            or f"The top tier is this one config: every other is significantly worse (Holm-corrected paired "
+            f"bootstrap over {n} questions; this QA set detects differences of about "
+            f"{'—' if mde is None else f'{mde:.3f}'} in overall score).",
+            None,
+        ),
+        ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
+        ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
+        ("Top tier", None, top),
+        (
+            ("Quality against cost", "![cost](pareto_cost.png)", "pareto_cost.png")
+            if board["cost_per_1k_queries"].n_unique() > 1
+            else (
+                "Quality against cost",
+                f"Every config costs ${board['cost_per_1k_queries'][0]:.4f} per 1k queries: cost does not separate them.",
+                None,
+            )
+        ),
+        ("Quality against latency", "![latency](pareto_latency.png)", "pareto_latency.png"),
+        ("What each setting did (mean and best overall score of the configs with each value)", None, effect),
+        (f"Questions {rec} misses that another config answers", None, missed),
+        (f"Cost and latency per stage of {rec}", None, stages),
+        ("The other configs", None, others),
+    ]
+    if "sampling_share" in board.columns and board["sampling_share"].drop_nulls().len():
+        sampled = board.filter(pl.col("sampling_share").is_not_null()).select(
+            "config_key",
+            "n_samples",
+            "score_var_between_questions",
+            "score_var_within_questions",
+            "sampling_share",
+        )
+        sections.insert(
+            4,
+            (
+                "Sampling (a generator with temperature > 0 answered each question several times)",
+                "Each question's scores are the mean over its samples; the tiers and the detectable difference "
+                "use those means. The variance of a question's score is split into the part between questions "
+                "and the part within a question (the generator's sampling): a large sampling share means "
+                "more samples, not more questions, would sharpen the comparison.",
+                sampled,
+            ),
+        )
+    if dropped := decision.get("not_ranked"):  # a halving search: out on an early rung
+        table = pl.DataFrame(
+            {"config_key": list(dropped), "questions answered": list(dropped.values())}
+        ).sort("questions answered", "config_key", descending=[True, False])
+        sections.append(
+            (
+                f"Dropped by the search (worse than the leader on the first questions; not ranked on all "
+                f"{decision.get('questions', n)})",
+                None,
+                table,
+            )
+        )
+    md = [f"# Ship report: {sweep}", ""]
+    body = []
+    for title, text, extra in sections:
+        md += [f"## {title}", ""]
+        body.append(f"<h2>{html.escape(title)}</h2>")
+        if text:
+            md += [text, ""]
+        if isinstance(extra, str):  # a plot
+            b64 = base64.b64encode(plots[extra]).decode()
+            body.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{b64}">')
+        elif isinstance(extra, pl.DataFrame):
+            md += [_md_table(extra), ""]
+            body.append(_html_table(extra, rec))
+        elif text:
+            body.append(f"<p>{_inline(text)}</p>")
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Ship report: {html.escape(sweep)}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #1f2933; }}
+h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #e4e7eb; }}
+table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #e4e7eb; padding: 3px 6px; }}
+th {{ background: #f5f7fa; text-align: left; }} tr.rec td {{ background: #fff4e5; font-weight: 600; }}
+</style></head>
+<body><h1>Ship report: {html.escape(sweep)}</h1>
+{"".join(body)}
+</body></html>
+"""
+    return "\n".join(md), page, plots
+
+
+def _inline(text: str) -> str:
+    """The little Markdown the report's prose uses: **bold** and paragraphs."""
+    out = html.escape(text)
+    parts = out.split("**")
+    out = "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+    return out.replace("\n\n", "</p><p>")

@@ -1,0 +1,138 @@
+"""The bill of a sweep before it runs: per stage, the partitions that exist and the ones a run would
+compute; the texts it would embed (chunk texts no cache holds); the LLM calls, tokens and cost per stage
+(litellm's prices; an upper bound: completions at max_tokens); a rough time. Pure: the caller says what
+is done, how a chunkset chunks, what the cache holds and what a model costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from rag_core.common.fingerprint import text_hash
+from rag_core.planning.plan import Plan
+from rag_core.planning.stages import PARTITIONED
+
+CHARS_PER_TOKEN = 4  # for prompt sizes: the chunk texts' characters / 4
+LLM_SECONDS = 1.0  # a rough time per call, before the client's concurrency
+# a Dagster run per partition, work aside (an unchanged rerun of the example: 14 steps in 8 s)
+STEP_SECONDS = 0.6
+
+
+@dataclass
+class Bill:
+    partitions: dict[str, tuple[int, int]]  # stage -> (already materialized, to compute)
+    texts_to_embed: int
+    llm_calls: dict[str, int] = field(default_factory=dict)  # stage -> calls
+    llm_tokens: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    unpriced: set[str] = field(default_factory=set)  # models litellm has no price for
+    seconds: float = 0.0
+    holdout_questions: int = 0  # set aside: the finalists answer them after the selection
+
+    def lines(self) -> list[str]:
+        out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
+        out += [f"  {s:14} {d:6d} {n:7d}" for s, (d, n) in self.partitions.items()]
+        out.append(f"  texts to embed: {self.texts_to_embed}")
+        if self.llm_calls:
+            out += [
+                f"  LLM calls, {s}: {c} (~{self.llm_tokens.get(s, 0):,} tokens)"
+                for s, c in self.llm_calls.items()
+            ]
+        cost = f"${self.cost_usd:.4f}" + (
+            f" + unpriced models {sorted(self.unpriced)}" if self.unpriced else ""
+        )
+        out.append(f"  estimated LLM cost: up to {cost}")
+        if self.holdout_questions:
+            out.append(
+                f"  then the finalists on {self.holdout_questions} holdout questions (their calls above, "
+                "in proportion; the top tier and the recommendation decide how many)"
+            )
+        out.append(
+            f"  estimated time: ~{self.seconds / 60:.1f} min (embedding, LLM calls and a Dagster run per "
+            "partition; more on first use)"
+        )
+        return out
+
+
+def estimate(
+    plan: Plan,
+    done: set[tuple[str, str]],
+    chunks_of: Callable[[str], pl.DataFrame],
+    cached: Callable[[str], set[str]],
+    n_queries: int,
+    price: Callable[[str, int, int], float | None],
+    texts_per_second: float = 23.0,
+    concurrency: int = 4,
+    holdout_questions: int = 0,
+) -> Bill:
+    """`n_queries`: the questions the selection sees (the holdout's: `holdout_questions`); `done`: (stage,
+    key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
+    its chunks; `cached(model)`: text hashes the embedding cache holds; `price(model, prompt tokens,
+    completion tokens)`: USD, None when unknown."""
+    partitions = {}
+    for s in PARTITIONED:
+        keys = plan.keys(s.name)
+        new = [k for k in keys if (s.name, k) not in done]
+        partitions[s.name] = (len(keys) - len(new), len(new))
+    texts: set[tuple[str, str]] = set()  # (model, text hash) to embed, each once
+    chunk_tokens: dict[str, float] = {}
+    for key in plan.keys("embeddings"):
+        p = plan.partition("embeddings", key)
+        chunk_key = p.reads["chunksets"]
+        chunks = chunks_of(chunk_key)
+        chunk_tokens[chunk_key] = float(chunks["text"].str.len_chars().mean() or 0) / CHARS_PER_TOKEN
+        if ("embeddings", key) in done:
+            continue
+        model = p.config.embedding.model
+        have = cached(model)
+        texts |= {(model, h) for h in map(text_hash, chunks["index_text"].to_list()) if h not in have}
+    bill = Bill(partitions, len(texts), holdout_questions=holdout_questions)
+    for stage_name, calls in _llm_calls(plan, done, chunk_tokens, n_queries).items():
+        for model, (n, prompt, completion) in calls.items():
+            bill.llm_calls[stage_name] = bill.llm_calls.get(stage_name, 0) + n
+            bill.llm_tokens[stage_name] = bill.llm_tokens.get(stage_name, 0) + prompt + completion
+            cost = price(model, prompt, completion)
+            if cost is None:
+                bill.unpriced.add(model)
+            else:
+                bill.cost_usd += cost
+    steps = sum(new for _, new in partitions.values())
+    bill.seconds = (
+        len(texts) / texts_per_second
+        + sum(bill.llm_calls.values()) * LLM_SECONDS / concurrency
+        + steps * STEP_SECONDS
+    )
+    return bill
+
+
+def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict[str, dict[str, tuple]]:
+    """stage -> model -> (calls, prompt tokens, completion tokens) of the partitions a run would compute."""
+    out: dict[str, dict[str, list[int]]] = {}
+
+    def add(stage_name: str, model: str, calls: int, prompt: float, completion: float) -> None:
+        row = out.setdefault(stage_name, {}).setdefault(model, [0, 0, 0])
+        row[0] += calls
+        row[1] += int(calls * prompt)
+        row[2] += int(calls * completion)
+
+    for stage_name in ("retrievals", "rerankings", "answers", "evaluations"):
+        for key in plan.keys(stage_name):
+            if (stage_name, key) in done:
+                continue
+            c = plan.partition(stage_name, key).config
+            tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
+            r, rr, g = c.retrieval, c.rerank, c.generation
+            if stage_name == "retrievals" and r.query_transform != "none":
+                add(stage_name, r.query_model, n, 64, 128)
+            elif stage_name == "rerankings" and rr.method == "llm":
+                add(stage_name, rr.model, n, 64 + rr.candidates * tokens, 64)
+            elif stage_name == "answers" and g.model != "extractive":  # each sample its own call
+                add(stage_name, g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
+                if g.context == "compress":
+                    add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)
+            elif stage_name == "evaluations" and plan.sweep.judge_model:
+                add(stage_name, plan.sweep.judge_model, n * g.samples, 160 + r.top_k * tokens, 8)
+    return {s: {m: tuple(v) for m, v in models.items()} for s, models in out.items()}

@@ -1,0 +1,255 @@
+"""The resolved plan of a sweep: for every stage, its partitions, each with its config, own settings and
+the partition of every artifact it reads. Resolved once when a sweep loads, with the deployment's vector
+store filled into every config that names none, so a partition key always names one content.
+
+Assets, partition mappings, jobs, the CLI's order and the leaderboard all read the plan; nothing
+re-derives it. Artifact fingerprints need the inputs' content (known when they are materialized):
+`fingerprints` chains them through the plan in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from rag_core.common.local_models import model_version
+from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
+from rag_core.planning.labels import short_labels
+from rag_core.planning.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
+from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
+
+
+def prefix_of(sweep_name: str) -> str:
+    """A sweep's asset-key prefix and group: its name with anything but [A-Za-z0-9_] as '_'."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", sweep_name)
+
+
+def _with_store(c: RagConfig, store: str) -> RagConfig:
+    """The config with `store` filled in when it names no vector store itself."""
+    return c if c.index.store else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
+
+
+@dataclass(frozen=True)
+class Partition:
+    stage: str
+    key: str
+    config: RagConfig  # the first config with this key: every config that shares it agrees up to here
+    own: Any  # the settings this stage adds (part of its fingerprint)
+    reads: dict[str, str | None]  # each artifact read -> its partition key (None: unpartitioned)
+    # which split of the QA set the partition sees (rag_core/decision/holdout.py); None: the whole set (no holdout)
+    split: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    sweep: Sweep
+    store: str  # the default vector store, for configs that name none
+    configs: tuple[RagConfig, ...]  # the sweep's configs with their store resolved
+    partitions: dict[str, dict[str, Partition]]  # stage -> key -> partition, in sweep order
+    # the holdout's partitions of the stages that read the QA set: the same settings on the questions the
+    # selection never sees, materialized only for the finalists (stage -> key -> partition)
+    holdout_partitions: dict[str, dict[str, Partition]] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, sweep: Sweep, store: str = "lancedb", llm_api_base: str | None = None) -> Plan:
+        """`store`: the vector store of configs that name none; `llm_api_base`: the deployment's LLM
+        endpoint, part of the fingerprint of every partition that calls an LLM."""
+        if store not in VECTOR_STORES:
+            raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
+        configs = tuple(_with_store(c, store) for c in sweep.configs)
+        for c in configs:
+            if c.index.bm25_analyzer not in STORE_ANALYZERS[c.index.store]:
+                able = [s for s, names in STORE_ANALYZERS.items() if c.index.bm25_analyzer in names]
+                raise SpecError(
+                    f"{sweep.path}: field 'index.bm25_analyzer': {c.index.store} cannot apply "
+                    f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"
+                )
+        partitions: dict[str, dict[str, Partition]] = {}
+        version = functools.cache(model_version)  # each local model's folder is looked at once
+        chains: dict[tuple[str, str], list] = {}
+        for s in PARTITIONED:
+            by_key: dict[str, Partition] = {}
+            for c in configs:
+                key = partition_key(s.name, c)
+                own = s.own(c, sweep.judge_model, version, llm_api_base)
+                up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
+                chain = [own, up]
+                if chains.setdefault((s.name, key), chain) != chain:
+                    raise SpecError(
+                        f"{sweep.path}: two different settings map to the {s.name} partition key {key!r}; "
+                        "rename a model so their last path components differ"
+                    )
+                if key not in by_key:
+                    reads = {r: partition_key(r, c) if stage(r).partitioned else None for r in s.reads}
+                    by_key[key] = Partition(s.name, key, c, own, reads)
+            partitions[s.name] = by_key
+        held: dict[str, dict[str, Partition]] = {}
+        if sweep.decision.holdout > 0:
+            asks = {s.name for s in PARTITIONED if "qa_set" in s.reads}
+            for s in PARTITIONED:
+                if s.name not in asks:
+                    continue
+                selection = {
+                    k: dataclasses.replace(p, split=SELECTION) for k, p in partitions[s.name].items()
+                }
+                partitions[s.name] = selection
+                held[s.name] = {
+                    k + HOLDOUT_SUFFIX: dataclasses.replace(
+                        p,
+                        key=k + HOLDOUT_SUFFIX,
+                        split=HOLDOUT,
+                        reads={r: (rk + HOLDOUT_SUFFIX if r in asks else rk) for r, rk in p.reads.items()},
+                    )
+                    for k, p in selection.items()
+                }
+        return cls(sweep=sweep, store=store, configs=configs, partitions=partitions, holdout_partitions=held)
+
+    # ---- names ------------------------------------------------------------------------------------
+
+    @property
+    def prefix(self) -> str:
+        """The sweep's asset-key prefix, group and job-name prefix in a Dagster deployment."""
+        return prefix_of(self.sweep.name)
+
+    def asset_path(self, stage_name: str) -> list[str]:
+        """The asset key (as its path) of a stage of this sweep, or of its input files (`corpus_file`,
+        `qa_file`): prefixed by the sweep's name, so several sweeps live side by side."""
+        return [self.prefix, stage_name]
+
+    # ---- partitions ------------------------------------------------------------------------------
+
+    def keys(self, stage_name: str) -> list[str]:
+        """The stage's partitions that selection runs (with the holdout's: `all_keys`)."""
+        return list(self.partitions[stage_name])
+
+    def all_keys(self, stage_name: str) -> list[str]:
+        """Every partition of the stage, the holdout's after the selection's (its partitions definition)."""
+        return [*self.partitions[stage_name], *self.holdout_partitions.get(stage_name, {})]
+
+    def partition(self, stage_name: str, key: str) -> Partition:
+        try:
+            if key in self.holdout_partitions.get(stage_name, {}):
+                return self.holdout_partitions[stage_name][key]
+            return self.partitions[stage_name][key]
+        except KeyError:
+            raise KeyError(f"sweep {self.sweep.name!r} has no {stage_name} partition {key!r}") from None
+
+    def holdout_steps(self, config_key: str) -> list[tuple[str, str]]:
+        """The (stage, key) steps that evaluate a config on the holdout, in dependency order."""
+        c = self.config(config_key)
+        return [
+            (name, self.key_of(c, name) + HOLDOUT_SUFFIX)
+            for name in self.holdout_partitions
+            if self.key_of(c, name) + HOLDOUT_SUFFIX in self.holdout_partitions[name]
+        ]
+
+    def mapping(self, upstream: str, downstream: str) -> dict[str, set[str]]:
+        """Upstream partition key -> the downstream partitions that read it."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for p in [
+            *self.partitions[downstream].values(),
+            *self.holdout_partitions.get(downstream, {}).values(),
+        ]:
+            out[p.reads[upstream]].add(p.key)
+        return dict(out)
+
+    def key_of(self, c: RagConfig, stage_name: str = CONFIG_STAGE) -> str:
+        """A config's partition key at a stage (its config key by default); `c` may name no store."""
+        return partition_key(stage_name, _with_store(c, self.store))
+
+    def config(self, key: str) -> RagConfig:
+        return self.partition(CONFIG_STAGE, key).config
+
+    @functools.cached_property
+    def labels(self) -> dict[str, str]:
+        """config key -> its short label (rag_core/planning/labels.py), worked out once per plan: every evaluation
+        and the leaderboard read it."""
+        return short_labels(self.configs)
+
+    @property
+    def config_keys(self) -> list[str]:
+        return self.keys(CONFIG_STAGE)
+
+    @property
+    def trial_budget(self) -> int:
+        """How many configs an adaptive search evaluates (halving: starts with)."""
+        return min(self.sweep.search.budget.max_configs or len(self.config_keys), len(self.config_keys))
+
+    @property
+    def stores(self) -> list[str]:
+        return list(dict.fromkeys(c.index.store for c in self.configs))
+
+    def calls_llm(self, stage_name: str) -> bool:
+        """Whether any partition of the stage calls an LLM (its asset then takes a slot of pool `llm`)."""
+        s = stage(stage_name)
+        return any(s.calls_llm(c, self.sweep.judge_model) for c in self.configs)
+
+    # ---- fingerprints ----------------------------------------------------------------------------
+
+    @property
+    def board_identity(self) -> dict:
+        """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks."""
+        return {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
+
+    @property
+    def holdout(self) -> bool:
+        return bool(self.holdout_partitions)
+
+    def qa_fingerprint(self, qa_fp: str, split: str | None, rung: int | None = None) -> str:
+        """The fingerprint of the questions a partition of `split` sees (halving `rung`: the first N of them)."""
+        from rag_core.search.halving import subset_fingerprint
+
+        d = self.sweep.decision
+        fp = split_fingerprint(qa_fp, split, d.holdout, d.holdout_seed) if split else qa_fp
+        return subset_fingerprint(fp, rung, self.sweep.search.seed) if rung is not None else fp
+
+    def board_fingerprint(self, inputs: dict[str, str], fps: dict[tuple[str, str], str]) -> str:
+        """The leaderboard's fingerprint once every config is evaluated on these input snapshots; `fps` is
+        `fingerprints(inputs)`, which the caller has already worked out (a pass over every partition)."""
+        evaluations = {k: fps[(CONFIG_STAGE, k)] for k in sorted(self.config_keys)}
+        qa = self.qa_fingerprint(inputs["qa_set"], SELECTION if self.holdout else None)
+        return artifact_fingerprint(
+            "leaderboard", self.board_identity, {"evaluations": evaluations, "qa_set": qa}
+        )
+
+    @property
+    def confirmation_identity(self) -> dict:
+        """The holdout confirmation's own settings."""
+        d = self.sweep.decision
+        return {"holdout": d.holdout, "seed": d.holdout_seed, "alpha": d.alpha}
+
+    def confirmation_fingerprint(
+        self, inputs: dict[str, str], fps: dict[tuple[str, str], str], board_fp: str, finalists: list[str]
+    ) -> str:
+        """The holdout confirmation's fingerprint: the leaderboard it confirms and the finalists' holdout
+        evaluations (their keys from `fps`, which `fingerprints(inputs)` gives)."""
+        held = {k + HOLDOUT_SUFFIX: fps[(CONFIG_STAGE, k + HOLDOUT_SUFFIX)] for k in finalists}
+        return artifact_fingerprint(
+            "confirmation",
+            self.confirmation_identity,
+            {
+                "leaderboard": board_fp,
+                "evaluations": dict(sorted(held.items())),
+                "qa_set": self.qa_fingerprint(inputs["qa_set"], HOLDOUT),
+            },
+        )
+
+    def fingerprints(self, inputs: dict[str, str], rung: int | None = None) -> dict[tuple[str, str], str]:
+        """(stage, key) -> the artifact fingerprint every partition gets from these input snapshots
+        (`{'corpus': fp, 'qa_set': fp}`): what the assets compute one by one, in one pass. `rung`: as a
+        halving rung of that many questions sees them."""
+        fps: dict[tuple[str, str | None], str] = {(name, None): fp for name, fp in inputs.items()}
+        for held in (False, True):
+            for name, by_key in (self.holdout_partitions if held else self.partitions).items():
+                for key, p in by_key.items():
+                    reads = {r: fps[(r, k)] for r, k in p.reads.items()}
+                    if "qa_set" in reads:
+                        # a halving rung narrows the selection split only
+                        n = rung if p.split != HOLDOUT else None
+                        reads["qa_set"] = self.qa_fingerprint(inputs["qa_set"], p.split, n)
+                    fps[(name, key)] = artifact_fingerprint(name, p.own, reads)
+        return {k: v for k, v in fps.items() if k[1] is not None}

@@ -1,0 +1,587 @@
+"""Sweep spec: one YAML file per sweep, validated on load, expanded into configs.
+
+Every leaf of the stage sections may be a single value or a list; the spec expands into the cartesian
+product of its stage settings (settings that a stage ignores, such as `hybrid_alpha` for `vector`
+retrieval, do not multiply configs). Errors name the file and the dotted field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rag_core.common.fingerprint import fingerprint, short_hash, slug
+from rag_core.data.qa.generation import QAGeneration
+
+DEFAULT_PROMPT = (
+    "Answer the question using only the context. Reply with a short answer (a few words), no explanation.\n\n"
+    "Context:\n{context}\n\nQuestion: {query}\nAnswer:"
+)
+
+# Default weights: 0.3 on retrieval, 0.7 on generation (see docs in README "Score weights").
+DEFAULT_WEIGHTS = {
+    "recall_at_k": 0.15,
+    "ndcg_at_k": 0.15,
+    "exact_match": 0.2,
+    "token_f1": 0.35,
+    "faithfulness": 0.15,
+}
+
+
+class SpecError(ValueError):
+    """A sweep spec that cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    # strict: `top_k: true` or `chunk_size: "512"` is an error naming the field, never coerced
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# ---- one concrete setting per stage -------------------------------------------------------------
+
+
+class ChunkingConfig(_Strict):
+    """Chunk sizes and overlaps are in characters of the document text, or in tokens of the embedder's
+    tokenizer with `unit: tokens`. `model` (the tokenizer / the semantic chunker's embedder) is filled from
+    the config's embedding model when needed, so such a chunkset is keyed by it too."""
+
+    method: Literal["fixed", "sentence", "paragraph", "recursive", "markdown", "semantic"]
+    chunk_size: int = Field(gt=0)
+    chunk_overlap: int = Field(ge=0)
+    unit: Literal["chars", "tokens"] = "chars"
+    semantic_percentile: float = Field(default=90.0, gt=0.0, lt=100.0)
+    model: str | None = None
+
+    @property
+    def needs_model(self) -> bool:
+        return self.unit == "tokens" or self.method == "semantic"
+
+    def effective(self) -> ChunkingConfig:
+        fields = self.model_dump()
+        if self.method != "semantic":
+            fields["semantic_percentile"] = 90.0
+        if not self.needs_model:
+            fields["model"] = None
+        return ChunkingConfig(**fields)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingConfig:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(
+                f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})"
+            )
+        return self
+
+    @property
+    def key(self) -> str:
+        t = "t" if self.unit == "tokens" else ""
+        key = f"{self.method}-{self.chunk_size}{t}-{self.chunk_overlap}{t}"
+        if self.method == "semantic":
+            key += f"-p{self.semantic_percentile:g}"
+        if self.needs_model and self.model:
+            key += f"-{slug(self.model.split('/')[-1])}"
+        return key
+
+
+class EmbeddingConfig(_Strict):
+    model: str = Field(min_length=1)
+
+    @property
+    def key(self) -> str:
+        return slug(self.model.split("/")[-1])
+
+
+VECTOR_STORES = ("lancedb", "qdrant", "chroma", "milvus", "weaviate")
+# The keyword (BM25) index's analyzer, the same on every store that offers it:
+# - plain: lowercase, split into runs of letters and digits; no stemming, no stop words, no accent folding
+# - english: plain + English stop words removed + Snowball English stemming (+ ASCII folding on LanceDB)
+BM25_ANALYZERS = ("plain", "english")
+STORE_ANALYZERS = {
+    "lancedb": ("plain", "english"),  # tantivy full-text index: simple tokenizer, stemmer, stop words
+    "milvus": ("plain",),  # standard tokenizer (Unicode word rules) + lowercase; Milvus Lite has no stemmer
+    "qdrant": ("plain",),  # BM25 term weights computed here (rag_core/retrieval/bm25.py): no stemmer
+    "chroma": ("plain",),  # in-process BM25 (rag_core/retrieval/bm25.py): no stemmer
+    "weaviate": ("plain",),  # word tokenization, stop-word preset none; Weaviate has no stemming
+}
+
+
+class IndexConfig(_Strict):
+    """Where the index lives and how its keyword index analyzes text. `store` unset means the
+    deployment's store ($RAG_VECTOR_STORE, LanceDB by default); naming stores makes them a sweep dimension
+    over one set of embeddings."""
+
+    store: Literal[VECTOR_STORES] | None = None
+    bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
+
+    @property
+    def key(self) -> str:
+        return self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+
+
+class RetrievalConfig(_Strict):
+    mode: Literal["vector", "bm25", "hybrid"]
+    top_k: int = Field(gt=0, le=100)
+    hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+    fusion: Literal["rrf", "weighted"] = "rrf"
+    # Query transformation through an LLM (see rag_assets/retrievals.py); falls back to the question.
+    query_transform: Literal["none", "rewrite", "multi_query", "hyde"] = "none"
+    query_model: str | None = None
+    n_queries: int = Field(default=3, ge=1, le=10)
+    # A metadata filter applied to every search, in the seeds' format (rag_core/data/filters.py).
+    filter: dict[str, Any] | None = None
+    # What k counts: chunks (default), or documents (retrieve until k distinct documents, so chunkings are
+    # compared at equal document depth).
+    k_unit: Literal["chunks", "documents"] = "chunks"
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_valid(cls, v: dict | None) -> dict | None:
+        from rag_core.data.filters import parse_filter
+
+        parse_filter(v)  # raises FilterError (a ValueError) naming the field and operator
+        return v or None
+
+    @model_validator(mode="after")
+    def _model_for_transform(self) -> RetrievalConfig:
+        if self.query_transform != "none" and not self.query_model:
+            raise ValueError(f"query_transform {self.query_transform!r} needs query_model (a litellm model)")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Mode and query settings; the fetch depth is added by RagConfig (it depends on the reranker)."""
+        base = f"hybrid-{self.fusion}-a{self.hybrid_alpha:g}" if self.mode == "hybrid" else self.mode
+        if self.query_transform == "rewrite":
+            base += f"-rw-{slug(self.query_model)}"
+        elif self.query_transform == "multi_query":
+            base += f"-mq{self.n_queries}-{slug(self.query_model)}"
+        elif self.query_transform == "hyde":
+            base += f"-hyde-{slug(self.query_model)}"
+        if self.filter:
+            base += f"-f{short_hash(fingerprint(self.filter), 6)}"
+        if self.k_unit == "documents":
+            base += "-docs"
+        return base
+
+    def effective(self) -> RetrievalConfig:
+        """Settings that do not affect this mode are reset, so they neither split partitions nor configs."""
+        fields = self.model_dump()
+        if self.mode != "hybrid":
+            fields.update(hybrid_alpha=0.5, fusion="rrf")
+        if self.query_transform == "none":
+            fields.update(query_model=None)
+        if self.query_transform != "multi_query":
+            fields.update(n_queries=3)
+        return RetrievalConfig(**fields)
+
+
+class RerankConfig(_Strict):
+    """Rerank `candidates` retrieved chunks down to the retrieval's top_k."""
+
+    method: Literal["none", "mmr", "llm", "cross_encoder"] = "none"
+    candidates: int = Field(default=20, gt=0, le=200)
+    mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
+    model: str | None = None  # llm: a litellm model; cross_encoder: a sentence-transformers CrossEncoder path
+
+    @model_validator(mode="after")
+    def _model_when_needed(self) -> RerankConfig:
+        if self.method in ("llm", "cross_encoder") and not self.model:
+            raise ValueError(f"rerank method {self.method!r} needs model")
+        return self
+
+    def effective(self) -> RerankConfig:
+        if self.method == "none":
+            return RerankConfig()
+        fields = self.model_dump()
+        if self.method != "mmr":
+            fields.update(mmr_lambda=0.5)
+        if self.method == "mmr":
+            fields.update(model=None)
+        return RerankConfig(**fields)
+
+    @property
+    def key(self) -> str:
+        if self.method == "none":
+            return "none"
+        if self.method == "mmr":
+            return f"mmr-l{self.mmr_lambda:g}-c{self.candidates}"
+        name = "llm" if self.method == "llm" else "ce"
+        return f"{name}-{slug(self.model.rstrip('/').split('/')[-1])}-c{self.candidates}"
+
+
+class GenerationConfig(_Strict):
+    model: str = Field(min_length=1)
+    prompt_template: str = DEFAULT_PROMPT
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=128, gt=0)
+    # Context synthesis: `concat` numbered blocks, or `compress` each block with context_model to what
+    # answers the question; context_max_tokens caps the context (tokens of the generation model, words
+    # for the extractive reader).
+    context: Literal["concat", "compress"] = "concat"
+    context_model: str | None = None
+    context_max_tokens: int | None = Field(default=None, gt=0)
+    # Parent/child: retrieve small chunks, give the generator their parent section (markdown heading
+    # section, else the whole document) instead; parents shared by several chunks appear once.
+    context_expand: Literal["none", "parent"] = "none"
+    # how many times each question is answered: set from the sweep's `evaluation.samples` for a generator
+    # that draws at random (temperature > 0); 1 otherwise
+    samples: int = Field(default=1, ge=1, le=50)
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _has_placeholders(cls, v: str) -> str:
+        for name in ("{query}", "{context}"):
+            if name not in v:
+                raise ValueError(f"prompt_template must contain {name}")
+        return v
+
+    @model_validator(mode="after")
+    def _model_for_compression(self) -> GenerationConfig:
+        if self.context == "compress" and not self.context_model:
+            raise ValueError("context 'compress' needs context_model (a litellm model)")
+        return self
+
+    @property
+    def is_extractive(self) -> bool:
+        return self.model == "extractive"
+
+    def effective(self) -> GenerationConfig:
+        fields = self.model_dump()
+        if self.context == "concat":
+            fields.update(context_model=None)
+        if self.is_extractive:  # the extractive reader has no prompt, temperature or token limit
+            fields.update(prompt_template=DEFAULT_PROMPT, temperature=0.0, max_tokens=128)
+        if self.is_extractive or fields["temperature"] == 0:  # deterministic: one answer says it all
+            fields.update(samples=1)
+        return GenerationConfig(**fields)
+
+    @property
+    def random(self) -> bool:
+        """Whether the generator draws at random (an LLM at temperature > 0)."""
+        return not self.is_extractive and self.temperature > 0
+
+    @property
+    def key(self) -> str:
+        key = (
+            "extractive"
+            if self.is_extractive
+            else (
+                f"{slug(self.model)}-t{self.temperature:g}-m{self.max_tokens}-p{short_hash(self.prompt_template, 6)}"
+            )
+        )
+        if self.context == "compress":
+            key += f"-cmp-{slug(self.context_model)}"
+        if self.context_max_tokens:
+            key += f"-b{self.context_max_tokens}"
+        if self.context_expand == "parent":
+            key += "-parent"
+        return key
+
+
+class RagConfig(_Strict):
+    """One point of the sweep: a setting for every stage."""
+
+    chunking: ChunkingConfig
+    embedding: EmbeddingConfig
+    index: IndexConfig = IndexConfig()
+    retrieval: RetrievalConfig
+    rerank: RerankConfig = RerankConfig()
+    generation: GenerationConfig
+
+    @property
+    def fetch_k(self) -> int:
+        """How many chunks retrieval fetches: the reranker's candidates, or top_k without a reranker."""
+        if self.rerank.method == "none":
+            return self.retrieval.top_k
+        return max(self.retrieval.top_k, self.rerank.candidates)
+
+    def flat_params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for stage in ("chunking", "embedding", "index", "retrieval", "rerank", "generation"):
+            for name, value in getattr(self, stage).model_dump().items():
+                # mappings (a retrieval filter) as canonical JSON: one type per column and MLflow param
+                out[f"{stage}.{name}"] = (
+                    json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+                )
+        return out
+
+
+# ---- the file as written: every leaf may be a list --------------------------------------------
+
+
+def _as_list(v: Any) -> list:
+    return list(v) if isinstance(v, list) else [v]
+
+
+class DataSpec(_Strict):
+    corpus: str
+    qa: str
+    max_queries: int | None = Field(default=None, gt=0)
+
+
+class EvaluationSpec(_Strict):
+    judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/metrics/judge.py)
+    # answers per question of a generator with temperature > 0: a question's scores are their mean
+    samples: int = Field(default=1, ge=1, le=50)
+
+
+def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
+    """A mapping of metric -> number (weights, floors): known metric names and finite numbers."""
+    from rag_core.metrics import SCORABLE_METRICS
+
+    unknown = sorted(set(v) - set(SCORABLE_METRICS))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
+    bad = sorted(k for k, x in v.items() if not math.isfinite(x))
+    if bad:
+        raise ValueError(f"{what} must be finite numbers (not nan or inf): {bad}")
+    return v
+
+
+class DecisionSpec(_Strict):
+    """What the team can ship: limits a recommended config must meet, and which of the top tier to prefer."""
+
+    max_p95_latency_ms: float | None = Field(default=None, gt=0)  # retrieval + generation, per query
+    max_cost_per_1k_queries: float | None = Field(default=None, ge=0)  # USD, litellm's prices
+    min: dict[str, float] = Field(default_factory=dict)  # metric floors, e.g. {recall_at_k: 0.8}
+    prefer: Literal["cheapest", "fastest", "best"] = "cheapest"
+    alpha: float = Field(default=0.05, gt=0, lt=1)  # family-wise error rate of the tier tests (Holm)
+    # the share of the QA set set aside before anything is chosen, on which the finalists are confirmed
+    # (rag_core/decision/holdout.py); 0 turns it off. The split is seeded: the same on every run.
+    holdout: float = Field(default=0.3, ge=0, lt=1)
+    holdout_seed: int = 0
+
+    @field_validator("min")
+    @classmethod
+    def _known_metrics(cls, v: dict[str, float]) -> dict[str, float]:
+        return _metric_values(v, "metric floors")
+
+
+class SearchBudget(_Strict):
+    """Where an adaptive search stops (it keeps what it found so far). max_configs also caps grid/random."""
+
+    max_configs: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)  # LLM spend of this search
+    max_llm_calls: int | None = Field(default=None, gt=0)  # LLM calls made (answers from the cache are free)
+
+
+class SearchSpec(_Strict):
+    """grid/random: the configs are chosen on load (the first `budget.max_configs`, or a seeded sample).
+    bayesian: the plan holds every config; `rag-sweep run` evaluates `max_configs` of them, one at a time,
+    chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
+    that reuses an existing index (rag_core/search). halving: every config answers `start_questions`
+    questions; a paired test drops those worse than the leader, the rest answer `growth` times more."""
+
+    strategy: Literal["grid", "random", "bayesian", "halving"] = "grid"
+    budget: SearchBudget = Field(default_factory=SearchBudget)
+    seed: int = 0
+    pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
+    # bayesian: what TPE optimizes; several make it multi-objective (lower latency and cost are better)
+    objectives: list[Literal["overall_score", "p95_latency_ms", "cost_per_1k_queries"]] = Field(
+        default_factory=lambda: ["overall_score"], min_length=1
+    )
+    start_questions: int = Field(default=10, ge=2)  # halving: the first rung's questions
+    growth: float = Field(default=2.0, gt=1)  # halving: each rung's questions × growth
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether `rag-sweep run` chooses what to evaluate as it goes (the plan holds the whole space)."""
+        return self.strategy in ("bayesian", "halving")
+
+
+class SweepFile(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    data: DataSpec
+    chunking: dict[str, Any] | list[dict[str, Any]]
+    embedding: dict[str, Any] | list[dict[str, Any]] = Field(
+        default_factory=lambda: {"model": "all-MiniLM-L6-v2"}
+    )
+    index: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=dict)
+    retrieval: dict[str, Any] | list[dict[str, Any]]
+    rerank: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"method": "none"})
+    generation: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"model": "extractive"})
+    weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    decision: DecisionSpec = Field(default_factory=DecisionSpec)
+    # the QA set written from the corpus by an LLM into data.qa when that file does not exist yet
+    qa_generation: QAGeneration | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_valid(cls, v: dict[str, float]) -> dict[str, float]:
+        _metric_values(v, "weights")
+        if any(w < 0 for w in v.values()) or sum(v.values()) <= 0:
+            raise ValueError("weights must be non-negative and sum to more than 0")
+        return v
+
+
+class Sweep(BaseModel):
+    """A loaded sweep: resolved input paths, weights and the expanded configs."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    path: Path
+    corpus_path: Path
+    qa_path: Path
+    max_queries: int | None
+    weights: dict[str, float]
+    configs: tuple[RagConfig, ...]
+    judge_model: str | None = None
+    decision: DecisionSpec = DecisionSpec()
+    search: SearchSpec = SearchSpec()
+    qa_generation: QAGeneration | None = None
+
+    def fingerprint(self) -> str:
+        return fingerprint([c.model_dump() for c in self.configs], self.weights)
+
+
+def _expand(section: dict[str, Any] | list, model: type[BaseModel], where: str) -> list:
+    """A mapping expands into the product of its list-valued fields; a list of mappings into the union
+    of their expansions (to pair settings instead of crossing them)."""
+    if isinstance(section, list):
+        if not section:
+            raise SpecError(f"field '{where}': an empty list selects no setting (give at least one)")
+        out = []
+        for i, item in enumerate(section):
+            out += [x for x in _expand(item, model, f"{where}[{i}]") if x not in out]
+        return out
+    if not isinstance(section, dict):
+        raise SpecError(f"field '{where}': expected a mapping of settings (or a list of them)")
+    names = list(section)
+    empty = [n for n in names if section[n] == []]
+    if empty:
+        raise SpecError(f"field '{where}.{empty[0]}': an empty list selects no setting (give at least one)")
+    out = []
+    for combo in itertools.product(*(_as_list(section[n]) for n in names)):
+        try:
+            obj = model(**dict(zip(names, combo, strict=True)))
+        except ValidationError as e:
+            raise SpecError(_format_error(e, where)) from None
+        obj = obj.effective() if hasattr(obj, "effective") else obj
+        if obj not in out:
+            out.append(obj)
+    return out
+
+
+def _format_error(e: ValidationError, where: str) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
+        field = f"{where}.{loc}" if loc else where
+        parts.append(f"field '{field}': {err['msg']}")
+    return "; ".join(parts)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error naming its line (the default
+    silently keeps the last value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Load and validate a sweep YAML file; raise SpecError naming the file and the field."""
+    path = Path(path).resolve()
+    try:
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: sweep spec not found") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: the sweep spec must be a mapping")
+    return sweep_from_dict(raw, path)
+
+
+def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
+    try:
+        spec = SweepFile(**raw)
+    except ValidationError as e:
+        raise SpecError(f"{path}: {_format_error(e, 'sweep').replace('sweep.', '')}") from None
+    try:
+        chunkings = _expand(spec.chunking, ChunkingConfig, "chunking")
+        embeddings = _expand(spec.embedding, EmbeddingConfig, "embedding")
+        indexes = _expand(spec.index, IndexConfig, "index")
+        retrievals = _expand(spec.retrieval, RetrievalConfig, "retrieval")
+        reranks = _expand(spec.rerank, RerankConfig, "rerank")
+        generations = _expand(spec.generation, GenerationConfig, "generation")
+    except SpecError as e:
+        raise SpecError(f"{path}: {e}") from None
+    if any(g.samples != 1 for g in generations):
+        raise SpecError(f"{path}: field 'generation.samples': set evaluation.samples instead")
+    generations = [  # a random generator answers each question evaluation.samples times
+        g.model_copy(update={"samples": spec.evaluation.samples}) if g.random else g for g in generations
+    ]
+    configs = [
+        RagConfig(
+            chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,
+            embedding=e,
+            index=i,
+            retrieval=r,
+            rerank=rr,
+            generation=g,
+        )
+        for c, e, i, r, rr, g in itertools.product(
+            chunkings, embeddings, indexes, retrievals, reranks, generations
+        )
+    ]
+    _check_consistency(spec, configs, path)
+    configs = _search(configs, spec.search)
+    base = path.parent
+    return Sweep(
+        name=spec.name,
+        path=path,
+        corpus_path=(base / spec.data.corpus).resolve(),
+        qa_path=(base / spec.data.qa).resolve(),
+        max_queries=spec.data.max_queries,
+        weights=spec.weights,
+        configs=tuple(configs),
+        judge_model=spec.evaluation.judge_model,
+        decision=spec.decision,
+        search=spec.search,
+        qa_generation=spec.qa_generation,
+    )
+
+
+def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) -> None:
+    """Settings that are valid alone but not together."""
+    if spec.weights.get("faithfulness_judge", 0) > 0 and not spec.evaluation.judge_model:
+        raise SpecError(
+            f"{path}: field 'weights.faithfulness_judge': weighted, but no judge runs; set "
+            "evaluation.judge_model (a litellm model) or drop the weight"
+        )
+    for c in configs:
+        if c.rerank.method != "none" and c.rerank.candidates < c.retrieval.top_k:
+            raise SpecError(
+                f"{path}: field 'rerank.candidates': {c.rerank.candidates} candidates cannot fill top_k "
+                f"{c.retrieval.top_k} (retrieval.top_k); use candidates >= top_k"
+            )
+
+
+def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:
+    n = search.budget.max_configs
+    if search.adaptive or n is None or n >= len(configs):  # adaptive: the run picks what to evaluate
+        return configs
+    if search.strategy == "grid":
+        return configs[:n]
+    picked = sorted(random.Random(search.seed).sample(range(len(configs)), n))
+    return [configs[i] for i in picked]

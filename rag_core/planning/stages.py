@@ -1,0 +1,178 @@
+"""The stage registry: the one table of the sweep's stages.
+
+Each stage's name is its Dagster asset name, its artifact folder and its partition dimension. A
+partitioned stage is keyed by its upstream stage's key plus its own settings (`key`), so two configs that
+share a prefix share that stage's partition and its work. `reads` lists every artifact the stage reads;
+each is a declared dependency of its asset. `version` is the stage's code version: bump it when the
+stage's code changes its output for the same inputs (it is part of every artifact fingerprint and the
+asset's `code_version`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rag_core.common.fingerprint import fingerprint
+from rag_core.common.local_models import model_version
+from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
+from rag_core.planning.spec import RagConfig
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    upstream: str | None  # the stage whose key this stage's key extends; None: keyed on its own
+    reads: tuple[str, ...]  # every artifact the stage reads (its upstream first)
+    version: int
+    key: Callable[[RagConfig], str] | None = None  # None: an unpartitioned stage
+    settings: Callable[[RagConfig, Any], Any] = lambda c, judge: None  # what the stage adds
+    # the column that counts failed LLM calls in its artifact: one that holds any is never reused, so a
+    # rerun asks the failed calls again (the answers that came back come from the call cache)
+    failures: str | None = None
+    # the artifact is a marker of state held elsewhere (a vector store's collection): it is complete
+    # only while the store still holds that state (asked of the store, never read off the marker)
+    external: bool = False
+    # the local models whose weights decide the stage's output: their versions join its own settings
+    models: Callable[[RagConfig], tuple[str | None, ...]] = lambda c: ()
+    # whether a config's partition calls an LLM (judge: the sweep's judge model): the LLM endpoint the
+    # deployment sets then joins its fingerprint (another server under the same model name answers otherwise)
+    calls_llm: Callable[[RagConfig, Any], bool] = lambda c, judge: False
+
+    @property
+    def partitioned(self) -> bool:
+        return self.key is not None
+
+    def own(
+        self,
+        c: RagConfig,
+        judge: Any,
+        version: Callable[[str | None], str | None] = model_version,
+        llm_api_base: str | None = None,
+    ) -> Any:
+        """What the stage adds to a config's fingerprint: its settings, the version of every local model it
+        runs (a folder replaced under the same path is another model), and the LLM endpoint it calls when
+        the deployment sets one."""
+        settings = self.settings(c, judge)
+        versions = {m: v for m in self.models(c) if (v := version(m))}
+        settings = {**settings, "model_versions": versions} if versions else settings
+        if llm_api_base and self.calls_llm(c, judge):
+            return {"settings": settings, "llm_api_base": llm_api_base}
+        return settings
+
+
+def _retrieval_key(c: RagConfig) -> str:
+    return f"{c.retrieval.key}-k{c.fetch_k}"
+
+
+def _retrieval_settings(c: RagConfig, judge) -> dict:
+    return {**c.retrieval.model_dump(exclude={"top_k"}), "fetch_k": c.fetch_k}
+
+
+def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
+    return (judge, JUDGE_PROMPT_VERSION) if judge else None
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("corpus", None, (), 1),
+    Stage("qa_set", None, ("corpus",), 1),
+    Stage(
+        "chunksets",
+        None,
+        ("corpus",),
+        2,
+        key=lambda c: c.chunking.key,
+        settings=lambda c, j: c.chunking.model_dump(),
+        models=lambda c: (c.chunking.model,),  # the tokenizer or the semantic chunker's embedder
+    ),
+    Stage(
+        "embeddings",
+        "chunksets",
+        ("chunksets",),
+        1,
+        key=lambda c: c.embedding.key,
+        settings=lambda c, j: c.embedding.model_dump(),
+        models=lambda c: (c.embedding.model,),
+    ),
+    Stage(
+        "vector_index",
+        "embeddings",
+        ("embeddings", "chunksets"),
+        2,  # 2: the BM25 analyzer (plain by default on every store)
+        key=lambda c: c.index.key,
+        settings=lambda c, j: c.index.model_dump(),
+        external=True,
+    ),
+    Stage(
+        "retrievals",
+        "vector_index",
+        ("vector_index", "chunksets", "qa_set"),
+        4,  # 4: the tie rule (score, doc id, chunk id)
+        key=_retrieval_key,
+        settings=_retrieval_settings,
+        calls_llm=lambda c, j: c.retrieval.query_transform != "none",
+    ),
+    Stage(
+        "rerankings",
+        "retrievals",
+        ("retrievals", "embeddings", "qa_set"),
+        2,
+        key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
+        settings=lambda c, j: {**c.rerank.model_dump(), "top_k": c.retrieval.top_k},
+        models=lambda c: (c.rerank.model,) if c.rerank.method == "cross_encoder" else (),
+        calls_llm=lambda c, j: c.rerank.method == "llm",
+    ),
+    Stage(
+        "answers",
+        "rerankings",
+        ("rerankings", "chunksets", "corpus", "qa_set"),
+        6,  # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`
+        key=lambda c: c.generation.key,
+        # one sample keeps the fingerprints answers had before samples existed
+        settings=lambda c, j: c.generation.model_dump(
+            exclude={"samples"} if c.generation.samples == 1 else None
+        ),
+        failures="error",
+        calls_llm=lambda c, j: not c.generation.is_extractive or c.generation.context == "compress",
+    ),
+    Stage(
+        "evaluations",
+        "answers",
+        ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
+        8,  # 8: a metric no query defines is null, not 0.0
+        key=lambda c: "",  # one evaluation per answers partition: the same key
+        settings=_evaluation_settings,
+        failures="n_generation_errors",
+        calls_llm=lambda c, j: j is not None,
+    ),
+    # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
+    # 5: a short label per config (rag_core/planning/labels.py)
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 5, failures="n_generation_errors"),
+    # the finalists on the holdout split (rag_core/decision/holdout.py); only in sweeps with decision.holdout > 0
+    Stage("confirmation", None, ("leaderboard", "evaluations", "qa_set"), 1),
+)
+
+BY_NAME = {s.name: s for s in STAGES}
+PARTITIONED = tuple(s for s in STAGES if s.partitioned)
+CONFIG_STAGE = "evaluations"  # one partition per config
+
+
+def stage(name: str) -> Stage:
+    return BY_NAME[name]
+
+
+def partition_key(name: str, c: RagConfig) -> str:
+    """A config's key at a stage: its upstream stage's key, then this stage's own settings."""
+    s = BY_NAME[name]
+    own = s.key(c)
+    if s.upstream is None:
+        return own
+    up = partition_key(s.upstream, c)
+    return f"{up}__{own}" if own else up
+
+
+def artifact_fingerprint(name: str, own: Any, inputs: dict[str, str]) -> str:
+    """The content fingerprint of a stage's artifact: the stage, its code version, its own settings (or,
+    for an input snapshot, the file's content hash) and the fingerprints of every artifact it read."""
+    return fingerprint(name, BY_NAME[name].version, own, dict(sorted(inputs.items())))

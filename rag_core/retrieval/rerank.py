@@ -1,0 +1,175 @@
+"""Reranking of retrieved candidates (pure: models and LLMs are passed in).
+
+- mmr: Maximal Marginal Relevance (Carbonell & Goldstein, 1998): greedily pick the candidate maximizing
+  lambda · sim(query, d) − (1 − lambda) · max_{s in selected} sim(d, s), cosine similarities.
+- llm: the model returns an ordering of candidate numbers; `parse_ordering` reads it robustly.
+- cross_encoder: scores (query, text) pairs with a sentence-transformers CrossEncoder the user supplies.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from rag_core.common.completion import NO_USAGE, Completer, usage
+from rag_core.common.concurrency import map_concurrently
+from rag_core.common.local_models import model_version
+from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.retrieve import first_documents
+
+
+def mmr(query: np.ndarray, candidates: np.ndarray, k: int, lam: float = 0.5) -> list[int]:
+    """Indices of the k candidates chosen by MMR, in pick order."""
+    n = len(candidates)
+    if n == 0:
+        return []
+    c = candidates / np.maximum(np.linalg.norm(candidates, axis=1, keepdims=True), 1e-12)
+    q = query / max(np.linalg.norm(query), 1e-12)
+    relevance = c @ q
+    sims = c @ c.T
+    chosen: list[int] = []
+    redundancy = np.full(n, -np.inf)
+    for _ in range(min(k, n)):
+        penalty = np.where(np.isinf(redundancy), 0.0, redundancy)
+        score = lam * relevance - (1 - lam) * penalty
+        score[chosen] = -np.inf
+        best = int(np.argmax(score))
+        chosen.append(best)
+        redundancy = np.maximum(redundancy, sims[best])
+    return chosen
+
+
+LLM_RERANK_PROMPT = """Rank the passages by how useful they are to answer the question.
+Reply with the passage numbers, most useful first, separated by commas (for example: 3, 1, 2).
+
+QUESTION: {query}
+
+{passages}
+
+RANKING:"""
+
+
+def llm_rerank_prompt(query: str, texts: Sequence[str]) -> str:
+    passages = "\n\n".join(f"[{i}] {t}" for i, t in enumerate(texts, start=1))
+    return LLM_RERANK_PROMPT.format(query=query, passages=passages)
+
+
+def parse_ordering(reply: str, n: int) -> list[int] | None:
+    """0-based candidate order from a reply like "3, 1, [2]" or "Passage 3 > Passage 1". Numbers outside
+    1..n and repeats are ignored; candidates the reply does not list keep their original order after the
+    listed ones. None when the reply lists no valid candidate (the caller falls back and counts it)."""
+    listed: list[int] = []
+    for m in re.findall(r"\d+", reply or ""):
+        i = int(m) - 1
+        if 0 <= i < n and i not in listed:
+            listed.append(i)
+    if not listed:
+        return None
+    return listed + [i for i in range(n) if i not in listed]
+
+
+# ---- reranking one config's retrievals --------------------------------------------------------------
+
+RERANK_COLUMNS = ("chunk_ids", "doc_ids", "scores", "titles", "texts")  # the per-candidate lists
+RERANK_EXTRA_SCHEMA = {
+    "rerank_fallback": pl.Boolean,
+    "rerank_ms": pl.Float64,
+    "rerank_tokens": pl.Int64,
+    "rerank_cost_usd": pl.Float64,
+}
+
+_CROSS_ENCODERS: dict[tuple[str, str | None], object] = {}  # (path, version) -> the loaded model
+_LOCK = threading.Lock()
+
+
+def cross_encoder(path: str):
+    """A sentence-transformers CrossEncoder from a local folder, loaded once per process and version."""
+    key = (path, model_version(path))
+    with _LOCK:
+        if key not in _CROSS_ENCODERS:
+            from sentence_transformers import CrossEncoder
+
+            _CROSS_ENCODERS[key] = CrossEncoder(path, device="cpu")
+        return _CROSS_ENCODERS[key]
+
+
+def orders(
+    c: RagConfig,
+    rows: list[dict],
+    questions: dict[str, str],
+    llm: Completer | None,
+    vectors: Callable[[dict], tuple[np.ndarray, np.ndarray]] | None,
+) -> list[tuple[list[int], bool, dict]]:
+    """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms)."""
+    method, k = c.rerank.method, c.retrieval.top_k
+    model = cross_encoder(c.rerank.model) if method == "cross_encoder" else None
+
+    def one(r: dict) -> tuple[list[int], bool, dict]:
+        t0 = time.perf_counter()
+        n = len(r["texts"] or [])
+        if method == "none" or n == 0:
+            return list(range(n)), False, NO_USAGE
+        if method == "mmr":
+            q, cands = vectors(r)
+            order = mmr(q, cands, k if c.retrieval.k_unit == "chunks" else n, c.rerank.mmr_lambda)
+        elif method == "cross_encoder":
+            scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
+            order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
+        else:  # llm
+            reply = llm.complete(
+                c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
+            )
+            parsed = None if reply.error else parse_ordering(reply.text, n)
+            return (
+                (parsed, False, usage(reply)) if parsed is not None else (list(range(n)), True, usage(reply))
+            )
+        return order, False, {**NO_USAGE, "ms": (time.perf_counter() - t0) * 1000}
+
+    if method != "llm":
+        return [one(r) for r in rows]
+    return map_concurrently(one, rows, llm.max_concurrency, what="queries reranked")
+
+
+def rerank(
+    c: RagConfig,
+    retrieved: pl.DataFrame,
+    qa: pl.DataFrame,
+    llm: Completer | None,
+    chunk_vectors: Callable[[], dict[str, np.ndarray]],
+    embed: Callable[[list[str]], np.ndarray],
+) -> pl.DataFrame:
+    """The retrieval rows cut to the reranker's top_k (`none` keeps the first top_k), with the fallback,
+    time, tokens and cost of each query's reranking. `chunk_vectors` is called only for MMR."""
+    questions = dict(zip(qa["query_id"], qa["question"], strict=True))
+    rows = list(retrieved.iter_rows(named=True))
+    vectors = None
+    if c.rerank.method == "mmr":
+        chunk_vec = chunk_vectors()
+        qids = [r["query_id"] for r in rows]
+        qvec = dict(zip(qids, embed([questions[q] for q in qids]), strict=True))
+
+        def vectors(r: dict):
+            ids = r["chunk_ids"]
+            return qvec[r["query_id"]], np.stack([chunk_vec[x] for x in ids]) if ids else np.zeros((0, 1))
+
+    out = []
+    for r, (order, fell_back, used) in zip(rows, orders(c, rows, questions, llm, vectors), strict=True):
+        keep = order[: c.retrieval.top_k]
+        if c.retrieval.k_unit == "documents":  # the first top_k distinct documents in the new order
+            keep = order[: first_documents([r["doc_ids"][i] for i in order], c.retrieval.top_k)]
+        out.append(
+            {
+                **r,
+                **{col: [r[col][i] for i in keep] for col in RERANK_COLUMNS},
+                "rerank_fallback": fell_back,
+                "rerank_ms": used["ms"],
+                "rerank_tokens": used["tokens"],
+                "rerank_cost_usd": used["cost_usd"],
+            }
+        )
+    return pl.DataFrame(out, schema={**retrieved.schema, **RERANK_EXTRA_SCHEMA})

@@ -1,0 +1,266 @@
+"""`rag-sweep`: run a sweep end to end through the same Dagster assets, in process, no server needed.
+
+    rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
+                  [--workers N]
+    rag-sweep validate SPEC
+    rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
+    rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
+
+The input files are observed and snapshotted, then the plan's partitions run, each as a Dagster run as soon
+as the partitions it reads are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
+(so `dagster dev` can show them). A partition whose latest materialization already holds the artifact these
+snapshots give is skipped, so re-running an unchanged spec recomputes nothing; a killed run resumes from
+what is complete. The work is the runner's (runner/); this module parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+import time
+import traceback
+from pathlib import Path
+
+from dagster._core.errors import DagsterExecutionInterruptedError
+
+from rag_assets.leaderboard import leaderboard_path, read_decision
+from rag_assets.qa_generation import estimate_line, generate_qa_command
+from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
+from rag_core.data.datasets import DatasetError
+from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
+from rag_core.planning.spec import SpecError
+from resources import environment  # noqa: F401 (the process defaults: rag_assets imports it first too)
+from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
+
+LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
+
+
+def _warn_size(plan) -> None:
+    """A grid evaluates every config, each stage a Dagster run per partition: say what that means."""
+    steps = sum(len(keys) for keys in plan.partitions.values())
+    search = plan.sweep.search
+    if search.adaptive:
+        print(
+            f"a {search.strategy} search evaluates {search.budget.max_configs or 'all'} of the "
+            f"{len(plan.configs)} configs, choosing as it goes"
+        )
+        return
+    print(f"a run evaluates all {len(plan.configs)} configs: up to {steps} steps, one Dagster run each")
+    if len(plan.configs) > LARGE_SWEEP:
+        print(
+            f"warning: {len(plan.configs)} configs is a large grid; `rag-sweep plan` estimates its time. To "
+            "evaluate a part of it, set search.strategy: bayesian or halving (they choose as they go) or "
+            "random, with search.budget.max_configs",
+            file=sys.stderr,
+        )
+
+
+def _warn_unsegmented(plan, corpus, qa) -> None:
+    """Keyword search cannot split text written without spaces between words (rag_core/common/text.py)."""
+    if all(c.retrieval.mode == "vector" for c in plan.configs):
+        return
+    docs = unsegmented_share(corpus["text"].to_list())
+    questions = unsegmented_share(qa["question"].to_list()) if qa is not None else 0.0
+    if docs or questions:
+        print(
+            f"warning: {docs:.0%} of the documents and {questions:.0%} of the questions are written without "
+            f"spaces between words. {UNSEGMENTED_ADVICE}",
+            file=sys.stderr,
+        )
+
+
+def _print_board(board, full_table: Path | None = None) -> None:
+    """The leaderboard as a compact table (short labels; fits 120 columns) with a legend."""
+    print(to_terminal(board, terminal_columns(board)))
+    print("\n" + textwrap.fill(TERMINAL_LEGEND, width=118))
+    if full_table is not None:
+        print(f"every metric and the full config keys: {full_table}")
+
+
+def _print_recommendation(data: Path, sweep: str) -> None:
+    decision = read_decision(data, sweep)
+    print(f"\nRecommended: {decision['recommended'] or 'none'}\n  {decision['why']}")
+    if decision["advice"]:
+        print(f"  {decision['advice']}")
+    if held := decision.get("holdout"):
+        print(
+            f"  Holdout ({held['share']:.0%} of the QA set): "
+            + ("pending" if held.get("pending") else held["verdict"])
+        )
+    if decision.get("undefined_metrics"):
+        print(
+            f"  Undefined for every config, left out of the overall score: {', '.join(decision['undefined_metrics'])}"
+            " (retrieval metrics need queries with gold documents)"
+        )
+    print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
+
+
+def _write(board, output: str) -> None:
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".csv":
+        board.write_csv(path)
+    elif path.suffix == ".parquet":
+        board.write_parquet(path)
+    else:
+        raise SystemExit(f"--output {output}: use a .csv or .parquet path")
+    print(f"leaderboard written to {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="materialize a sweep end to end and print its leaderboard")
+    run.add_argument("spec", help="sweep YAML file")
+    run.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
+    run.add_argument("--output", help="also write the leaderboard to this .csv or .parquet path")
+    run.add_argument(
+        "--store", help="vector store of configs that name none (default $RAG_VECTOR_STORE or lancedb)"
+    )
+    run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
+    run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="processes that run independent partitions at once (default $RAG_WORKERS, else half the "
+        "cores available; 1: every step in this process)",
+    )
+    val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
+    val.add_argument("spec")
+    pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
+    pln.add_argument("spec")
+    pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
+    pln.add_argument("--store", help="vector store of configs that name none")
+    gen = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
+    gen.add_argument("corpus", help="corpus file or folder (the formats a sweep's data.corpus reads)")
+    gen.add_argument("--model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
+    gen.add_argument("--out", required=True, help="the QA set to write (.jsonl)")
+    gen.add_argument("--questions", type=int, default=50, help="questions to keep (default 50)")
+    gen.add_argument("--types", help="question type weights, e.g. factoid=0.7,multi_hop=0.2,unanswerable=0.1")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.add_argument(
+        "--no-require-context",
+        action="store_true",
+        help="keep questions the model answers without the passage",
+    )
+    gen.add_argument("--max-calls", type=int, help="the budget: no LLM call beyond this many")
+    gen.add_argument(
+        "--data-dir", help="where the LLM call cache lives (default $RAG_DATA_DIR or ./.rag_data)"
+    )
+    gen.add_argument(
+        "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
+    )
+    gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "generate-qa":
+            return generate_qa_command(args)
+        if args.command == "validate":
+            return _validate(args.spec)
+        if args.command == "plan":
+            return _plan(args)
+        if args.workers is not None and args.workers < 1:
+            raise SpecError(f"--workers {args.workers}: expected 1 or more worker processes")
+        if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
+            raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
+        t0 = time.perf_counter()
+        run = run_sweep(
+            args.spec, args.data_dir, args.force, args.verbose, store=args.store, workers=args.workers
+        )
+    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        print(
+            "\ninterrupted: every complete artifact is kept; run the same command again to resume",
+            file=sys.stderr,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
+    except (SpecError, DatasetError, DataDirError, CheckFailed, StepFailed) as e:
+        if getattr(args, "verbose", False):
+            traceback.print_exception(e.__cause__ or e, file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
+        if args.command == "run" and not args.verbose:
+            print("(rerun with --verbose for the traceback)", file=sys.stderr)
+        return 2 if not isinstance(e, StepFailed) else 1
+    _print_run(run, args, time.perf_counter() - t0)
+    return 0
+
+
+def _validate(spec: str) -> int:
+    plan = load_plan(spec)
+    corpus, qa = load_data(plan.sweep)
+    if qa is None:
+        print(estimate_line(plan.sweep.qa_generation, corpus, plan.sweep.qa_path))
+    questions = qa.height if qa is not None else f"{plan.sweep.qa_generation.questions} generated"
+    print(
+        f"{plan.sweep.name}: {corpus.height} documents, {questions} questions; {len(plan.configs)} configs, "
+        + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
+    )
+    _warn_unsegmented(plan, corpus, qa)
+    for key in plan.config_keys:
+        print(f"  {key}")
+    _warn_size(plan)
+    return 0
+
+
+def _plan(args) -> int:
+    plan, estimate = bill(args.spec, args.data_dir, args.store)
+    search = plan.sweep.search
+    adaptive = (
+        f"; search {search.strategy} evaluates {search.budget.max_configs or 'all'} of them"
+        if search.strategy == "bayesian"
+        else f"; search halving starts {search.budget.max_configs or 'all'} of them on "
+        f"{search.start_questions} questions"
+        if search.strategy == "halving"
+        else ""
+    )
+    print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
+    print("\n".join(estimate.lines()))
+    return 0
+
+
+def _print_run(run, args, seconds: float) -> None:
+    board, plan, data, search = run.board, run.plan, run.data, run.search
+    sweep = plan.sweep
+    print(f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {seconds:.0f} s):\n")
+    _print_board(board, leaderboard_path(data, sweep.name))
+    if search is not None:
+        print(
+            f"\nSearch ({sweep.search.strategy}): {len(search.evaluated)} of {len(plan.config_keys)} configs "
+            f"evaluated ({search.resumed} by an earlier run), {search.index_builds} index builds, "
+            f"{search.llm_calls} LLM calls paid, ${search.llm_cost_usd:.4f}; stopped by {search.stopped_by}"
+        )
+        for key, n in (search.dropped or {}).items():
+            print(f"  dropped after {n} questions: {key}")
+    _print_recommendation(data, sweep.name)
+    if args.output:
+        _write(board, args.output)
+    spec_path = Path(args.spec).resolve()
+    print(
+        "\nExplore the results:\n"
+        f"  Dagster UI: DAGSTER_HOME={data / 'dagster_home'} RAG_SWEEP={spec_path} RAG_DATA_DIR={data} "
+        f"RAG_VECTOR_STORE={plan.store} "
+        ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
+        f"  MLflow UI:  LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri "
+        f"sqlite:///{data / 'mlflow.db'}   (then open "
+        f"{run.defs.resources['tracking'].ranked_runs_url(sweep.name) or 'http://127.0.0.1:5000'}: "
+        f"experiment {sweep.name}, best first)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

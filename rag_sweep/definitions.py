@@ -1,0 +1,46 @@
+"""The deployment's Definitions: every sweep of `defs/` (a `RagSweep` component instance each), the
+shared resources and the automation sensor.
+
+`$RAG_SWEEP` (a sweep file) replaces the `defs/` folder with that one sweep, as `rag-sweep run` prints it;
+artifacts go to `$RAG_DATA_DIR` (default `./.rag_data`); configs that name no vector store use
+`$RAG_VECTOR_STORE` (default lancedb).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from rag_core.planning.plan import Plan
+from rag_sweep.lib.rag_sweep import RagSweep
+from rag_sweep.sweep_defs import sweep_definitions
+from resources import build_resources
+from resources.environment import default_data_dir, sweep_file
+from sensors import automation_sensor
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_definitions(
+    plans: list[Plan], data_dir: str | None = None, resources: dict | None = None
+) -> dg.Definitions:
+    """Definitions of the given sweeps with the shared resources (`resources` overrides some)."""
+    return dg.Definitions.merge(
+        *(sweep_definitions(p, data_dir=data_dir) for p in plans),
+        deployment_definitions(data_dir, resources),
+    )
+
+
+def deployment_definitions(data_dir: str | None = None, resources: dict | None = None) -> dg.Definitions:
+    return dg.Definitions(
+        sensors=[automation_sensor()],
+        resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    if spec := sweep_file():
+        return build_definitions([RagSweep(sweep=spec).plan(Path.cwd())])
+    return dg.Definitions.merge(dg.load_from_defs_folder(project_root=PROJECT_ROOT), deployment_definitions())

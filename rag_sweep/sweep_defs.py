@@ -1,0 +1,37 @@
+"""The Dagster definitions of one sweep, read from its plan: its assets (rag_assets/sweep_assets.py), the
+evaluation job and its nightly schedule, the drift alerts and, for an adaptive search, the job that starts
+it and the sensor that drives it. Shared parts (resources, the automation sensor) are added once per
+deployment (definitions.py).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rag_assets.stage_asset import asset_key
+from rag_assets.sweep_assets import stage_assets
+from rag_core.planning.plan import Plan
+from rag_core.planning.stages import CONFIG_STAGE
+from sensors.alerts import drift_alerts
+from sensors.schedules import nightly_reevaluation
+from sensors.search import search_driver, search_job
+
+
+def sweep_definitions(
+    plan: Plan, nightly_cron: str | None = "0 2 * * *", data_dir: str | None = None
+) -> dg.Definitions:
+    evaluate_job = dg.define_asset_job(
+        f"{plan.prefix}__evaluate",
+        selection=[asset_key(plan, "answers"), asset_key(plan, CONFIG_STAGE)],
+        description=f"Answer and evaluate configs of sweep {plan.sweep.name} (their rerankings must exist).",
+    )
+    adaptive = plan.sweep.search.adaptive
+    return dg.Definitions(
+        assets=stage_assets(plan),
+        jobs=[evaluate_job, *([search_job(plan, data_dir)] if adaptive else [])],
+        schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir)] if nightly_cron else [],
+        sensors=[
+            drift_alerts(plan.sweep.name, asset_key(plan, "leaderboard"), f"{plan.prefix}__drift_alerts"),
+            *([search_driver(plan, data_dir)] if adaptive else []),
+        ],
+    )

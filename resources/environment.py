@@ -1,0 +1,118 @@
+"""Every environment variable the project reads, in one module: the deployment's settings (data dir, vector
+store, LLM endpoint, servers, limits) and the process defaults set before litellm and MLflow are imported.
+
+Anything else asks these functions; a bad value is a one-line error naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Process defaults, set once before litellm, MLflow or Dagster are imported: litellm fetches a remote cost
+# map at import and deadlocks with mlflow without the first (shared/notes/stack.md); no telemetry; the
+# embedding models are read from the local cache only.
+for _name, _value in {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "DAGSTER_DISABLE_TELEMETRY": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
+    os.environ.setdefault(_name, _value)
+
+SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def text(name: str, default: str | None = None) -> str | None:
+    """A variable's value; unset or empty: `default`."""
+    return os.environ.get(name) or default
+
+
+def is_set(name: str) -> bool:
+    return bool(os.environ.get(name))
+
+
+def default_data_dir() -> str:
+    return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
+
+
+def user_cache_dir() -> Path:
+    """This project's folder in the user's cache dir: what is built once per machine (not per data dir)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
+
+
+def deployment_store() -> str:
+    """The vector store of configs that name none, when the sweep's instance names none either."""
+    return os.environ.get("RAG_VECTOR_STORE", "lancedb").lower()
+
+
+def llm_api_base() -> str | None:
+    """The LLM endpoint the deployment's client calls ($RAG_LLM_API_BASE): part of the fingerprint of every
+    partition that calls an LLM, as the same model name on another server is another model."""
+    return os.environ.get("RAG_LLM_API_BASE") or None
+
+
+def sweep_file() -> str | None:
+    """$RAG_SWEEP: one sweep file that replaces the deployment's `defs/` folder (what `rag-sweep run` prints)."""
+    return os.environ.get("RAG_SWEEP") or None
+
+
+def dagster_home() -> str | None:
+    return os.environ.get("DAGSTER_HOME") or None
+
+
+def alert_settings() -> tuple[str | None, str]:
+    """(where drift alerts are posted: $RAG_ALERT_WEBHOOK, None for nowhere; the Dagster UI's address the
+    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000)."""
+    return os.environ.get("RAG_ALERT_WEBHOOK") or None, os.environ.get(
+        "RAG_DAGSTER_URL"
+    ) or "http://127.0.0.1:3000"
+
+
+def weaviate_settings() -> tuple[str, int, bool]:
+    """(WEAVIATE_URL, WEAVIATE_GRPC_PORT, whether WEAVIATE_API_KEY is set)."""
+    return (
+        os.environ.get("WEAVIATE_URL", "http://127.0.0.1:8080"),
+        int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")),
+        bool(os.environ.get("WEAVIATE_API_KEY")),
+    )
+
+
+def mlflow_tracking_uri() -> str | None:
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
+def mlflow_ui_url() -> str:
+    return os.environ.get("MLFLOW_UI_URL", "http://127.0.0.1:5000").rstrip("/")
+
+
+def secret_values() -> list[str]:
+    """The values of secret-named variables (…_API_KEY, …_TOKEN …): redacted from whatever is stored."""
+    return [v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES)]
+
+
+def env_number(name: str, default, cast):
+    """A non-negative number from the environment, or a one-line error naming the variable."""
+    from rag_core.planning.spec import SpecError
+
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SpecError(f"${name}={raw!r}: expected a non-negative {cast.__name__}")
+    return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` from the environment, or a one-line error naming the variable."""
+    from rag_core.planning.spec import SpecError
+
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise SpecError(f"${name}={value!r}: expected one of {', '.join(choices)}")
+    return value

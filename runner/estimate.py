@@ -1,0 +1,75 @@
+"""What a sweep would do, before it runs: its data loaded as a run would (errors name the file, row and
+field), and the bill (rag_core/planning/bill.py) of what a run would compute on a data dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from rag_assets.inputs import snapshot_fingerprints
+from rag_core.chunking.chunkers import chunk_corpus
+from rag_core.data.datasets import DatasetError, load_corpus, load_qa
+from rag_core.decision.holdout import holdout_ids
+from rag_core.planning.bill import Bill, estimate
+from rag_core.planning.plan import Plan
+from resources.artifacts import ArtifactRef
+from resources.embedders import EmbeddingService
+from resources.environment import default_data_dir
+from resources.llm import price
+from runner.plans import load_plan
+
+
+def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """Load the corpus and QA set as a run would (cheap next to a run): a missing or bad file is an error
+    naming its field of the sweep file, then the file, row and field. The QA set is None when the run is
+    to generate it."""
+    try:
+        corpus = load_corpus(sweep.corpus_path)
+    except DatasetError as e:
+        raise DatasetError(f"{sweep.path}: field 'data.corpus': {e}") from None
+    if sweep.qa_generation is not None and not sweep.qa_path.exists():
+        return corpus, None  # the run writes it first (qa_generation)
+    try:
+        qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
+    except DatasetError as e:
+        raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
+    return corpus, qa
+
+
+def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tuple[Plan, Bill]:
+    """What a run would compute for this sweep and data dir, from the files as they are now: nothing is
+    materialized."""
+    plan = load_plan(spec, store)
+    sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
+    corpus, qa = load_data(sweep)  # a missing or bad file is an error naming its field
+    inputs = snapshot_fingerprints(sweep)
+    if qa is not None:
+        n_queries = qa.height
+    else:  # to be generated: nothing downstream of it can exist yet
+        from rag_assets.qa_generation import estimate_line
+
+        print(estimate_line(sweep.qa_generation, corpus, sweep.qa_path))
+        n_queries, inputs["qa_set"] = sweep.qa_generation.questions, "to-be-generated"
+    expected = plan.fingerprints(inputs)
+    done = {(s, k) for (s, k), fp in expected.items() if ArtifactRef(data, s, fp).intact()}
+    embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
+
+    def chunks_of(key: str) -> pl.DataFrame:
+        ref = ArtifactRef(data, "chunksets", expected[("chunksets", key)])
+        if ref.intact():
+            return ref.read()
+        cfg = plan.partition("chunksets", key).config.chunking
+        tokenize = (lambda texts: embedder.token_offsets(cfg.model, texts)) if cfg.unit == "tokens" else None
+        method = (
+            "sentence" if cfg.method == "semantic" else cfg.method
+        )  # semantic cuts need embeddings: about
+        return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
+
+    held = 0
+    if plan.holdout and qa is not None:  # the selection's questions; the holdout's are the finalists'
+        d = plan.sweep.decision
+        held = len(holdout_ids(qa["query_id"].to_list(), d.holdout, d.holdout_seed))
+    return plan, estimate(
+        plan, done, chunks_of, embedder.cached_hashes, n_queries - held, price, holdout_questions=held
+    )

@@ -1,0 +1,166 @@
+"""Run a sweep end to end, in this process, through the same Dagster assets a deployment runs: the input
+files are observed and snapshotted, then the steps to do (runner/todo.py) run, each as a Dagster run as
+soon as the partitions it reads are complete, several at once in worker processes (runner/step_runs.py),
+into a persistent Dagster instance; an adaptive search is driven by its controller (runner/search.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import dagster as dg
+import polars as pl
+from dagster._core.definitions.observe import observe  # not re-exported at the top level
+from tqdm import tqdm
+
+from rag_assets.leaderboard import leaderboard_path
+from rag_assets.stage_asset import FORCE_TAG
+from rag_core.common.progress import listening
+from rag_core.planning.step_graph import StepGraph
+from resources.artifacts import ArtifactRef, latest_fingerprint
+from resources.environment import default_data_dir
+from runner.instance import RUNNER_PID_TAG, close_abandoned_runs, local_instance
+from runner.lock import exclusive
+from runner.plans import asset_key, load_plan, runner_definitions
+from runner.progress_bars import WorkBars, steps_bar
+from runner.search import SearchController, SearchReport, begin_search, step_tags
+from runner.step_runs import (
+    ALONE,
+    QUIET_LOGS,
+    STAGE_LIMITS,
+    StepRunner,
+    default_workers,
+    run_in_workers,
+    step_label,
+    worker_count,
+)
+from runner.todo import completed, holdout_steps, reads, stale_snapshots, steps, unobserved
+
+# MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+
+
+class SweepRun(NamedTuple):
+    board: Any  # the leaderboard (polars DataFrame)
+    defs: Any  # the definitions the steps ran with (the sweep's assets, the resources)
+    instance: Any
+    plan: Any  # rag_core.planning.plan.Plan
+    data: Path
+    search: SearchReport | None = None  # of an adaptive search
+
+    def artifact(self, stage: str, key: str | None = None, part: str | None = None):
+        """The rows of a stage's artifact as its latest materialization recorded it."""
+        asset = asset_key(self.plan, stage)
+        fp = latest_fingerprint(self.instance, asset, key)
+        if fp is None:
+            raise KeyError(f"{asset.to_user_string()}[{key}] is not materialized")
+        return ArtifactRef(self.data, stage, fp, key).read(part)
+
+
+def run_sweep(
+    spec: str,
+    data_dir: str | None = None,
+    force: bool = False,
+    verbose: bool = False,
+    progress: bool = True,
+    resources: dict | None = None,
+    store: str | None = None,
+    workers: int | None = None,
+) -> SweepRun:
+    """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
+    client pointed at another server); `store` is the vector store of configs that name none (default
+    $RAG_VECTOR_STORE, else lancedb); `workers`: processes that run independent partitions at once
+    (default $RAG_WORKERS, else half the cores available; 1 runs every step in this process)."""
+    plan = load_plan(spec, store)
+    workers = workers if workers is not None else default_workers()  # a bad $RAG_WORKERS: before any work
+    data = Path(data_dir or default_data_dir()).resolve()
+    with exclusive(data):
+        defs = runner_definitions(plan, str(data), resources)
+        instance = local_instance(data)
+        if n := close_abandoned_runs(instance):
+            print(f"marked {n} Dagster run(s) a killed rag-sweep run left started as failed", file=sys.stderr)
+        tags = {
+            "sweep": plan.sweep.name,
+            RUNNER_PID_TAG: str(os.getpid()),
+            **({FORCE_TAG: "true"} if force else {}),
+        }
+        runner = StepRunner(defs, instance, tags, verbose, plan)
+
+        def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
+            for line in runner(stage, key, extra_tags):
+                tqdm.write(line, file=sys.stderr)
+
+        sweep = plan.sweep
+        if sweep.qa_generation is not None and not sweep.qa_path.exists():
+            print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
+            materialize("qa_file")  # an existing file (a reviewed copy) is used as is
+        sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+        # the input files' content hashes, as the UI would observe them; an unchanged file is not observed again
+        if changed := unobserved(instance, sources):
+            observe(changed, instance=instance, run_config={} if verbose else QUIET_LOGS)
+        for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
+            materialize(stage)
+        stores = defs.resources["vector_stores"]
+        todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
+        search = None
+        work_bars = WorkBars(progress)
+        with listening(work_bars):  # texts embedded, questions answered: a bar inside the step
+            if plan.sweep.search.adaptive:
+                search = drive_search(plan, instance, data, force, materialize, progress, stores)
+                materialize("leaderboard")
+            elif not todo:
+                if not plan.holdout:  # (with a holdout: said once the holdout is known complete too)
+                    print("every partition is up to date: nothing to compute", file=sys.stderr)
+            else:
+                graph = StepGraph(todo, lambda step: reads(plan, step), STAGE_LIMITS, ALONE)
+                n = worker_count(graph, workers, resources, plan)
+                # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
+                bar = steps_bar(len(todo), progress)
+                if n > 1:
+                    run_in_workers(graph, n, plan, data, resources, tags, verbose, bar, work_bars)
+                else:
+                    for stage, key in todo:
+                        bar.set_description(step_label(plan, stage, key)[:60])
+                        materialize(stage, key)
+                        bar.update(1)
+                bar.close()
+            if plan.holdout:  # the finalists, on the questions no selection step saw
+                held = holdout_steps(
+                    plan, instance, data, force, plan.sweep.search.adaptive or bool(todo), stores
+                )
+                if not todo and not held:
+                    print("every partition is up to date: nothing to compute", file=sys.stderr)
+                bar = steps_bar(len(held), progress and bool(held))
+                for stage, key in held:
+                    bar.set_description(step_label(plan, stage, key)[:60])
+                    materialize(stage, key)
+                    bar.update(1)
+                bar.close()
+        board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
+        return SweepRun(board, defs, instance, plan, data, search)
+
+
+def drive_search(
+    plan, instance, data: Path, force: bool, materialize, progress: bool, stores
+) -> SearchReport:
+    """The sweep's adaptive search, in this process: its controller's steps materialized one after the
+    other until it reports (the same controller a deployment's sensor drives)."""
+    state = begin_search(plan, data, completed(plan, instance, data, stores=stores), force)
+    controller = SearchController(plan, data, instance, state, stores)
+    bar = tqdm(desc="search", unit="step", disable=not progress, file=sys.stderr)
+    try:
+        while (advance := controller.advance()).report is None:
+            for step in advance.steps:
+                bar.set_description(step_label(plan, step[0], step[1])[:60])
+                materialize(step[0], step[1], step_tags(state, step))
+                bar.update(1)
+    except BaseException as e:
+        state.finish("failed", f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        bar.close()
+    state.finish("done", f"stopped by {advance.report.stopped_by}")
+    return advance.report

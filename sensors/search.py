@@ -1,0 +1,155 @@
+"""An adaptive search (halving, bayesian) on a deployment: the `<sweep>__search` job starts or continues it
+(its budget as run config), and this sensor drives it. At each tick the search's controller
+(runner/search.py) replays the search against what is complete and names the steps it needs next; the
+sensor requests each as an ordinary run (the step's asset and partition, tagged with the search), through
+the run queue, so whatever run launcher and executor the deployment has carry it. When the search reports,
+the leaderboard is requested, then the finalists' holdout partitions and the confirmation.
+
+The state is the search's file in the data dir and the search's tagged runs in the instance: a daemon that
+dies and restarts, or a search started twice, continues; a step already requested (queued, running or
+done) is never requested again (its run key is the search's and the step's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from rag_core.planning.plan import Plan
+from resources import build_resources
+from resources.environment import default_data_dir
+from runner.plans import asset_key
+from runner.search import RungStep, SearchController, SearchState, begin_search, runs_of, step_tags
+from runner.todo import completed, holdout_steps
+
+LIVE = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+)
+FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+class SearchBudget(dg.Config):
+    """The run config of a search job: overrides of the sweep's `search.budget` (empty: the sweep's)."""
+
+    max_configs: int | None = None
+    max_llm_calls: int | None = None
+    max_cost_usd: float | None = None
+    restart: bool = False  # start anew: every step computed again (as `rag-sweep run --force`)
+
+
+def search_job(plan: Plan, data_dir: str | None = None) -> dg.JobDefinition:
+    """`<sweep>__search`: start the sweep's search (or continue it, with this budget); the sensor
+    `<sweep>__search_driver` then requests its runs."""
+
+    @dg.op(name=f"{plan.prefix}__start_search", required_resource_keys={"vector_stores"})
+    def start_search(context: dg.OpExecutionContext, config: SearchBudget) -> None:
+        data = Path(data_dir or default_data_dir())
+        budget = {k: v for k, v in config.model_dump().items() if k != "restart" and v is not None}
+        complete = completed(plan, context.instance, data, stores=context.resources.vector_stores)
+        state = begin_search(plan, data, complete, config.restart, budget)
+        context.log.info(
+            f"search {state.id} of sweep {plan.sweep.name} ({plan.sweep.search.strategy}) is running: "
+            f"sensor {plan.prefix}__search_driver requests its steps as runs tagged rag/search={state.id}"
+        )
+
+    @dg.job(
+        name=f"{plan.prefix}__search",
+        description=f"Run the {plan.sweep.search.strategy} search of sweep {plan.sweep.name}: its budget as "
+        "run config; the search continues where it was (a relaunch never evaluates a config twice).",
+        tags={"sweep": plan.sweep.name},
+    )
+    def _job():
+        start_search()
+
+    return _job
+
+
+def search_driver(plan: Plan, data_dir: str | None = None, interval_s: int = 5) -> dg.SensorDefinition:
+    keys = [asset_key(plan, s) for s in plan.partitions] + [asset_key(plan, "leaderboard")]
+    if plan.holdout:
+        keys.append(asset_key(plan, "confirmation"))
+
+    @dg.sensor(
+        name=f"{plan.prefix}__search_driver",
+        target=keys,
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Drives the search that the job {plan.prefix}__search started: requests the steps it "
+        "needs next as runs, observes the evaluations as they complete, stops at the budget.",
+    )
+    def _driver(context: dg.SensorEvaluationContext):
+        data = Path(data_dir or default_data_dir())
+        state = SearchState.load(data, plan.sweep.name)
+        if state is None or state.status != "running":
+            return dg.SkipReason(f"no search running ({state.status if state else 'none started'})")
+        requests, waiting, why = next_requests(plan, data, context.instance, state)
+        if why:
+            state.finish("failed", why)
+            return dg.SkipReason(why)
+        if not requests and not waiting:
+            state.finish("done", "the leaderboard is up to date")
+            return dg.SkipReason(f"search {state.id} is done")
+        return requests or dg.SkipReason(f"search {state.id}: waiting for {waiting} run(s)")
+
+    return _driver
+
+
+def _after(runs: dict, step: RungStep, t: float) -> bool:
+    """Whether a run of `step` succeeded that started after time `t`."""
+    return any(
+        r.dagster_run.status == dg.DagsterRunStatus.SUCCESS and r.create_timestamp.timestamp() > t
+        for r in runs.get(step, [])
+    )
+
+
+def next_requests(plan: Plan, data: Path, instance, state: SearchState) -> tuple[list, int, str]:
+    """(the runs to request now, how many of the search's runs are in flight, why the search cannot go on)."""
+    stores = build_resources(str(data))["vector_stores"]
+    controller = SearchController(plan, data, instance, state, stores)
+    advance = controller.advance()
+    runs = runs_of(instance, state)
+    steps: list[RungStep] = advance.steps
+    if advance.report is not None:  # the search is over: rank what it evaluated, then confirm
+        board: RungStep = ("leaderboard", None, None)
+        last = max(  # the leaderboard must rank every evaluation of the search: requested after the last
+            (r.create_timestamp.timestamp() for s, rs in runs.items() if s[0] != "leaderboard" for r in rs),
+            default=0.0,
+        )
+        if not _after(runs, board, last):
+            steps = [board]
+        elif plan.holdout:
+            ranked = max(r.create_timestamp.timestamp() for r in runs[board])
+            held = holdout_steps(plan, instance, data, state.force, True, stores)
+            steps = [(s, k, None) for s, k in held if not _after(runs, (s, k, None), ranked)][:1]
+    requests, waiting = [], 0
+    for step in steps:
+        mine = runs.get(step, [])
+        if any(r.dagster_run.status in LIVE for r in mine):
+            waiting += 1
+            continue
+        failed = [r for r in mine if r.dagster_run.status in FAILED]
+        if any(r.create_timestamp.timestamp() > state.resumed for r in failed):
+            stage, key, _ = step  # the user decides: launching the search job again retries the step
+            return (
+                [],
+                waiting,
+                (
+                    f"{stage}[{key}] failed (run {failed[-1].dagster_run.run_id}); launch the search job again "
+                    "to retry it"
+                ),
+            )
+        stage, key, n = step
+        requests.append(
+            dg.RunRequest(
+                run_key=f"{state.id}:{stage}:{key}:{n}:{len(failed)}",
+                asset_selection=[asset_key(plan, stage)],
+                partition_key=key,
+                tags={"sweep": plan.sweep.name, **step_tags(state, step)},
+            )
+        )
+    return requests, waiting, ""
