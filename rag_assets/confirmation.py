@@ -12,7 +12,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from rag_assets.leaderboard import newer_inputs, publish
+from rag_assets.leaderboard import newer_inputs, publish_board
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
 from resources.artifacts import Artifact, ArtifactRef
@@ -95,7 +95,7 @@ class Confirmation(StageLogic):
         summary["share"] = run.plan.sweep.decision.holdout
         return Artifact(run.ref, table, {"summary": pl.DataFrame({"json": [json.dumps(summary)]})})
 
-    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+    def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         summary = _summary(run)
         board_ref = run.inputs["leaderboard"]
         decision = {**board_decision(board_ref), "holdout": summary}
@@ -107,7 +107,7 @@ class Confirmation(StageLogic):
             for k, fp in zip(board["config_key"], board["fingerprint"], strict=True)
         }
         qa = split_inputs(run.plan, SELECTION, {"qa_set": run.inputs["qa_set"].source})["qa_set"].read()
-        path, _, _, report = publish(run, board, decision, selection, qa, holdout=frame)
+        path, _, _, report = publish_board(run, board, decision, selection, qa, holdout=frame)
         run.resources.tracking.log_confirmation(run.plan.sweep.name, board, summary, board_ref.fp, report)
         return {
             "verdict": dg.MetadataValue.md(f"**{summary['verdict']}**"),

@@ -71,20 +71,37 @@ class Evaluations(StageLogic):
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
-        summary = frame.to_dicts()[0]
-        metrics = {k: v for k, v in summary.items() if isinstance(v, float) and "." not in k}
+        metrics = _metrics(frame)
+        qa = run.inputs["qa_set"]
+        rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
+        plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
+        key = run.context.partition_key
+        run.context.log.info(
+            f"{key}: "
+            + ", ".join(
+                f"{m}={metrics[m]:.3f}" if m in metrics else f"{m} undefined"
+                for m in ("recall_at_k", "token_f1")
+            )
+        )
+        return {
+            **({"split": "holdout"} if is_holdout_key(key) else rung),
+            # the metrics that decide (weighted, or what a team reads first) as numbers the UI plots over
+            # partitions; the rest in one table-like JSON, not as ~30 more plots per config
+            **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
+            "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
+        }
+
+    def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        """The config's MLflow run (a finalist on the holdout has none: the confirmation puts its holdout
+        figures on the config's run)."""
         key, tracking = run.context.partition_key, run.resources.tracking
+        if is_holdout_key(key):
+            return {}
+        summary, metrics = frame.to_dicts()[0], _metrics(frame)
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
         label = run.plan.labels.get(key, key)  # the full key is tag config_key
-        plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
-        per_query = run.ref.read("per_query") if reused else run.output.parts["per_query"]
-        if is_holdout_key(key):  # a finalist on the holdout: the confirmation puts it on the config's run
-            return {
-                "split": "holdout",
-                **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
-                "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
-            }
+        per_query = run.part("per_query")
         run_id = tracking.ensure_run(
             experiment=run.plan.sweep.name,
             run_name=f"{label} ({rung['questions']} questions)" if rung else label,
@@ -106,19 +123,7 @@ class Evaluations(StageLogic):
             per_question=lambda: per_question_table(per_query, run.read("qa_set"), run.read("rerankings")),
             force=not reused,
         )
-        run.context.log.info(
-            f"{key}: "
-            + ", ".join(
-                f"{m}={metrics[m]:.3f}" if m in metrics else f"{m} undefined"
-                for m in ("recall_at_k", "token_f1")
-            )
-        )
         return {
-            **rung,
-            # the metrics that decide (weighted, or what a team reads first) as numbers the UI plots over
-            # partitions; the rest in one table-like JSON, not as ~30 more plots per config
-            **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
-            "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
             "mlflow_run_id": run_id or "",
             **({"mlflow_run": dg.MetadataValue.url(url)} if (url := tracking.run_url(run_id)) else {}),
             "mlflow_tracking_uri": tracking.resolved_uri(),
@@ -134,3 +139,8 @@ class Evaluations(StageLogic):
                 metadata={"judge_failures": failures, "judge_model": run.plan.sweep.judge_model or ""},
             )
         ]
+
+
+def _metrics(frame: pl.DataFrame) -> dict[str, float]:
+    """The evaluation summary's metrics (its settings are the columns with a dot)."""
+    return {k: v for k, v in frame.to_dicts()[0].items() if isinstance(v, float) and "." not in k}

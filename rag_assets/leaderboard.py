@@ -99,7 +99,7 @@ def read_decision(data_dir, sweep_name: str) -> dict:
     return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
 
 
-def publish(
+def publish_board(
     run: StageRun,
     frame: pl.DataFrame,
     decision: dict,
@@ -221,7 +221,7 @@ class Leaderboard(StageLogic):
         evaluations = {k: r for k, r in inputs["evaluations"].items() if not is_holdout_key(k)}
         return {**split_inputs(plan, SELECTION, inputs), "evaluations": evaluations}
 
-    def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+    def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         decision = json.loads(run.part("decision")["json"][0])
         per_query = run.notes.get("per_query") or {
             k: r.read("per_query")
@@ -229,7 +229,7 @@ class Leaderboard(StageLogic):
             if k in set(frame["config_key"])
         }
         qa = run.read("qa_set")
-        path, markdown, png, report = publish(run, frame, decision, per_query, qa)
+        path, markdown, png, report = publish_board(run, frame, decision, per_query, qa)
         history = record_history(path, frame, decision, append=not reused)
         trend = trend_plot_png(history)
         atomic_write(path.with_suffix(".trend.png"), lambda tmp: Path(tmp).write_bytes(trend))

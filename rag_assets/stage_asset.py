@@ -4,7 +4,7 @@ The skeleton declares the stage's inputs (every artifact it reads, with the plan
 its partitions, code version, pool and checks; at run time it computes the artifact's fingerprint from its
 own settings and the fingerprints of what it read, reuses the artifact when it exists (unless the run is
 forced) and otherwise calls the stage's logic. Each stage module supplies only a `StageLogic`: what to
-compute, what to report and which checks to run.
+compute, what to report, what to publish beyond the artifact and which checks to run.
 """
 
 from __future__ import annotations
@@ -129,6 +129,11 @@ class StageLogic:
         """Materialization metadata, from the artifact's rows (computed or reused)."""
         return {"dagster/row_count": frame.height}
 
+    def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        """What the step puts outside its artifact once the artifact is whole (an MLflow run, the ship
+        report and the leaderboard's files); returns the metadata that says where. Nothing by default."""
+        return {}
+
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
         return []
 
@@ -207,7 +212,8 @@ def stage_asset(
         group_name=plan.prefix,
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
-        automation_condition=logic.automation(key, plan),
+        # an adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate
+        automation_condition=None if plan.sweep.search.adaptive else logic.automation(key, plan),
         check_specs=[
             dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
             for c in logic.checks
@@ -241,6 +247,7 @@ def stage_asset(
                 "path": dg.MetadataValue.path(str(ref.path())),
                 "reused": dg.MetadataValue.bool(reused),
                 **logic.report(run, frame, reused),
+                **logic.publish(run, frame, reused),
             },
         )
         yield from logic.check(run, frame)

@@ -14,7 +14,7 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from sensors.alerts import drift_alerts
 from sensors.schedules import nightly_reevaluation
-from sensors.search import search_driver, search_job
+from sensors.search import search_driver, search_job, step_jobs
 
 
 def sweep_definitions(
@@ -26,12 +26,13 @@ def sweep_definitions(
         description=f"Answer and evaluate configs of sweep {plan.sweep.name} (their rerankings must exist).",
     )
     adaptive = plan.sweep.search.adaptive
+    steps = step_jobs(plan) if adaptive else {}
     return dg.Definitions(
         assets=stage_assets(plan),
-        jobs=[evaluate_job, *([search_job(plan, data_dir)] if adaptive else [])],
+        jobs=[evaluate_job, *([search_job(plan, data_dir), *steps.values()] if adaptive else [])],
         schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir)] if nightly_cron else [],
         sensors=[
             drift_alerts(plan.sweep.name, asset_key(plan, "leaderboard"), f"{plan.prefix}__drift_alerts"),
-            *([search_driver(plan, data_dir)] if adaptive else []),
+            *([search_driver(plan, steps, data_dir)] if adaptive else []),
         ],
     )

@@ -10,18 +10,17 @@ dies and restarts, or a search started twice, continues; a step already requeste
 done) is never requested again (its run key is the search's and the step's).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import dagster as dg
 
+from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources import build_resources
 from resources.environment import default_data_dir
 from runner.plans import asset_key
 from runner.search import RungStep, SearchController, SearchState, begin_search, runs_of, step_tags
-from runner.todo import completed, holdout_steps
+from runner.todo import completed, holdout_steps, stale_snapshots
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -31,6 +30,16 @@ LIVE = (
     dg.DagsterRunStatus.CANCELING,
 )
 FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+# A run lost without its step failing (a worker that never started or died with its machine, failed by
+# the instance's run monitoring) is asked again, this many times.
+MAX_LOST = 2
+
+
+def _step_failed(instance, run_id: str) -> bool:
+    """Whether the run failed in its step (the step raised), rather than around it."""
+    return bool(
+        instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
+    )
 
 
 class SearchBudget(dg.Config):
@@ -69,14 +78,34 @@ def search_job(plan: Plan, data_dir: str | None = None) -> dg.JobDefinition:
     return _job
 
 
-def search_driver(plan: Plan, data_dir: str | None = None, interval_s: int = 5) -> dg.SensorDefinition:
-    keys = [asset_key(plan, s) for s in plan.partitions] + [asset_key(plan, "leaderboard")]
-    if plan.holdout:
-        keys.append(asset_key(plan, "confirmation"))
+def step_jobs(plan: Plan) -> dict:
+    """One asset job per stage a search materializes, `<sweep>__search_<stage>`: a run of a search's step is
+    a run of its stage's job for one partition (a run's assets share one partitions definition)."""
+    stages = [
+        "corpus",
+        "qa_set",
+        *plan.partitions,
+        "leaderboard",
+        *(["confirmation"] if plan.holdout else []),
+    ]
+    return {
+        s: dg.define_asset_job(
+            f"{plan.prefix}__search_{s}",
+            selection=[asset_key(plan, s)],
+            description=f"A {s} step of the search of sweep {plan.sweep.name}, requested by its sensor.",
+        )
+        for s in stages
+    }
+
+
+def search_driver(
+    plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 5
+) -> dg.SensorDefinition:
+    """`<sweep>__search_driver`: every `interval_s`, the steps the running search needs next, as runs."""
 
     @dg.sensor(
         name=f"{plan.prefix}__search_driver",
-        target=keys,
+        jobs=list(jobs.values()),
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Drives the search that the job {plan.prefix}__search started: requests the steps it "
@@ -87,7 +116,7 @@ def search_driver(plan: Plan, data_dir: str | None = None, interval_s: int = 5) 
         state = SearchState.load(data, plan.sweep.name)
         if state is None or state.status != "running":
             return dg.SkipReason(f"no search running ({state.status if state else 'none started'})")
-        requests, waiting, why = next_requests(plan, data, context.instance, state)
+        requests, waiting, why = next_requests(plan, data, context.instance, state, jobs)
         if why:
             state.finish("failed", why)
             return dg.SkipReason(why)
@@ -107,17 +136,27 @@ def _after(runs: dict, step: RungStep, t: float) -> bool:
     )
 
 
-def next_requests(plan: Plan, data: Path, instance, state: SearchState) -> tuple[list, int, str]:
+def _selection(step: RungStep) -> bool:
+    """A step of the search itself (not the leaderboard's, nor the holdout's that follow it)."""
+    stage, key, _ = step
+    return stage not in ("leaderboard", "confirmation") and not is_holdout_key(key or "")
+
+
+def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: dict) -> tuple[list, int, str]:
     """(the runs to request now, how many of the search's runs are in flight, why the search cannot go on)."""
     stores = build_resources(str(data))["vector_stores"]
-    controller = SearchController(plan, data, instance, state, stores)
-    advance = controller.advance()
     runs = runs_of(instance, state)
-    steps: list[RungStep] = advance.steps
-    if advance.report is not None:  # the search is over: rank what it evaluated, then confirm
+    if stale := stale_snapshots(plan, instance, data):  # the input files as they are now, first
+        steps: list[RungStep] = [(stale[0], None, None)]
+        advance = None
+    else:
+        advance = SearchController(plan, data, instance, state, stores).advance()
+        steps = advance.steps
+    over = advance is not None and advance.report is not None
+    if over:  # the search is over: rank what it evaluated, then confirm on the holdout
         board: RungStep = ("leaderboard", None, None)
         last = max(  # the leaderboard must rank every evaluation of the search: requested after the last
-            (r.create_timestamp.timestamp() for s, rs in runs.items() if s[0] != "leaderboard" for r in rs),
+            (r.create_timestamp.timestamp() for s, rs in runs.items() if _selection(s) for r in rs),
             default=0.0,
         )
         if not _after(runs, board, last):
@@ -133,21 +172,22 @@ def next_requests(plan: Plan, data: Path, instance, state: SearchState) -> tuple
             waiting += 1
             continue
         failed = [r for r in mine if r.dagster_run.status in FAILED]
-        if any(r.create_timestamp.timestamp() > state.resumed for r in failed):
+        lost = [r for r in failed if not _step_failed(instance, r.dagster_run.run_id)]
+        if len(lost) > MAX_LOST or any(
+            r.create_timestamp.timestamp() > state.resumed for r in failed if r not in lost
+        ):
             stage, key, _ = step  # the user decides: launching the search job again retries the step
+            run_id = failed[-1].dagster_run.run_id
             return (
                 [],
                 waiting,
-                (
-                    f"{stage}[{key}] failed (run {failed[-1].dagster_run.run_id}); launch the search job again "
-                    "to retry it"
-                ),
+                f"{stage}[{key}] failed (run {run_id}); launch the search job again to retry it",
             )
         stage, key, n = step
         requests.append(
             dg.RunRequest(
-                run_key=f"{state.id}:{stage}:{key}:{n}:{len(failed)}",
-                asset_selection=[asset_key(plan, stage)],
+                run_key=f"{state.id}:{stage}:{key}:{n}:{len(mine)}",  # a step asked again: a new key
+                job_name=jobs[stage].name,
                 partition_key=key,
                 tags={"sweep": plan.sweep.name, **step_tags(state, step)},
             )

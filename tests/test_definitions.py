@@ -170,3 +170,35 @@ def test_the_leaderboard_depends_on_the_selection_and_the_confirmation_on_the_ho
 
 def _retrieval(config_key: str) -> str:
     return config_key.rsplit("__", 2)[0]
+
+
+def test_an_adaptive_sweep_has_a_search_job_the_ui_launches_and_a_sensor_that_drives_it(tmp_path):
+    """The job's run config is the budget; before it runs, the sensor has nothing to do."""
+    from rag_core.planning.spec import sweep_from_dict
+
+    raw = yaml_sweep(search={"strategy": "halving", "start_questions": 5, "budget": {"max_configs": 2}})
+    plan = Plan.resolve(sweep_from_dict(raw, tmp_path / "s.yaml"))
+    defs = build_definitions([plan], str(tmp_path))
+    dg.Definitions.validate_loadable(defs)
+    job = defs.get_job_def("halving__search")
+    fields = job.run_config_schema.config_type.fields["ops"].config_type.fields
+    budget = fields["halving__start_search"].config_type.fields["config"].config_type.fields
+    assert {"max_configs", "max_llm_calls", "max_cost_usd", "restart"} <= set(budget)
+    sensor = defs.get_sensor_def("halving__search_driver")
+    with dg.instance_for_test() as instance:
+        result = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+    assert not result.run_requests and "no search running" in result.skip_message
+    grid = build_definitions(
+        [Plan.resolve(sweep_from_dict(yaml_sweep(), tmp_path / "g.yaml"))], str(tmp_path)
+    )
+    assert not [j for j in grid.jobs if j.name.endswith("__search")]  # a grid has nothing to drive
+
+
+def yaml_sweep(**sections) -> dict:
+    return {
+        "name": "halving",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "vector", "top_k": [1, 3]},
+        **sections,
+    }

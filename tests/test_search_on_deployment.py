@@ -1,0 +1,242 @@
+"""An adaptive search on a Dagster deployment (webserver + daemon on PostgreSQL, the MLflow server): the
+search job is launched through the webserver's GraphQL API as the UI launches it, with its budget as run
+config; the search's sensor requests every step as an ordinary run through the run queue. It ends with the
+leaderboard and recommendation `rag-sweep run` gives on the same sweep and data (the runner, in process), and
+a daemon killed in the middle of it loses nothing and evaluates nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from rag_assets.leaderboard import read_decision
+from runner import run_sweep
+from runner.search import SEARCH_TAG, STEP_TAG, SearchState
+from tests.conftest import write_sweep
+from tests.servers import _stop, free_port, graphql, wait_http
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
+NAME, PREFIX = "deployed-halving", "deployed_halving"
+
+LAUNCH = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message stack }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+
+def _sweep(tmp_path: Path, slice_data: dict) -> Path:
+    """Three configs on one index; halving over the 20 questions from 10; the recommendation is the best
+    config of the top tier (not the fastest: latency differs between machines and runs)."""
+    return write_sweep(
+        tmp_path / "halving.yaml",
+        slice_data,
+        name=NAME,
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "vector", "top_k": [1, 3, 5]},
+        search={"strategy": "halving", "start_questions": 10, "growth": 2},
+        decision={"holdout": 0, "prefer": "best"},
+    )
+
+
+class Deployment:
+    """The webserver and the daemon of a deployment whose instance lives in PostgreSQL."""
+
+    def __init__(self, tmp_path: Path, spec: Path, data: Path, postgres_server, mlflow_server):
+        self.tmp = tmp_path
+        self.home = tmp_path / "dagster_home"
+        self.home.mkdir()
+        # the deployment's instance, with run monitoring that gives up on a run whose worker never started
+        # after 20 s (180 s in deploy/): a run the killed daemon was launching is failed, then asked again
+        instance = (ROOT / "deploy" / "dagster.yaml").read_text()
+        instance = instance.replace(
+            "start_timeout_seconds: 180", "start_timeout_seconds: 20\n  poll_interval_seconds: 5"
+        )
+        assert "poll_interval_seconds: 5" in instance
+        (self.home / "dagster.yaml").write_text(instance)
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(self.home),
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(postgres_server.port),
+            "DAGSTER_PG_USER": postgres_server.user,
+            "DAGSTER_PG_PASSWORD": "unused",
+            "DAGSTER_PG_DB": postgres_server.create_db(f"dagster_{tmp_path.name[-20:]}".replace("-", "_")),
+            "RAG_SWEEP": str(spec),
+            "RAG_DATA_DIR": str(data),
+            "RAG_VECTOR_STORE": "lancedb",
+            "MLFLOW_TRACKING_URI": mlflow_server.url,
+        }
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.webserver = self._start(
+            "webserver", "dagster-webserver", "-h", "127.0.0.1", "-p", str(self.port)
+        )
+        self.daemon = self.start_daemon()
+
+    def _start(self, name: str, exe: str, *args: str) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("a")
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / exe), *args, "-w", "workspace.yaml"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def start_daemon(self) -> subprocess.Popen:
+        return self._start("daemon", "dagster-daemon", "run")
+
+    def instance(self) -> dg.DagsterInstance:
+        keys = [k for k in self.env if k.startswith("DAGSTER_PG_")]
+        saved = {k: os.environ.get(k) for k in keys}
+        os.environ.update({k: self.env[k] for k in keys})
+        try:
+            return dg.DagsterInstance.from_config(str(self.home))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()[-4000:]
+
+    def stop(self) -> None:
+        for p in (self.webserver, self.daemon):
+            _stop(p)
+
+
+@contextmanager
+def deployment(tmp_path, spec, data, postgres_server, mlflow_server):
+    d = Deployment(tmp_path, spec, data, postgres_server, mlflow_server)
+    try:
+        wait_http(f"{d.url}/server_info", 120, d.webserver, tmp_path / "webserver.log")
+        yield d
+    finally:
+        d.stop()
+
+
+def _launch_search(d: Deployment, budget: dict) -> str:
+    launched = graphql(
+        d.url,
+        LAUNCH,
+        {
+            "params": {
+                "selector": {
+                    "repositoryLocationName": "rag_sweep",
+                    "repositoryName": "__repository__",
+                    "jobName": f"{PREFIX}__search",
+                },
+                "runConfigData": {"ops": {f"{PREFIX}__start_search": {"config": budget}}},
+            }
+        },
+    )["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return launched["run"]["runId"]
+
+
+def _wait(d: Deployment, data: Path, until, timeout: float = 900) -> SearchState:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = SearchState.load(data, NAME)
+        if state is not None and until(state):
+            return state
+        time.sleep(2)
+    raise TimeoutError(f"search state {SearchState.load(data, NAME)}\n{d.log('daemon')}")
+
+
+def _step_runs(instance, state: SearchState, statuses: list | None = None) -> Counter:
+    """How many runs the search requested for each step (a step requested twice counts 2)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}, statuses=statuses))
+    return Counter(tuple(json.loads(r.tags[STEP_TAG])) for r in runs)
+
+
+def _same_board(deployed: Path, local: Path) -> None:
+    cols = ["config_key", "tier", "overall_score", "recall_at_k", "token_f1", "n_queries", "recommended"]
+    a, b = (
+        pl.read_parquet(d / "leaderboards" / f"{NAME}.parquet").select(cols).sort("config_key")
+        for d in (deployed, local)
+    )
+    assert a.to_dicts() == b.to_dicts()
+    da, db = read_decision(deployed, NAME), read_decision(local, NAME)
+    assert da["recommended"] == db["recommended"] and da["not_ranked"] == db["not_ranked"]
+
+
+def test_a_halving_search_launched_from_the_ui_matches_the_cli(
+    slice_data, postgres_server, mlflow_server, tmp_path
+):
+    t0 = time.perf_counter()
+    spec = _sweep(tmp_path, slice_data)
+    data = tmp_path / "data"
+    with deployment(tmp_path, spec, data, postgres_server, mlflow_server) as d:
+        run_id = _launch_search(d, {"max_configs": 3})
+        state = _wait(d, data, lambda s: s.status != "running")
+        assert state.status == "done", f"{state.message}\n{d.log('daemon')}"
+        instance = d.instance()
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+        steps = _step_runs(instance, state)
+    assert steps and max(steps.values()) == 1  # every step requested once
+    evaluated = {(k, n) for s, k, n in steps if s == "evaluations"}
+    assert {n for _, n in evaluated} == {10, None}  # a rung of 10 questions, then the full set
+    local = run_sweep(str(spec), str(tmp_path / "local"), progress=False)
+    assert set(local.search.evaluated) == {k for k, _ in evaluated}
+    _same_board(data, local.data)
+    print(f"search on the deployment: {len(steps)} runs, {time.perf_counter() - t0:.0f} s")
+
+
+def test_a_search_whose_daemon_dies_continues_and_evaluates_nothing_twice(
+    slice_data, postgres_server, mlflow_server, tmp_path
+):
+    spec = _sweep(tmp_path, slice_data)
+    data = tmp_path / "data"
+    with deployment(tmp_path, spec, data, postgres_server, mlflow_server) as d:
+        _launch_search(d, {})
+        instance = d.instance()
+
+        def some_evaluated(state: SearchState) -> bool:
+            done = instance.get_runs(
+                filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}, statuses=[dg.DagsterRunStatus.SUCCESS])
+            )
+            return any(json.loads(r.tags[STEP_TAG])[0] == "evaluations" for r in done)
+
+        _wait(d, data, some_evaluated)
+        os.kill(d.daemon.pid, signal.SIGKILL)  # the daemon dies mid-search (its runs in flight go on)
+        d.daemon.wait()
+        time.sleep(3)
+        assert SearchState.load(data, NAME).status == "running"
+        d.daemon = d.start_daemon()
+        _launch_search(d, {})  # started twice: it continues
+        state = _wait(d, data, lambda s: s.status != "running")
+        assert state.status == "done", f"{state.message}\n{d.log('daemon')}"
+        done = _step_runs(instance, state, [dg.DagsterRunStatus.SUCCESS])
+        asked = _step_runs(instance, state)
+    # every step done once; a run the killed daemon was launching never started, was failed by run
+    # monitoring and asked again: the only step asked twice
+    assert max(done.values()) == 1, [s for s, n in done.items() if n > 1]
+    assert all(n == 1 or s in done for s, n in asked.items())
+    print(f"asked again after the daemon died: {[s for s, n in asked.items() if n > 1]}")
+    evaluations = instance.fetch_materializations(dg.AssetKey([PREFIX, "evaluations"]), limit=1000).records
+    rungs = Counter(
+        (r.partition_key, instance.get_run_by_id(r.run_id).tags.get("rag/questions")) for r in evaluations
+    )
+    assert rungs and max(rungs.values()) == 1  # no config evaluated twice on a rung
+    assert {(k, n) for s, k, n in done if s == "evaluations"} == {
+        (k, None if n is None else int(n)) for k, n in rungs
+    }
