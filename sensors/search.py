@@ -16,8 +16,8 @@ import dagster as dg
 
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
-from resources import build_resources
 from resources.environment import default_data_dir
+from resources.vector_stores import VectorStores
 from runner.plans import asset_key
 from runner.search import RungStep, SearchController, SearchState, begin_search, runs_of, step_tags
 from runner.todo import completed, holdout_steps, stale_snapshots
@@ -144,9 +144,12 @@ def _selection(step: RungStep) -> bool:
 
 def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: dict) -> tuple[list, int, str]:
     """(the runs to request now, how many of the search's runs are in flight, why the search cannot go on)."""
-    stores = build_resources(str(data))["vector_stores"]
+    stores = VectorStores.from_env(str(data))
     runs = runs_of(instance, state)
-    if stale := stale_snapshots(plan, instance, data):  # the input files as they are now, first
+    # the input files as they are now, first (as `rag-sweep run` snapshots them once, before its steps): hashed
+    # until the search's first step past the snapshots, not on every tick of a running search
+    started = any(s[0] not in ("corpus", "qa_set") for s in runs)
+    if not started and (stale := stale_snapshots(plan, instance, data)):
         steps: list[RungStep] = [(stale[0], None, None)]
         advance = None
     else:
