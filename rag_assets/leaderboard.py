@@ -27,7 +27,8 @@ from rag_core.decision.leaderboard import (
 )
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
 from rag_core.decision.report import missed_questions, query_scores, ship_report
-from resources.artifacts import Artifact, atomic_write, atomic_write_parquet
+from resources.artifacts import Artifact
+from resources.storage import atomic_write_bytes, atomic_write_parquet, data_root, modified, read_parquet
 
 # The Dagster table: the short label for the key (the full keys are the `config_keys` metadata), the
 # score with its interval and tier as the CLI shows them, then the display metrics.
@@ -91,7 +92,7 @@ def question_tables(board: pl.DataFrame, per_query: dict, qa: pl.DataFrame, deci
 
 
 def leaderboard_path(data_dir, sweep_name: str) -> Path:
-    return Path(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
+    return data_root(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
 
 
 def read_decision(data_dir, sweep_name: str) -> dict:
@@ -124,7 +125,7 @@ def publish_board(
         **{path.with_name(f"{sweep.name}.{name}"): data for name, data in plots.items()},
     }
     for file, data in files.items():
-        atomic_write(file, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        atomic_write_bytes(file, data)
     return path, to_markdown(frame), png, {"ship_report.html": page, "ship_report.md": md}
 
 
@@ -232,7 +233,7 @@ class Leaderboard(StageLogic):
         path, markdown, png, report = publish_board(run, frame, decision, per_query, qa)
         history = record_history(path, frame, decision, append=not reused)
         trend = trend_plot_png(history)
-        atomic_write(path.with_suffix(".trend.png"), lambda tmp: Path(tmp).write_bytes(trend))
+        atomic_write_bytes(path.with_suffix(".trend.png"), trend)
         # every config run carries its place, its score at this evaluation's night the step of its history
         # (a config run logged again since gets it back) ...
         run.resources.tracking.log_ranking(run.plan.sweep.name, frame, decision.get("evaluated_at"))
@@ -364,8 +365,8 @@ def newer_inputs(ref, inputs) -> bool:
     """Whether any input artifact was written after `ref` (which exists)."""
     if not ref.exists():
         return False
-    mine = ref.path().stat().st_mtime_ns
-    return any(r.exists() and r.path().stat().st_mtime_ns > mine for r in inputs)
+    mine = modified(ref.path())
+    return any(r.exists() and modified(r.path()) > mine for r in inputs)
 
 
 HISTORY_COLUMNS = [
@@ -383,7 +384,7 @@ def record_history(path: Path, frame: pl.DataFrame, decision: dict, append: bool
     """`<sweep>.history.parquet`: every config's overall score at each evaluation of the board (a night
     of the schedule, a forced or changed run); `append`: this board is new (a reused one is there)."""
     file = path.with_suffix(".history.parquet")
-    history = pl.read_parquet(file) if file.exists() else pl.DataFrame()
+    history = read_parquet(file) if file.exists() else pl.DataFrame()
     if append or history.is_empty():
         rows = frame.select([c for c in HISTORY_COLUMNS if c != "evaluated_at"]).with_columns(
             pl.lit(float(decision.get("evaluated_at") or time.time())).alias("evaluated_at")

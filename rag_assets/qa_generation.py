@@ -63,6 +63,7 @@ def generate_qa_command(args) -> int:
     from resources.embedders import EmbeddingService
     from resources.environment import default_data_dir, env_number, text
     from resources.llm import LLMClient
+    from resources.storage import data_root
 
     try:
         settings = QAGeneration(
@@ -86,7 +87,7 @@ def generate_qa_command(args) -> int:
     print(estimate_line(settings, corpus, out))
     if args.dry_run:
         return 0
-    data = Path(args.data_dir or default_data_dir()).resolve()
+    data = data_root(args.data_dir or default_data_dir())
     data.mkdir(parents=True, exist_ok=True)
     llm = LLMClient(
         api_base=text("RAG_LLM_API_BASE"),

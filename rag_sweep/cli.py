@@ -31,7 +31,7 @@ from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.data.datasets import DatasetError
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.planning.spec import SpecError
-from resources import environment  # noqa: F401 (the process defaults: rag_assets imports it first too)
+from resources import environment  # first: the process defaults (rag_assets imports it first too)
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
@@ -250,15 +250,21 @@ def _print_run(run, args, seconds: float) -> None:
     if args.output:
         _write(board, args.output)
     spec_path = Path(args.spec).resolve()
+    tracking = run.defs.resources["tracking"]
+    runs_url = tracking.ranked_runs_url(sweep.name) or "http://127.0.0.1:5000"
+    store = tracking.resolved_uri()
+    mlflow = (
+        f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {store}   (then open "
+        if store.startswith("sqlite:")
+        else "open "  # the deployment's MLflow server
+    )
     print(
         "\nExplore the results:\n"
-        f"  Dagster UI: DAGSTER_HOME={data / 'dagster_home'} RAG_SWEEP={spec_path} RAG_DATA_DIR={data} "
-        f"RAG_VECTOR_STORE={plan.store} "
+        f"  Dagster UI: DAGSTER_HOME={environment.dagster_home() or data / 'dagster_home'} RAG_SWEEP={spec_path} "
+        f"RAG_DATA_DIR={data} RAG_VECTOR_STORE={plan.store} "
         ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
-        f"  MLflow UI:  LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri "
-        f"sqlite:///{data / 'mlflow.db'}   (then open "
-        f"{run.defs.resources['tracking'].ranked_runs_url(sweep.name) or 'http://127.0.0.1:5000'}: "
-        f"experiment {sweep.name}, best first)"
+        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep.name}, best first"
+        + (")" if store.startswith("sqlite:") else "")
     )
 
 

@@ -6,9 +6,8 @@ resources/environment.py), in one place.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from resources.environment import env_choice, env_number, is_set, text
+from resources.storage import data_root
 
 
 def build_resources(data_dir: str) -> dict:
@@ -24,7 +23,7 @@ def build_resources(data_dir: str) -> dict:
     return {
         "artifacts": ArtifactIOManager(data_dir=data_dir),
         "embedder": EmbeddingService(
-            cache_dir=str(Path(data_dir) / "embedding_cache"),
+            cache_dir=str(data_root(data_dir) / "embedding_cache"),
             api_base=text("RAG_EMBEDDING_API_BASE"),
             backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
         ),
@@ -33,7 +32,7 @@ def build_resources(data_dir: str) -> dict:
         "llm": LLMClient(
             api_base=text("RAG_LLM_API_BASE"),
             api_key=dg.EnvVar("RAG_LLM_API_KEY") if is_set("RAG_LLM_API_KEY") else None,
-            cache_path=str(Path(data_dir) / "llm_cache.sqlite"),
+            cache_path=str(data_root(data_dir) / "llm_cache.sqlite"),
             timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
             max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
             max_concurrency=max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int)),

@@ -2,7 +2,7 @@
 
 Every stage's artifact is `<data_dir>/<stage>/<fingerprint>.parquet`; the fingerprint is the asset
 materialization's data version. An asset returns an `Artifact` (its reference and, when it computed it,
-the frame); the IO manager writes it atomically (temp file + rename; side tables first, the main file
+the frame); the IO manager writes it atomically (resources/storage.py; side tables first, the main file
 last, so a main file's presence means the artifact is complete). Inputs come from what upstream
 *materialized*: the IO manager reads the upstream partition's latest data version from the instance and
 hands the asset an `ArtifactRef`, read only when the asset needs its rows. A changed input file therefore
@@ -11,43 +11,15 @@ never changes what a downstream step reads until its snapshot is materialized ag
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
-import pyarrow.parquet as pq
 from dagster._core.definitions.data_version import DATA_VERSION_TAG, extract_data_version_from_entry
 from dagster._core.events import DagsterEventType
 
-
-def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
-    """`write(temp path)`, then rename onto `path`: a reader sees the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
-    return atomic_write(path, df.write_parquet)
-
-
-def readable_parquet(path: Path) -> bool:
-    try:
-        pq.read_metadata(path)
-        return True
-    except Exception:  # truncated, empty or not Parquet at all
-        return False
+from resources.storage import atomic_write_parquet, data_root, parquet_columns, read_parquet, readable_parquet
 
 
 @dataclass(frozen=True)
@@ -79,9 +51,9 @@ class ArtifactRef:
         from rag_core.planning.stages import BY_NAME
 
         column = BY_NAME[self.stage].failures if self.stage in BY_NAME else None
-        if column is None or column not in pq.read_schema(self.path()).names:
+        if column is None or column not in parquet_columns(self.path()):
             return 0
-        values = pl.read_parquet(self.path(), columns=[column])[column]
+        values = read_parquet(self.path(), columns=[column])[column]
         return int(values.drop_nulls().len() if values.dtype == pl.String else values.fill_null(0).sum())
 
     def read(self, part: str | None = None) -> pl.DataFrame:
@@ -93,7 +65,7 @@ class ArtifactRef:
                 f"materialize {where} again"
             )
         try:
-            return pl.read_parquet(path)
+            return read_parquet(path)
         except Exception as e:  # polars raises ComputeError, OSError ... on a damaged file
             raise dg.Failure(f"{where}: artifact {path} is damaged ({e}): materialize {where} again") from e
 
@@ -167,7 +139,13 @@ def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[
     tags = instance.event_log_storage.get_latest_tags_by_partition(
         key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
     )
-    return {p: t[DATA_VERSION_TAG] for p, t in tags.items() if DATA_VERSION_TAG in t}
+    latest = {p: t[DATA_VERSION_TAG] for p, t in tags.items() if DATA_VERSION_TAG in t}
+    # a process killed between storing a materialization and indexing its tags (two writes on PostgreSQL)
+    # leaves a latest event the index does not know: read those few from the events themselves
+    for partition in instance.get_materialized_partitions(key) - latest.keys():
+        if fp := latest_fingerprint(instance, key, partition):
+            latest[partition] = fp
+    return latest
 
 
 class ArtifactIOManager(dg.ConfigurableIOManager):
@@ -177,7 +155,7 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
 
     @property
     def root(self) -> Path:
-        return Path(self.data_dir)
+        return data_root(self.data_dir)
 
     def ref(self, stage: str, fp: str, partition: str | None = None) -> ArtifactRef:
         return ArtifactRef(self.root, stage, fp, partition)

@@ -26,8 +26,9 @@ import pyarrow as pa
 
 from rag_core.common.fingerprint import short_hash, slug, text_hash
 from rag_core.common.local_models import is_local, model_version
-from resources.artifacts import atomic_write_parquet
 from resources.local_encoders import local_encoder
+from resources.locks import shared_lock
+from resources.storage import atomic_write_parquet, data_root, read_parquet, set_aside
 
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
 _PARTS: dict[Path, dict[str, np.ndarray]] = {}
@@ -76,7 +77,9 @@ class EmbeddingService(dg.ConfigurableResource):
 
     def _cache_path(self, model: str) -> Path:
         version = model_version(model)
-        return Path(self.cache_dir) / (f"{slug(model)}-{short_hash(version, 12)}" if version else slug(model))
+        return data_root(self.cache_dir) / (
+            f"{slug(model)}-{short_hash(version, 12)}" if version else slug(model)
+        )
 
     def _load_cache(self, model: str) -> dict[str, np.ndarray]:
         folder = self._cache_path(model)
@@ -87,7 +90,7 @@ class EmbeddingService(dg.ConfigurableResource):
             with _LOCK:
                 if part not in _PARTS:
                     try:
-                        df = pl.read_parquet(part)
+                        df = read_parquet(part)
                         _PARTS[part] = dict(
                             zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True)
                         )
@@ -95,8 +98,7 @@ class EmbeddingService(dg.ConfigurableResource):
                         _LOG.warning(
                             f"embedding cache part {part} is damaged ({e}); embedding its texts again"
                         )
-                        with contextlib.suppress(FileNotFoundError):  # another run set it aside first
-                            part.replace(part.with_suffix(".damaged"))
+                        set_aside(part, ".damaged")
                         continue
             cache.update(_PARTS[part])
         return cache
@@ -197,14 +199,8 @@ class EmbeddingService(dg.ConfigurableResource):
             cache.update(zip((h for h, _ in block), new, strict=True))
 
 
-@contextlib.contextmanager
 def _embedding(folder: Path):
-    """Held while texts missing from a model's cache are embedded: a second process (a `rag-sweep run`
-    worker evaluating another config over the same chunks) waits, then finds them cached, so each text is
-    embedded once. The kernel releases it when its process ends, even when killed."""
-    import fcntl
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".embedding.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    """Held while texts missing from a model's cache are embedded: a second process (another worker
+    evaluating another config over the same chunks) waits, then finds them cached, so each text is
+    embedded once (resources/locks.py: on the deployment's database when it has one)."""
+    return shared_lock(f"embedding {folder}", folder / ".embedding.lock")

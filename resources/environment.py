@@ -18,6 +18,10 @@ for _name, _value in {
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # S3-compatible servers other than AWS (MinIO, Ceph, SeaweedFS ...) often refuse the AWS SDKs' newer
+    # streamed checksums; a checksum only where the API requires one works on all of them
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
 }.items():
     os.environ.setdefault(_name, _value)
 
@@ -35,6 +39,30 @@ def is_set(name: str) -> bool:
 
 def default_data_dir() -> str:
     return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
+
+
+def s3_settings() -> tuple[str | None, str]:
+    """(the S3 endpoint, `$AWS_ENDPOINT_URL`, None for AWS itself; the region, `$AWS_REGION`, default
+    us-east-1). The credentials stay in the AWS variables, read by the S3 clients themselves."""
+    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3") or None, (
+        os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    )
+
+
+def shared_database_url() -> str | None:
+    """The deployment's PostgreSQL (the Dagster instance's, `$DAGSTER_PG_*` as deploy/dagster.yaml reads
+    them), where what every worker must share transactionally lives (the LLM call cache and ledger, the
+    locks); None on the embedded default (SQLite and file locks in the data dir)."""
+    host = os.environ.get("DAGSTER_PG_HOST")
+    if not host:
+        return None
+    from urllib.parse import quote
+
+    user = quote(os.environ.get("DAGSTER_PG_USER", "postgres"), safe="")
+    password = os.environ.get("DAGSTER_PG_PASSWORD")
+    auth = f"{user}:{quote(password, safe='')}" if password else user
+    port = os.environ.get("DAGSTER_PG_PORT", "5432")
+    return f"postgresql://{auth}@{host}:{port}/{os.environ.get('DAGSTER_PG_DB', 'dagster')}"
 
 
 def user_cache_dir() -> Path:

@@ -17,7 +17,7 @@ import dagster as dg
 
 from rag_core.common.completion import Completion
 from resources.environment import secret_values
-from resources.llm_cache import LLMCache, call_key
+from resources.llm_cache import call_key, open_cache
 
 
 class EmptyCompletion(RuntimeError):
@@ -90,7 +90,7 @@ class LLMClient(dg.ConfigurableResource):
         the cache holds the call (a forced re-evaluation), and record the new answer."""
         if self.cache_path is None:
             return self._call(model, prompt, temperature, max_tokens)
-        cache = LLMCache(self.cache_path)
+        cache = open_cache(self.cache_path)
         key = call_key(model, self.api_base, prompt, temperature, max_tokens, sample)
         if not reask and (hit := cache.get(key)) is not None:
             return hit

@@ -1,4 +1,5 @@
-"""The LLM call cache and ledger: `<data_dir>/llm_cache.sqlite`.
+"""The LLM call cache and ledger: `<data_dir>/llm_cache.sqlite`, or a table in the deployment's PostgreSQL
+when it has one (workers on several machines share it; rows are kept apart per data dir).
 
 An identical call (model, endpoint, prompt, temperature, max tokens, sample) is answered from here
 instead of the provider (unless it is re-asked: a forced re-evaluation sees today's provider), so a question already asked is never paid for again: when successive halving grows a
@@ -19,6 +20,9 @@ from pathlib import Path
 
 from rag_core.common.completion import Completion
 from rag_core.common.fingerprint import fingerprint
+from resources.environment import shared_database_url
+from resources.locks import NoSharedLock
+from resources.storage import is_remote
 
 # One row per call paid for: a forced re-evaluation asks again and adds a row (the ledger keeps what was
 # paid); the latest row of a key answers it. (Older stores kept one row per key in `completions`.)
@@ -64,6 +68,20 @@ def call_key(
     > 0 answered several times), its own entry."""
     parts = ("completion", model, api_base or "", prompt, float(temperature), int(max_tokens))
     return fingerprint(*parts, int(sample)) if sample else fingerprint(*parts)
+
+
+def open_cache(path: str | Path) -> LLMCache | PostgresLLMCache:
+    """The cache of the data dir `path` lives in (`<data dir>/llm_cache.sqlite`): the deployment's database
+    when it has one, else that SQLite file (which a data dir on object storage cannot hold)."""
+    url = shared_database_url()
+    if url:
+        return PostgresLLMCache(url, store=str(path))
+    if is_remote(path):
+        raise NoSharedLock(
+            f"{path}: a data dir on object storage keeps its LLM call cache in the deployment's PostgreSQL "
+            "($DAGSTER_PG_HOST ...: see README, Deployment)"
+        )
+    return LLMCache(path)
 
 
 class LLMCache:
@@ -127,4 +145,73 @@ class LLMCache:
             n, cost = conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (since,)
             ).fetchone()
+        return int(n), float(cost)
+
+
+PG_SCHEMA = """CREATE TABLE IF NOT EXISTS rag_sweep_llm_calls (
+    store TEXT, key TEXT, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
+    cost_usd DOUBLE PRECISION, latency_ms DOUBLE PRECISION, attempts INTEGER, created DOUBLE PRECISION);
+CREATE INDEX IF NOT EXISTS rag_sweep_llm_calls_by_key ON rag_sweep_llm_calls (store, key, created)"""
+_PG_READY: set[str] = set()
+
+
+class PostgresLLMCache:
+    """The same cache and ledger in the deployment's PostgreSQL: one table, rows kept apart per data dir
+    (`store`), so every worker of a deployment answers a call another already paid for."""
+
+    def __init__(self, url: str, store: str):
+        self.url, self.store = url, store
+
+    def _connect(self):
+        import psycopg2
+
+        conn = psycopg2.connect(self.url, application_name="rag-sweep llm cache")
+        if self.url not in _PG_READY:
+            with _INIT, conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(7400125)")  # two first uses at once
+                cur.execute(PG_SCHEMA)
+            _PG_READY.add(self.url)
+        return conn
+
+    def get(self, key: str) -> Completion | None:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts "
+                "FROM rag_sweep_llm_calls WHERE store = %s AND key = %s ORDER BY created DESC LIMIT 1",
+                (self.store, key),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return None
+        text, pt, ct, cost, ms, attempts = row
+        return Completion(text, None, attempts, ms, pt, ct, cost, cached=True)
+
+    def put(self, key: str, model: str, c: Completion) -> None:
+        if c.error is not None or c.cached:
+            return
+        with closing(self._connect()) as conn, conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO rag_sweep_llm_calls VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    self.store,
+                    key,
+                    model,
+                    c.text,
+                    c.prompt_tokens,
+                    c.completion_tokens,
+                    c.cost_usd,
+                    c.latency_ms,
+                    c.attempts,
+                    time.time(),
+                ),
+            )
+
+    def spent(self, since: float = 0.0) -> tuple[int, float]:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM rag_sweep_llm_calls "
+                "WHERE store = %s AND created >= %s",
+                (self.store, since),
+            )
+            n, cost = cur.fetchone()
         return int(n), float(cost)

@@ -15,6 +15,7 @@ import dagster as dg
 import polars as pl
 
 from resources.environment import mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
+from resources.storage import is_remote
 
 
 @functools.cache
@@ -84,6 +85,11 @@ class MlflowTracking(dg.ConfigurableResource):
             return self.tracking_uri
         if uri := mlflow_tracking_uri():
             return uri
+        if is_remote(self.default_dir):
+            raise ValueError(
+                f"data dir {self.default_dir}: on object storage the config runs are tracked on the "
+                "deployment's MLflow server: set $MLFLOW_TRACKING_URI (see README, Deployment)"
+            )
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
 

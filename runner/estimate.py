@@ -3,8 +3,6 @@ field), and the bill (rag_core/planning/bill.py) of what a run would compute on 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from rag_assets.inputs import snapshot_fingerprints
@@ -17,6 +15,7 @@ from resources.artifacts import ArtifactRef
 from resources.embedders import EmbeddingService
 from resources.environment import default_data_dir
 from resources.llm import price
+from resources.storage import data_root
 from runner.plans import load_plan
 
 
@@ -41,7 +40,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
     """What a run would compute for this sweep and data dir, from the files as they are now: nothing is
     materialized."""
     plan = load_plan(spec, store)
-    sweep, data = plan.sweep, Path(data_dir or default_data_dir()).resolve()
+    sweep, data = plan.sweep, data_root(data_dir or default_data_dir())
     corpus, qa = load_data(sweep)  # a missing or bad file is an error naming its field
     inputs = snapshot_fingerprints(sweep)
     if qa is not None:

@@ -7,10 +7,34 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.environment import dagster_home
+from resources.environment import dagster_home, mlflow_tracking_uri, shared_database_url
+from resources.storage import is_remote
+from runner.errors import DataDirError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RUNNER_PID_TAG = "rag/cli_pid"  # the process that ran a Dagster run in process (rag-sweep or a worker)
+
+
+def require_deployment(data_dir) -> None:
+    """A data dir on object storage is a deployment's: it needs the deployment's Dagster instance, database
+    (locks, LLM call cache) and MLflow server, as no local file may hold them. One line naming what is
+    missing, before any work."""
+    if not is_remote(data_dir):
+        return
+    missing = [
+        what
+        for what, ok in (
+            ("$DAGSTER_HOME (the deployment's instance: deploy/dagster.yaml)", dagster_home()),
+            ("$DAGSTER_PG_HOST (its PostgreSQL: locks and the LLM call cache)", shared_database_url()),
+            ("$MLFLOW_TRACKING_URI (its MLflow server)", mlflow_tracking_uri()),
+        )
+        if not ok
+    ]
+    if missing:
+        raise DataDirError(
+            f"data dir {data_dir} is on object storage, which needs a deployment: set {'; '.join(missing)} "
+            "(README, Deployment)"
+        )
 
 
 def local_instance(data_dir: Path) -> dg.DagsterInstance:
@@ -18,6 +42,11 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
     same run queue and pools as `dagster dev` from the repo root)."""
     if dagster_home():
         return dg.DagsterInstance.get()
+    if is_remote(data_dir):
+        raise DataDirError(
+            f"data dir {data_dir}: on object storage the runs are recorded in the deployment's Dagster "
+            "instance: set $DAGSTER_HOME (with PostgreSQL storage, deploy/dagster.yaml; see README, Deployment)"
+        )
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():

@@ -37,7 +37,8 @@ from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, stage
 from rag_core.search import Halving, Space, make
 from rag_core.search.halving import question_scores
 from resources.artifacts import ArtifactRef
-from resources.llm_cache import LLMCache
+from resources.llm_cache import open_cache
+from resources.storage import atomic_write_bytes, data_root
 from runner.todo import Complete, completed, input_fingerprints
 
 # The stages whose settings make a config; the first three decide the index (the expensive part).
@@ -315,7 +316,7 @@ class SearchState:
 
     @staticmethod
     def file(data: Path, sweep: str) -> Path:
-        return Path(data) / "searches" / f"{sweep}.json"
+        return data_root(data) / "searches" / f"{sweep}.json"
 
     @classmethod
     def load(cls, data: Path, sweep: str) -> SearchState | None:
@@ -330,12 +331,9 @@ class SearchState:
         return cls(path=path, **{k: v for k, v in raw.items() if k in names})
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k != "path"}, default=str)
-        )
-        tmp.replace(self.path)  # whole or not at all: a reader never sees half a state
+        state = {k: v for k, v in dataclasses.asdict(self).items() if k != "path"}
+        # whole or not at all: a reader never sees half a state
+        atomic_write_bytes(self.path, json.dumps(state, default=str).encode())
 
     def finish(self, status: str, message: str = "") -> None:
         self.status, self.message = status, message
@@ -410,12 +408,12 @@ class SearchController:
 
     def __init__(self, plan: Plan, data: Path, instance, state: SearchState, stores=None):
         self.plan = with_budget(plan, state.budget)
-        self.data, self.instance, self.state, self.stores = Path(data), instance, state, stores
+        self.data, self.instance, self.state, self.stores = data_root(data), instance, state, stores
         self.ran: set[RungStep] = set()
         self._before: set[RungStep] | None = None  # what the search had run when this controller began
         self._rungs: dict[int | None, Complete] = {}
         self._frames: dict[tuple[str, str, int | None], pl.DataFrame] = {}
-        cache = LLMCache(self.data / "llm_cache.sqlite")
+        cache = open_cache(self.data / "llm_cache.sqlite")
         self.spent: Spent = lambda: cache.spent(state.started)
         self.admission = Admission(state.begun, state.save)
 

@@ -27,6 +27,7 @@ from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecut
 
 from rag_core.planning.spec import SpecError
 from resources.environment import env_number
+from resources.storage import data_root
 from runner.errors import CheckFailed, StepFailed
 from runner.instance import RUNNER_PID_TAG, local_instance
 from runner.plans import asset_key, runner_definitions
@@ -158,7 +159,7 @@ def _start(plan, data: str, resources: dict | None, tags: dict, verbose: bool, e
     defs = runner_definitions(plan, data, resources)
     # the worker's own pid: a later run closes this Dagster run as abandoned only once this process is gone
     _RUNNER = StepRunner(
-        defs, local_instance(Path(data)), {**tags, RUNNER_PID_TAG: str(os.getpid())}, verbose, plan
+        defs, local_instance(data_root(data)), {**tags, RUNNER_PID_TAG: str(os.getpid())}, verbose, plan
     )
     _EVENTS = events
 

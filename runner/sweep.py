@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import dagster as dg
-import polars as pl
 from dagster._core.definitions.observe import observe  # not re-exported at the top level
 from tqdm import tqdm
 
@@ -22,7 +21,8 @@ from rag_core.common.progress import listening
 from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from resources.environment import default_data_dir
-from runner.instance import RUNNER_PID_TAG, close_abandoned_runs, local_instance
+from resources.storage import data_root, read_parquet
+from runner.instance import RUNNER_PID_TAG, close_abandoned_runs, local_instance, require_deployment
 from runner.lock import exclusive
 from runner.plans import asset_key, load_plan, runner_definitions
 from runner.progress_bars import WorkBars, steps_bar
@@ -76,7 +76,8 @@ def run_sweep(
     (default $RAG_WORKERS, else half the cores available; 1 runs every step in this process)."""
     plan = load_plan(spec, store)
     workers = workers if workers is not None else default_workers()  # a bad $RAG_WORKERS: before any work
-    data = Path(data_dir or default_data_dir()).resolve()
+    data = data_root(data_dir or default_data_dir())
+    require_deployment(data)
     with exclusive(data):
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
@@ -139,7 +140,7 @@ def run_sweep(
                     materialize(stage, key)
                     bar.update(1)
                 bar.close()
-        board = pl.read_parquet(leaderboard_path(data, plan.sweep.name))
+        board = read_parquet(leaderboard_path(data, plan.sweep.name))
         return SweepRun(board, defs, instance, plan, data, search)
 
 

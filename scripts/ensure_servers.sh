@@ -3,9 +3,12 @@
 # - PostgreSQL: Debian's postgresql package (initdb, pg_ctl) if missing.
 # - Weaviate: built once from its published Go module into ~/.cache/rag-sweep (about 6 minutes cold).
 # - Chromium: Debian's chromium package, the real browser of the report's screenshot test.
-# Prints `export` lines for WEAVIATE_BIN, PG_BINDIR and CHROMIUM_BIN; skip Weaviate when WEAVIATE_URL is set.
+# - An S3-compatible server (gofakes3, MIT; MinIO's server is AGPL): built once from its Go module (~10 s).
+# Prints `export` lines for WEAVIATE_BIN, PG_BINDIR, CHROMIUM_BIN and S3_SERVER_BIN; skip Weaviate when
+# WEAVIATE_URL is set.
 set -euo pipefail
 WEAVIATE_VERSION="${WEAVIATE_VERSION:-v1.35.2}"
+GOFAKES3_VERSION="${GOFAKES3_VERSION:-v1.2.0}"
 CACHE="${RAG_SWEEP_CACHE:-$HOME/.cache/rag-sweep}"
 
 pg_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
@@ -38,3 +41,19 @@ if [ -z "${WEAVIATE_URL:-}" ]; then
   fi
   echo "export WEAVIATE_BIN=$bin"
 fi
+
+go_build() {  # go_build MODULE/CMD VERSION NAME: the binary's path, built into the cache once
+  local bin="$CACHE/$3-$2/$3"
+  if [ ! -x "$bin" ]; then
+    command -v go >/dev/null || { echo "[servers] Go is needed to build $3" >&2; exit 1; }
+    echo "[servers] building $3 $2 from its Go module (cached in $CACHE)" >&2
+    mkdir -p "$(dirname "$bin")"
+    local tmp
+    tmp="$(mktemp -d)"
+    GOBIN="$tmp" go install "$1@$2" >&2
+    mv "$tmp/$(basename "$1")" "$bin"
+    rmdir "$tmp"
+  fi
+  echo "$bin"
+}
+echo "export S3_SERVER_BIN=$(go_build github.com/johannesboyne/gofakes3/cmd/gofakes3 "$GOFAKES3_VERSION" gofakes3)"

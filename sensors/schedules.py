@@ -10,11 +10,11 @@ def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
     """The holdout partitions of the finalists the sweep's last leaderboard named (re-asked nightly too,
     so the confirmation measures today's provider); none before a leaderboard or without a holdout."""
     import json
-    from pathlib import Path
 
     from rag_core.decision.holdout import HOLDOUT_SUFFIX
+    from resources.storage import data_root
 
-    decision = Path(data_dir) / "leaderboards" / f"{plan.sweep.name}.decision.json"
+    decision = data_root(data_dir) / "leaderboards" / f"{plan.sweep.name}.decision.json"
     if not plan.holdout or not decision.exists():
         return []
     return [k + HOLDOUT_SUFFIX for k in json.loads(decision.read_text()).get("finalists") or []]

@@ -17,6 +17,7 @@ import dagster as dg
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
+from resources.storage import data_root
 from resources.vector_stores import VectorStores
 from runner.plans import asset_key
 from runner.search import RungStep, SearchController, SearchState, begin_search, runs_of, step_tags
@@ -57,7 +58,7 @@ def search_job(plan: Plan, data_dir: str | None = None) -> dg.JobDefinition:
 
     @dg.op(name=f"{plan.prefix}__start_search", required_resource_keys={"vector_stores"})
     def start_search(context: dg.OpExecutionContext, config: SearchBudget) -> None:
-        data = Path(data_dir or default_data_dir())
+        data = data_root(data_dir or default_data_dir())
         budget = {k: v for k, v in config.model_dump().items() if k != "restart" and v is not None}
         complete = completed(plan, context.instance, data, stores=context.resources.vector_stores)
         state = begin_search(plan, data, complete, config.restart, budget)
@@ -112,7 +113,7 @@ def search_driver(
         "needs next as runs, observes the evaluations as they complete, stops at the budget.",
     )
     def _driver(context: dg.SensorEvaluationContext):
-        data = Path(data_dir or default_data_dir())
+        data = data_root(data_dir or default_data_dir())
         state = SearchState.load(data, plan.sweep.name)
         if state is None or state.status != "running":
             return dg.SkipReason(f"no search running ({state.status if state else 'none started'})")

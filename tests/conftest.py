@@ -115,7 +115,7 @@ def sweep_run(slice_sweep, tmp_path_factory):
 
 # ---- real servers (see tests/servers.py), started once per session ------------------------------
 
-SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server"}
+SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server", "s3_server"}
 
 
 def pytest_collection_modifyitems(items):
@@ -169,6 +169,16 @@ def mlflow_server(postgres_server):
 
     server = Mlflow.start(postgres_server.url(postgres_server.create_db("mlflow")))
     STARTUP_TIMES["mlflow server"] = server.startup_s
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from tests.servers import S3Server
+
+    server = S3Server.start()
+    STARTUP_TIMES["s3 server"] = server.startup_s
     yield server
     server.stop()
 

@@ -3,6 +3,8 @@
 - Weaviate: the binary built by scripts/ensure_servers.sh ($WEAVIATE_BIN), or $WEAVIATE_URL if set.
 - PostgreSQL: initdb + pg_ctl in a temp dir ($PG_BINDIR); as root it runs as the `postgres` user.
 - MLflow: `mlflow server` with a PostgreSQL backend store and a local artifact root.
+- S3: an S3-compatible server (gofakes3, built by scripts/ensure_servers.sh: $S3_SERVER_BIN) storing its
+  buckets in a temp dir, with one bucket `rag`.
 Each start measures its own start-up time (printed in the test log).
 """
 
@@ -270,6 +272,64 @@ class Mlflow:
         url = f"http://127.0.0.1:{port}"
         startup = wait_http(f"{url}/health", 120, proc, log)
         return _live(cls(url=url, proc=proc, tmp=tmp, startup_s=startup))
+
+    def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
+        _stop(self.proc)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    proc: subprocess.Popen
+    tmp: Path
+    startup_s: float
+    bucket: str = "rag"
+    key_id: str = "rag-sweep-test"
+    secret: str = "s3-secret-0123456789abcdef"  # must never be written into what a run stores
+
+    @classmethod
+    def start(cls) -> S3Server:
+        binary = os.environ.get("S3_SERVER_BIN") or str(
+            Path.home() / ".cache/rag-sweep/gofakes3-v1.2.0/gofakes3"
+        )
+        if not Path(binary).exists():
+            raise RuntimeError(f"no S3 server binary at {binary}: run scripts/ensure_servers.sh")
+        tmp = Path(tempfile.mkdtemp(prefix="s3-"))
+        port = free_port()
+        log = tmp / "s3.log"
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [
+                binary,
+                "-backend",
+                "fs",
+                "-fs.path",
+                str(tmp / "buckets"),
+                "-fs.create",
+                "-host",
+                f"127.0.0.1:{port}",
+                "-initialbucket",
+                "rag",
+            ],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_http(f"{endpoint}/rag", 30, proc, log)
+        return _live(cls(endpoint=endpoint, proc=proc, tmp=tmp, startup_s=time.perf_counter() - t0))
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables a client of this server needs."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_REGION": "us-east-1",
+        }
 
     def stop(self) -> None:
         if self in LIVE:

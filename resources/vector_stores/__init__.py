@@ -6,12 +6,11 @@ embedded ones keep their data under the data dir; Weaviate is a server (WEAVIATE
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dagster as dg
 
 from rag_core.planning.spec import VECTOR_STORES
 from resources.environment import weaviate_settings
+from resources.storage import data_root, is_remote
 from resources.vector_stores.base import Hit, VectorStore
 from resources.vector_stores.chroma_store import ChromaStore
 from resources.vector_stores.lancedb_store import LanceDBStore
@@ -44,7 +43,12 @@ class VectorStores(dg.ConfigurableResource):
         )
 
     def get(self, backend: str) -> VectorStore:
-        root = Path(self.data_dir)
+        root = data_root(self.data_dir)
+        if is_remote(root) and backend not in ("lancedb", "weaviate"):
+            raise ValueError(
+                f"vector store {backend!r} keeps its files on a local disk; with a data dir on object "
+                f"storage ({self.data_dir}) use lancedb (which writes there) or weaviate (a server)"
+            )
         makers = {
             "lancedb": lambda: LanceDBStore(uri=str(root / "lancedb")),
             "qdrant": lambda: QdrantStore(path=str(root / "qdrant")),

@@ -15,8 +15,8 @@ are closed when a Dagster step ends (`teardown_after_execution`).
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
-import os
 import shutil
 import threading
 import time
@@ -28,12 +28,13 @@ from typing import Any, ClassVar
 import dagster as dg
 
 from rag_core.data.filters import filterable_attributes
+from resources.storage import atomic_write_bytes, data_root
 from resources.vector_stores.base import VectorStore
 
 
 class AliasDirectory:
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self.root = data_root(root)
 
     def _path(self, collection: str) -> Path:
         return self.root / "_aliases" / f"{collection}.json"
@@ -43,7 +44,10 @@ class AliasDirectory:
         path = self._path(collection)
         if not path.exists():
             return None
-        record = json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:  # removed since (object storage tells existence and content apart)
+            return None
         # alias files written before filters existed name the table only
         return {
             "physical": record.get("physical") or record["table"],
@@ -56,16 +60,14 @@ class AliasDirectory:
     ) -> dict | None:
         """Move the alias to `physical` (a finished build of `count` rows); return the previous record."""
         previous = self.get(collection)
-        path = self._path(collection)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
-        tmp.write_text(json.dumps({"physical": physical, "fields": fields, "count": count}))
-        os.replace(tmp, path)
+        record = {"physical": physical, "fields": fields, "count": count}
+        atomic_write_bytes(self._path(collection), json.dumps(record).encode())
         return previous
 
     def remove(self, collection: str) -> dict | None:
         previous = self.get(collection)
-        self._path(collection).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._path(collection).unlink()
         return previous
 
 

@@ -15,6 +15,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from resources.storage import lance_storage_options
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
 
@@ -58,7 +59,7 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
     def _db(self):
         import lancedb
 
-        return lancedb.connect(self.uri)
+        return lancedb.connect(self.uri, storage_options=lance_storage_options(self.uri))
 
     @property
     def _root(self) -> str:

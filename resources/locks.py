@@ -1,0 +1,69 @@
+"""Locks every process of a deployment sees: a PostgreSQL advisory lock when the deployment has a database
+(workers on other machines share nothing else), else `flock` on a file in the local data dir.
+
+Both are released when their holder ends, even when killed (the kernel closes the file; PostgreSQL ends
+the session of a dropped connection).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from resources.environment import shared_database_url
+from resources.storage import is_remote
+
+
+class NoSharedLock(RuntimeError):
+    """A data dir on object storage with no database to lock in."""
+
+
+def _key(name: str) -> int:
+    """A lock's name as PostgreSQL's advisory-lock key (a signed 64-bit integer)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def shared_lock(name: str, local_file: Path, waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock `name` (`local_file`: its file when the data dir is local and there is no database).
+    `waiting(holder)` is called once when another process holds it, before waiting for it."""
+    url = shared_database_url()
+    if url:
+        import psycopg2
+
+        conn = psycopg2.connect(url, application_name=f"rag-sweep lock {name}"[:63])
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", (_key(name),))
+                if not cur.fetchone()[0]:
+                    if waiting:
+                        waiting("another process")
+                    cur.execute("SELECT pg_advisory_lock(%s)", (_key(name),))
+            yield
+        finally:
+            conn.close()  # ends the session, which releases the lock
+        return
+    if is_remote(local_file):
+        raise NoSharedLock(
+            f"{name}: a data dir on object storage needs the deployment's PostgreSQL to lock in "
+            "($DAGSTER_PG_HOST ...: see README, Deployment)"
+        )
+    local_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(local_file, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            if waiting:
+                waiting(lock.read().strip() or "another process")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}")
+        lock.flush()
+        yield

@@ -1,0 +1,126 @@
+"""Where a sweep's data lives: a local folder or an object-storage prefix (`s3://bucket/prefix`).
+
+Both are handled as paths (`pathlib.Path` locally, `upath.UPath` over fsspec's s3fs remotely), so the
+code that lays out artifacts, caches and reports is the same on both. The endpoint and credentials come
+from the standard AWS environment variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY`, `AWS_REGION`) and are never written into the data: an artifact names only its
+URI.
+
+Publishing is atomic in each store's terms: locally a temp file renamed onto the name; on object storage
+one PUT of the whole object (an object appears whole or not at all). A reader never sees a half-written
+file either way.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from resources.environment import s3_settings
+
+REMOTE_SCHEMES = ("s3://",)
+
+
+def is_remote(location: str | os.PathLike) -> bool:
+    return str(location).startswith(REMOTE_SCHEMES) or getattr(location, "protocol", "") == "s3"
+
+
+def data_root(location: str | os.PathLike) -> Path:
+    """The data dir as a path: a local folder (absolute) or an `s3://bucket/prefix` path."""
+    if is_remote(location):
+        from upath import UPath
+
+        endpoint, _ = s3_settings()
+        # no listings cache: other processes and machines write here, and a cached listing would hide
+        # their files from exists() for the life of this process
+        options = {"use_listings_cache": False, **({"endpoint_url": endpoint} if endpoint else {})}
+        return UPath(str(location).rstrip("/"), **options)
+    return Path(location).expanduser().resolve()
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
+    """`write(a local temp path)`, then publish it as `path`: a reader sees the old file or the whole new one."""
+    if not is_remote(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+    with tempfile.TemporaryDirectory(prefix="rag-sweep-upload-") as folder:
+        tmp = str(Path(folder) / path.name)
+        write(tmp)
+        path.fs.put_file(tmp, path.path)  # one object, visible once whole
+    return path
+
+
+def atomic_write_parquet(df: pl.DataFrame, path: Path) -> Path:
+    return atomic_write(path, df.write_parquet)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def read_parquet(path: Path, columns: list[str] | None = None) -> pl.DataFrame:
+    if not is_remote(path):
+        return pl.read_parquet(path, columns=columns)
+    with path.open("rb") as f:
+        return pl.read_parquet(f, columns=columns)
+
+
+def parquet_columns(path: Path) -> list[str]:
+    if not is_remote(path):
+        return pq.read_schema(path).names
+    with path.open("rb") as f:
+        return pq.read_schema(f).names
+
+
+def readable_parquet(path: Path) -> bool:
+    try:
+        if not is_remote(path):
+            pq.read_metadata(path)
+        else:
+            with path.open("rb") as f:
+                pq.read_metadata(f)
+        return True
+    except Exception:  # truncated, empty or not Parquet at all
+        return False
+
+
+def modified(path: Path) -> float:
+    """When the file was last written (seconds since the epoch)."""
+    if not is_remote(path):
+        return path.stat().st_mtime
+    return path.fs.modified(path.path).timestamp()
+
+
+def set_aside(path: Path, suffix: str) -> None:
+    """Rename a damaged file out of the way (kept for a look, never read again); gone already: nothing."""
+    try:
+        if is_remote(path):
+            path.fs.mv(path.path, path.with_suffix(suffix).path)
+        else:
+            path.replace(path.with_suffix(suffix))
+    except FileNotFoundError:  # another run set it aside first
+        pass
+
+
+def lance_storage_options(location: str | os.PathLike) -> dict[str, str] | None:
+    """LanceDB's object-store options for a remote data dir (its own S3 client reads them, not fsspec)."""
+    if not is_remote(location):
+        return None
+    endpoint, region = s3_settings()
+    options = {"region": region}
+    if endpoint:
+        options |= {"endpoint": endpoint, "allow_http": str(endpoint.startswith("http://")).lower()}
+    return options
