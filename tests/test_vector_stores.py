@@ -44,11 +44,21 @@ VECS = np.random.default_rng(0).normal(size=(len(TEXTS), 16)).astype(np.float32)
 VECS /= np.linalg.norm(VECS, axis=1, keepdims=True)
 
 
-@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.stack) if b == "weaviate" else b for b in BACKENDS])
-def store(request, tmp_path):
+@pytest.fixture(
+    params=[
+        *(pytest.param(b, marks=pytest.mark.stack) if b == "weaviate" else b for b in BACKENDS),
+        pytest.param("lancedb-on-s3", marks=pytest.mark.stack),  # a data dir on object storage
+    ]
+)
+def store(request, tmp_path, monkeypatch):
     if request.param == "weaviate":
         server = request.getfixturevalue("weaviate_server")
         return WeaviateStore(url=server.url, grpc_port=server.grpc_port)
+    if request.param == "lancedb-on-s3":
+        server = request.getfixturevalue("s3_server")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        return LanceDBStore(uri=f"s3://{server.bucket}/{tmp_path.name}/lancedb")
     embedded = {
         "lancedb": lambda: LanceDBStore(uri=str(tmp_path / "lance")),
         "qdrant": lambda: QdrantStore(path=str(tmp_path / "qdrant")),
