@@ -98,7 +98,10 @@ class EmbeddingService(dg.ConfigurableResource):
                         _LOG.warning(
                             f"embedding cache part {part} is damaged ({e}); embedding its texts again"
                         )
-                        set_aside(part, ".damaged")
+                        try:
+                            set_aside(part, ".damaged")
+                        except OSError as moved:  # skipped all the same: it is never read
+                            _LOG.warning(f"could not set {part} aside ({moved}); it stays unread")
                         continue
             cache.update(_PARTS[part])
         return cache

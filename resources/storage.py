@@ -105,10 +105,13 @@ def modified(path: Path) -> float:
 
 
 def set_aside(path: Path, suffix: str) -> None:
-    """Rename a damaged file out of the way (kept for a look, never read again); gone already: nothing."""
+    """Rename a damaged file out of the way (kept for a look, never read again); gone already: nothing.
+    On object storage a copy through this process, then a delete: not every S3-compatible server copies
+    an object it holds (CopyObject) reliably."""
     try:
         if is_remote(path):
-            path.fs.mv(path.path, path.with_suffix(suffix).path)
+            path.with_suffix(suffix).write_bytes(path.read_bytes())
+            path.unlink()
         else:
             path.replace(path.with_suffix(suffix))
     except FileNotFoundError:  # another run set it aside first
