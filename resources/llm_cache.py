@@ -84,6 +84,21 @@ def open_cache(path: str | Path) -> LLMCache | PostgresLLMCache:
     return LLMCache(path)
 
 
+COLUMNS = "text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts"  # what a hit reads
+
+
+def _paid(c: Completion) -> tuple:
+    """A paid call's stored values after its key and model (both stores keep the same columns)."""
+    return (c.text, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_ms, c.attempts, time.time())
+
+
+def _hit(row: tuple | None) -> Completion | None:
+    if row is None:
+        return None
+    text, pt, ct, cost, ms, attempts = row
+    return Completion(text, None, attempts, ms, pt, ct, cost, cached=True)
+
+
 class LLMCache:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -109,33 +124,15 @@ class LLMCache:
             return None
         with closing(self._connect()) as conn:
             row = conn.execute(
-                "SELECT text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts "
-                "FROM calls WHERE key = ? ORDER BY created DESC LIMIT 1",
-                (key,),
+                f"SELECT {COLUMNS} FROM calls WHERE key = ? ORDER BY created DESC LIMIT 1", (key,)
             ).fetchone()
-        if row is None:
-            return None
-        text, pt, ct, cost, ms, attempts = row
-        return Completion(text, None, attempts, ms, pt, ct, cost, cached=True)
+        return _hit(row)
 
     def put(self, key: str, model: str, c: Completion) -> None:
         if c.error is not None or c.cached:
             return
         with closing(self._connect()) as conn, conn:
-            conn.execute(
-                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    model,
-                    c.text,
-                    c.prompt_tokens,
-                    c.completion_tokens,
-                    c.cost_usd,
-                    c.latency_ms,
-                    c.attempts,
-                    time.time(),
-                ),
-            )
+            conn.execute("INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (key, model, *_paid(c)))
 
     def spent(self, since: float = 0.0) -> tuple[int, float]:
         """(calls, USD) paid to providers since `since` (a time.time()), successful calls only."""
@@ -176,15 +173,11 @@ class PostgresLLMCache:
     def get(self, key: str) -> Completion | None:
         with closing(self._connect()) as conn, conn.cursor() as cur:
             cur.execute(
-                "SELECT text, prompt_tokens, completion_tokens, cost_usd, latency_ms, attempts "
-                "FROM rag_sweep_llm_calls WHERE store = %s AND key = %s ORDER BY created DESC LIMIT 1",
+                f"SELECT {COLUMNS} FROM rag_sweep_llm_calls WHERE store = %s AND key = %s "
+                "ORDER BY created DESC LIMIT 1",
                 (self.store, key),
             )
-            row = cur.fetchone()
-        if row is None:
-            return None
-        text, pt, ct, cost, ms, attempts = row
-        return Completion(text, None, attempts, ms, pt, ct, cost, cached=True)
+            return _hit(cur.fetchone())
 
     def put(self, key: str, model: str, c: Completion) -> None:
         if c.error is not None or c.cached:
@@ -192,18 +185,7 @@ class PostgresLLMCache:
         with closing(self._connect()) as conn, conn, conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO rag_sweep_llm_calls VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    self.store,
-                    key,
-                    model,
-                    c.text,
-                    c.prompt_tokens,
-                    c.completion_tokens,
-                    c.cost_usd,
-                    c.latency_ms,
-                    c.attempts,
-                    time.time(),
-                ),
+                (self.store, key, model, *_paid(c)),
             )
 
     def spent(self, since: float = 0.0) -> tuple[int, float]:
