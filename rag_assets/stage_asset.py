@@ -20,6 +20,7 @@ from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import Stage, artifact_fingerprint, stage
 from resources.artifacts import Artifact, ArtifactRef, QuestionSplit, QuestionSubset
+from resources.environment import gpu_queue
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
 # A successive-halving rung: the run's stages see the QA set's first N questions in the search's order.
@@ -194,6 +195,26 @@ def _fingerprint(value: ArtifactRef | dict[str, ArtifactRef]):
     return value.fp if isinstance(value, ArtifactRef) else {k: r.fp for k, r in sorted(value.items())}
 
 
+def loads_model(plan: Plan, name: str) -> bool:
+    """Whether the stage's steps run a model over many texts (embedding a corpus, cross-encoder reranking,
+    semantic chunking): the steps a fleet sends to its GPU workers."""
+    if name == "embeddings":
+        return True
+    if name == "rerankings":
+        return any(c.rerank.method == "cross_encoder" for c in plan.configs)
+    if name == "chunksets":
+        return any(c.chunking.method == "semantic" for c in plan.configs)
+    return False
+
+
+def queue_tags(plan: Plan, name: str) -> dict[str, str]:
+    """The Celery queue of the stage's steps on a fleet ($RAG_GPU_QUEUE for those that load a model; the
+    default queue otherwise): an op tag, which the other executors ignore."""
+    if (queue := gpu_queue()) and loads_model(plan, name):
+        return {"dagster-celery/queue": queue}
+    return {}
+
+
 def stage_asset(
     plan: Plan, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
 ) -> dg.AssetsDefinition:
@@ -212,6 +233,7 @@ def stage_asset(
         group_name=plan.prefix,
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
+        op_tags=queue_tags(plan, name),
         # an adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate
         automation_condition=None if plan.sweep.search.adaptive else logic.automation(key, plan),
         check_specs=[

@@ -1,7 +1,6 @@
 """`rag-sweep`: run a sweep end to end through the same Dagster assets, in process, no server needed.
 
     rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
-                  [--workers N]
     rag-sweep validate SPEC
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
@@ -132,12 +131,6 @@ def _main(argv: list[str] | None) -> int:
     )
     run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
-    run.add_argument(
-        "--workers",
-        type=int,
-        help="processes that run independent partitions at once (default $RAG_WORKERS, else half the "
-        "cores available; 1: every step in this process)",
-    )
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec")
     pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
@@ -173,14 +166,10 @@ def _main(argv: list[str] | None) -> int:
             return _validate(args.spec)
         if args.command == "plan":
             return _plan(args)
-        if args.workers is not None and args.workers < 1:
-            raise SpecError(f"--workers {args.workers}: expected 1 or more worker processes")
         if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
             raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
         t0 = time.perf_counter()
-        run = run_sweep(
-            args.spec, args.data_dir, args.force, args.verbose, store=args.store, workers=args.workers
-        )
+        run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
     except (KeyboardInterrupt, DagsterExecutionInterruptedError):
         print(
             "\ninterrupted: every complete artifact is kept; run the same command again to resume",

@@ -107,6 +107,24 @@ def weaviate_settings() -> tuple[str, int, bool]:
     )
 
 
+def executor() -> str:
+    """Where a sweep run's steps execute: `in_process` (default: one after the other in the runner's
+    process) or `celery` (on a worker fleet through Dagster's Celery executor: fleet/)."""
+    return env_choice("RAG_EXECUTOR", "in_process", ("in_process", "celery"))
+
+
+def celery_broker_url() -> str | None:
+    """The fleet's broker ($CELERY_BROKER_URL, e.g. amqp://user:password@rabbitmq:5672//), read by the
+    runner and every worker; never stored (the executor is configured in code, not in a run's config)."""
+    return os.environ.get("CELERY_BROKER_URL") or None
+
+
+def gpu_queue() -> str | None:
+    """The Celery queue of the steps that load a model (embedding, cross-encoder reranking): $RAG_GPU_QUEUE,
+    served by the GPU workers only; unset, every step goes to the default queue (`dagster`)."""
+    return os.environ.get("RAG_GPU_QUEUE") or None
+
+
 def mlflow_tracking_uri() -> str | None:
     return os.environ.get("MLFLOW_TRACKING_URI") or None
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.environment import dagster_home, mlflow_tracking_uri, shared_database_url
+from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
 from resources.storage import is_remote
 from runner.errors import DataDirError
 
@@ -35,6 +35,20 @@ def require_deployment(data_dir) -> None:
             f"data dir {data_dir} is on object storage, which needs a deployment: set {'; '.join(missing)} "
             "(README, Deployment)"
         )
+
+
+def require_fleet(data_dir) -> None:
+    """Steps on a fleet ($RAG_EXECUTOR=celery) run on other machines: they reach the data dir, the
+    instance, the database and MLflow over the network, and their tasks over the broker. One line naming
+    what is missing, before any work."""
+    if not is_remote(data_dir):
+        raise DataDirError(
+            f"$RAG_EXECUTOR=celery: the workers cannot reach data dir {data_dir} (a local directory): use "
+            "object storage, s3://bucket/prefix (README, Deployment)"
+        )
+    require_deployment(data_dir)
+    if not celery_broker_url():
+        raise DataDirError("$RAG_EXECUTOR=celery: set $CELERY_BROKER_URL, the broker the workers serve")
 
 
 def local_instance(data_dir: Path) -> dg.DagsterInstance:

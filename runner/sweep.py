@@ -1,7 +1,7 @@
-"""Run a sweep end to end, in this process, through the same Dagster assets a deployment runs: the input
-files are observed and snapshotted, then the steps to do (runner/todo.py) run, each as a Dagster run as
-soon as the partitions it reads are complete, several at once in worker processes (runner/step_runs.py),
-into a persistent Dagster instance; an adaptive search is driven by its controller (runner/search.py)."""
+"""Run a sweep end to end through the same Dagster assets a deployment runs: the input files are observed
+and snapshotted in this process, then the steps to do (runner/todo.py) run, each as a Dagster run, in this
+process or on a worker fleet (runner/step_runs.py, fleet/), into a persistent Dagster instance; an
+adaptive search is driven by its controller (runner/search.py)."""
 
 from __future__ import annotations
 
@@ -20,27 +20,35 @@ from rag_assets.stage_asset import FORCE_TAG
 from rag_core.common.progress import listening
 from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
-from resources.environment import default_data_dir
+from resources.environment import default_data_dir, executor
 from resources.storage import data_root, read_parquet
-from runner.instance import RUNNER_PID_TAG, close_abandoned_runs, local_instance, require_deployment
+from runner.instance import (
+    RUNNER_PID_TAG,
+    close_abandoned_runs,
+    local_instance,
+    require_deployment,
+    require_fleet,
+)
 from runner.lock import exclusive
 from runner.plans import asset_key, load_plan, runner_definitions
 from runner.progress_bars import WorkBars, steps_bar
 from runner.search import SearchController, SearchReport, begin_search, step_tags
 from runner.step_runs import (
-    ALONE,
     QUIET_LOGS,
-    STAGE_LIMITS,
+    FleetStepRunner,
     StepRunner,
-    default_workers,
-    run_in_workers,
+    run_on_fleet,
     step_label,
-    worker_count,
 )
 from runner.todo import completed, holdout_steps, reads, stale_snapshots, steps, unobserved
 
 # MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+
+
+# the steps that read the input files (the sweep's corpus and QA set, a QA set to generate): they run where
+# the sweep was started, also on a fleet; every later step reads their snapshots from the data dir
+SNAPSHOTS = ("qa_file", "corpus", "qa_set")
 
 
 class SweepRun(NamedTuple):
@@ -68,16 +76,17 @@ def run_sweep(
     progress: bool = True,
     resources: dict | None = None,
     store: str | None = None,
-    workers: int | None = None,
 ) -> SweepRun:
     """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
     client pointed at another server); `store` is the vector store of configs that name none (default
-    $RAG_VECTOR_STORE, else lancedb); `workers`: processes that run independent partitions at once
-    (default $RAG_WORKERS, else half the cores available; 1 runs every step in this process)."""
+    $RAG_VECTOR_STORE, else lancedb). With $RAG_EXECUTOR=celery every step but the input snapshots runs on
+    the fleet's workers, which build their resources from their own environment (no overrides)."""
     plan = load_plan(spec, store)
-    workers = workers if workers is not None else default_workers()  # a bad $RAG_WORKERS: before any work
+    fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     data = data_root(data_dir or default_data_dir())
-    require_deployment(data)
+    require_fleet(data) if fleet else require_deployment(data)
+    if fleet and resources:
+        raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
@@ -89,9 +98,14 @@ def run_sweep(
             **({FORCE_TAG: "true"} if force else {}),
         }
         runner = StepRunner(defs, instance, tags, verbose, plan)
+        if fleet:  # every step goes to the workers but the input snapshots, which read this machine's files
+            from fleet.step_jobs import publish_plan
+
+            on_fleet = FleetStepRunner(str(data), publish_plan(plan, str(data)), instance, tags, verbose)
 
         def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
-            for line in runner(stage, key, extra_tags):
+            run = on_fleet if fleet and stage not in SNAPSHOTS else runner
+            for line in run(stage, key, extra_tags):
                 tqdm.write(line, file=sys.stderr)
 
         sweep = plan.sweep
@@ -116,12 +130,10 @@ def run_sweep(
                 if not plan.holdout:  # (with a holdout: said once the holdout is known complete too)
                     print("every partition is up to date: nothing to compute", file=sys.stderr)
             else:
-                graph = StepGraph(todo, lambda step: reads(plan, step), STAGE_LIMITS, ALONE)
-                n = worker_count(graph, workers, resources, plan)
                 # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
                 bar = steps_bar(len(todo), progress)
-                if n > 1:
-                    run_in_workers(graph, n, plan, data, resources, tags, verbose, bar, work_bars)
+                if fleet:  # a worker runs one step at a time: no stage waits for a machine of its own
+                    run_on_fleet(StepGraph(todo, lambda step: reads(plan, step)), on_fleet, plan, bar)
                 else:
                     for stage, key in todo:
                         bar.set_description(step_label(plan, stage, key)[:60])

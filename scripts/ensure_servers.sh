@@ -4,8 +4,10 @@
 # - Weaviate: built once from its published Go module into ~/.cache/rag-sweep (about 6 minutes cold).
 # - Chromium: Debian's chromium package, the real browser of the report's screenshot test.
 # - An S3-compatible server (gofakes3, MIT; MinIO's server is AGPL): built once from its Go module (~10 s).
-# Prints `export` lines for WEAVIATE_BIN, PG_BINDIR, CHROMIUM_BIN and S3_SERVER_BIN; skip Weaviate when
-# WEAVIATE_URL is set.
+# - RabbitMQ, the fleet's broker: Debian's rabbitmq-server package; the tests start their own node, so the
+#   service the package starts is stopped.
+# Prints `export` lines for WEAVIATE_BIN, PG_BINDIR, CHROMIUM_BIN, S3_SERVER_BIN and RABBITMQ_SERVER_BIN;
+# skip Weaviate when WEAVIATE_URL is set.
 set -euo pipefail
 WEAVIATE_VERSION="${WEAVIATE_VERSION:-v1.35.2}"
 GOFAKES3_VERSION="${GOFAKES3_VERSION:-v1.2.0}"
@@ -27,6 +29,17 @@ if ! command -v chromium >/dev/null; then
   apt-get install -y -qq chromium >&2
 fi
 echo "export CHROMIUM_BIN=$(command -v chromium)"
+
+RABBITMQ_SERVER_BIN=/usr/lib/rabbitmq/bin/rabbitmq-server
+if [ ! -x "$RABBITMQ_SERVER_BIN" ]; then
+  echo "[servers] installing RabbitMQ from Debian packages" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq rabbitmq-server >&2
+  # the package starts a system node on 5672: not ours, and it holds memory for nothing
+  (service rabbitmq-server stop || pkill -f beam.smp || true) >/dev/null 2>&1
+fi
+echo "export RABBITMQ_SERVER_BIN=$RABBITMQ_SERVER_BIN"
 
 if [ -z "${WEAVIATE_URL:-}" ]; then
   bin="$CACHE/weaviate-$WEAVIATE_VERSION/weaviate-server"

@@ -47,14 +47,14 @@ def slice_data(tmp_path_factory) -> dict:
     }
 
 
-def assert_same_board(a: pl.DataFrame, b: pl.DataFrame) -> None:
-    """Two leaderboards agree on every config, rank and result; timings may differ."""
+def assert_same_board(a: pl.DataFrame, b: pl.DataFrame, skip: tuple[str, ...] = ()) -> None:
+    """Two leaderboards agree on every config, rank and result; timings (and the `skip` columns) may differ."""
     import numpy as np
 
     a, b = a.sort("config_key"), b.sort("config_key")
     assert a["config_key"].to_list() == b["config_key"].to_list()
     for col in a.columns:
-        if col.endswith("_ms") or "latency" in col or "p50" in col or "seconds" in col:
+        if col in skip or col.endswith("_ms") or "latency" in col or "p50" in col or "seconds" in col:
             continue
         if a[col].dtype == pl.Float64:
             assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
@@ -115,7 +115,7 @@ def sweep_run(slice_sweep, tmp_path_factory):
 
 # ---- real servers (see tests/servers.py), started once per session ------------------------------
 
-SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server", "s3_server"}
+SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server", "s3_server", "rabbitmq_server"}
 
 
 def pytest_collection_modifyitems(items):
@@ -179,6 +179,16 @@ def s3_server():
 
     server = S3Server.start()
     STARTUP_TIMES["s3 server"] = server.startup_s
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server():
+    from tests.servers import RabbitMQ
+
+    server = RabbitMQ.start()
+    STARTUP_TIMES["rabbitmq"] = server.startup_s
     yield server
     server.stop()
 

@@ -5,6 +5,9 @@
 - MLflow: `mlflow server` with a PostgreSQL backend store and a local artifact root.
 - S3: an S3-compatible server (gofakes3, built by scripts/ensure_servers.sh: $S3_SERVER_BIN) storing its
   buckets in a temp dir, with one bucket `rag`.
+- RabbitMQ: Debian's rabbitmq-server ($RABBITMQ_SERVER_BIN) as a plain process with its own node name,
+  ports and files in a temp dir: the fleet's broker.
+- A Celery worker of the fleet (`celery -A fleet.celery_app worker`) in an empty working directory.
 Each start measures its own start-up time (printed in the test log).
 """
 
@@ -354,3 +357,120 @@ def mlflow_tracking(url: str):
             mlflow.set_tracking_uri(None)
         else:
             mlflow.set_tracking_uri(old)
+
+
+def wait_tcp(port: int, timeout: float, proc: subprocess.Popen, log: Path) -> float:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return time.perf_counter() - t0
+        time.sleep(0.3)
+    raise TimeoutError(f"port {port} not open after {timeout} s: {log.read_text()[-2000:]}")
+
+
+@dataclass
+class RabbitMQ:
+    port: int
+    proc: subprocess.Popen
+    tmp: Path
+    startup_s: float
+
+    @classmethod
+    def start(cls) -> RabbitMQ:
+        binary = os.environ.get("RABBITMQ_SERVER_BIN") or "/usr/lib/rabbitmq/bin/rabbitmq-server"
+        if not Path(binary).exists():
+            raise RuntimeError(f"no RabbitMQ at {binary}: run scripts/ensure_servers.sh")
+        tmp = Path(tempfile.mkdtemp(prefix="rabbitmq-"))
+        port, dist = free_port(), free_port()
+        (tmp / "enabled_plugins").write_text("[].")
+        (tmp / "rabbitmq.conf").write_text("loopback_users = none\n")
+        env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": f"rag{port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_DIST_PORT": str(dist),
+            "RABBITMQ_MNESIA_BASE": str(tmp / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(tmp / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(tmp / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(tmp / "rabbitmq"),  # its base name: .conf is added
+        }
+        log = tmp / "rabbitmq.out"
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [binary], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        wait_tcp(port, 120, proc, log)
+        return _live(cls(port=port, proc=proc, tmp=tmp, startup_s=time.perf_counter() - t0))
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
+        _stop(self.proc)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass
+class CeleryWorker:
+    """One fleet worker: its own process group (killed whole, as a lost machine), an empty working directory
+    and only the environment given (the broker, the deployment's servers, the data dir's URI)."""
+
+    name: str
+    queues: str
+    proc: subprocess.Popen
+    cwd: Path
+    log: Path
+
+    @classmethod
+    def start(cls, name: str, queues: str, env: dict[str, str], where: Path) -> CeleryWorker:
+        cwd = where / f"worker-{name}"
+        cwd.mkdir()
+        log = where / f"worker-{name}.log"
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "celery"),
+                "-A",
+                "fleet.celery_app",
+                "worker",
+                "-Q",
+                queues,
+                "-c",
+                "1",
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "INFO",
+            ],
+            cwd=cwd,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        worker = _live(cls(name=name, queues=queues, proc=proc, cwd=cwd, log=log))
+        t0 = time.perf_counter()
+        while "ready." not in log.read_text():
+            if proc.poll() is not None or time.perf_counter() - t0 > 120:
+                worker.stop()
+                raise RuntimeError(f"worker {name} did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        return worker
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its child: as a machine that is gone, nothing is handed back."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
+        _stop(self.proc)
