@@ -1,0 +1,139 @@
+"""Benchmark: the example sweep on a worker fleet of one Celery worker against two.
+
+    .venv/bin/python benchmarks/fleet.py [--repeats 2] [--workers 2] [--in-process]
+
+Starts what the fleet tests start (RabbitMQ, the S3-compatible server, PostgreSQL, the MLflow server; run
+scripts/ensure_servers.sh first), then alternating, `--repeats` times: the example sweep cold
+(`rag-sweep run` with $RAG_EXECUTOR=celery, a fresh data dir prefix and a fresh Dagster database) with one
+worker (the baseline) and with `--workers` workers, each started for the run and stopped after it. Prints
+each run's wall time, steps per minute (the Dagster runs the sweep made, over its wall time) and CPU
+seconds per config (user + system of the runner and every worker, their start included), the medians and
+their ratios, and checks that both give the same leaderboard (scores and ranks). `--in-process` adds, per
+repeat, the same sweep with every step in the runner's process on the same deployment (S3, PostgreSQL,
+MLflow server): what the fleet itself costs, apart from the deployment's storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+from overhead import children_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, stop_all  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
+SWEEP = "hotpotqa-example"
+
+
+def run(n: int, label: str, servers: dict, tmp: Path) -> dict:
+    pg, s3 = servers["pg"], servers["s3"]
+    db = pg.create_db(f"fleet_{label}")
+    home = tmp / f"home-{label}"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        (ROOT / "deploy" / "dagster.yaml").read_text()
+        + "\ncompute_logs:\n  module: dagster._core.storage.noop_compute_log_manager\n"
+        "  class: NoOpComputeLogManager\n"
+    )
+    shared = {
+        **s3.env(),
+        "DAGSTER_PG_HOST": "127.0.0.1",
+        "DAGSTER_PG_PORT": str(pg.port),
+        "DAGSTER_PG_USER": pg.user,
+        "DAGSTER_PG_PASSWORD": "unused",
+        "DAGSTER_PG_DB": db,
+        "MLFLOW_TRACKING_URI": servers["mlflow"].url,
+        "CELERY_BROKER_URL": servers["broker"].url,
+    }
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
+    data = f"s3://{s3.bucket}/bench/{label}"
+    out = tmp / f"{label}.parquet"
+    cpu, t0 = children_cpu(), time.perf_counter()
+    workers = [CeleryWorker.start(f"{label}-{i}", "dagster", {**base, **shared}, tmp) for i in range(n)]
+    cwd = tmp / f"cwd-{label}"
+    cwd.mkdir()
+    executor = "celery" if n else "in_process"
+    env = {**base, **shared, "DAGSTER_HOME": str(home), "RAG_EXECUTOR": executor, "RAG_DATA_DIR": data}
+    cmd = [sys.executable, "-m", "rag_sweep.cli", "run", str(EXAMPLE), "--output", str(out)]
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - t0
+    for w in workers:
+        w.stop()  # reaped: their CPU (and their pool processes') is counted below
+    cpu = children_cpu() - cpu
+    saved = {k: os.environ.get(k) for k in shared}
+    os.environ.update(shared)
+    try:
+        steps = dg.DagsterInstance.from_config(str(home)).get_runs_count(dg.RunsFilter(tags={"sweep": SWEEP}))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    board = pl.read_parquet(out)
+    return {"wall": wall, "cpu": cpu, "steps": steps, "configs": board.height, "board": board}
+
+
+def name(n: int) -> str:
+    return f"{n} worker(s)" if n else "in process"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--in-process", action="store_true", help="also every step in the runner's process")
+    args = ap.parse_args()
+    modes = (1, args.workers, 0) if args.in_process else (1, args.workers)
+    pg = Postgres.start()
+    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
+    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    results: dict[int, list[dict]] = {n: [] for n in modes}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.repeats):
+                for n in modes if i % 2 == 0 else modes[::-1]:
+                    r = run(n, f"w{n}-{i}", servers, Path(tmp))
+                    results[n].append(r)
+                    print(
+                        f"  repeat {i + 1}, {name(n)}: {r['wall']:6.1f} s wall, {r['steps']} steps "
+                        f"({60 * r['steps'] / r['wall']:.1f}/min), {r['cpu'] / r['configs']:.1f} CPU-s per config",
+                        flush=True,
+                    )
+                cols = ["config_key", "rank", "overall_score", "tier"]
+                a, *others = (results[n][-1]["board"].select(cols).sort("config_key") for n in modes)
+                same = all(a.equals(b) for b in others)
+                print(f"  repeat {i + 1}: same leaderboard: {same}")
+                if not same:
+                    sys.exit("the leaderboards differ")
+    finally:
+        stop_all()
+
+    def med(n: int, f) -> float:
+        return statistics.median(f(r) for r in results[n])
+
+    rate = lambda r: 60 * r["steps"] / r["wall"]  # noqa: E731
+    per_config = lambda r: r["cpu"] / r["configs"]  # noqa: E731
+    print(f"\ncores available: {len(os.sched_getaffinity(0))}")
+    for n in modes:
+        print(
+            f"{name(n)}{' (baseline)' if n == 1 else ''}: {med(n, lambda r: r['wall']):.1f} s wall, "
+            f"{med(n, rate):.1f} steps/min, {med(n, per_config):.1f} CPU-s per config (medians)"
+        )
+    for n in modes[1:]:
+        print(
+            f"{name(n)} vs 1 worker: steps/min x{med(n, rate) / med(1, rate):.2f}, "
+            f"CPU-s per config x{med(n, per_config) / med(1, per_config):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
