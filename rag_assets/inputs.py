@@ -10,7 +10,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key
 from rag_core.common.fingerprint import file_hash
-from rag_core.data.datasets import load_corpus, load_qa
+from rag_core.data.datasets import DataWarning, load_corpus, load_qa
 from rag_core.data.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
 from rag_core.data.qa.generation import (
     DEDUPE_MODEL,
@@ -191,13 +191,22 @@ class QASet(StageLogic):
     def compute(self, run: StageRun) -> pl.DataFrame:
         corpus = run.read("corpus")
         sweep = run.plan.sweep
-        return load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
+        with warnings.catch_warnings(record=True) as dropped:  # what the loader could not use, counted
+            warnings.simplefilter("always", DataWarning)
+            frame = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
+        for w in dropped:
+            if issubclass(w.category, DataWarning):
+                run.context.log.warning(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return frame
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         return {
             "source": dg.MetadataValue.path(str(run.plan.sweep.qa_path)),
             "dagster/row_count": frame.height,
             "queries_without_gold_docs": int((frame["relevant_doc_ids"].list.len() == 0).sum()),
+            "queries_without_answers": int((frame["answers"].list.len() == 0).sum()),
             **_generated(run.plan.sweep.qa_path),
         }
 

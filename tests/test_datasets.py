@@ -3,7 +3,7 @@ import json
 import polars as pl
 import pytest
 
-from rag_core.data.datasets import DatasetError, load_corpus, load_qa
+from rag_core.data.datasets import DatasetError, DataWarning, load_corpus, load_qa
 
 
 def jsonl(path, rows):
@@ -82,14 +82,25 @@ def test_qa_validation(tmp_path):
         load_qa(tmp_path / "missing.jsonl")
 
 
-@pytest.mark.parametrize("answer", ["", "The", "...", " a "])
-def test_a_gold_answer_that_normalizes_to_nothing_is_refused_naming_the_row(tmp_path, answer):
+@pytest.mark.parametrize("answer", ["", "The", "...", " a ", "."])
+def test_a_gold_answer_that_normalizes_to_nothing_is_dropped_and_counted(tmp_path, answer):
+    """CLAP NQ's dev split has a gold answer '.': the whole set was refused. Nothing can match such an
+    answer (an empty reply would, EM 1): it is dropped with a warning naming it and counting what is left
+    without a reference answer."""
     ok = {"query_id": "q1", "question": "?", "answers": ["Paris"], "relevant_doc_ids": []}
-    p = jsonl(tmp_path / "q.jsonl", [ok, {**ok, "query_id": "q2", "answers": ["Paris", answer]}])
-    with pytest.raises(
-        DatasetError, match=r"q.jsonl: line 2: field 'answers': answer 2 .* empty once normalized"
-    ):
-        load_qa(p)
+    rows = [
+        ok,
+        {**ok, "query_id": "q2", "answers": ["Paris", answer]},
+        {**ok, "query_id": "q3", "answers": [answer]},
+    ]
+    p = jsonl(tmp_path / "q.jsonl", rows)
+    with pytest.warns(DataWarning) as caught:
+        qa = load_qa(p)
+    assert qa["answers"].to_list() == [["Paris"], ["Paris"], []]
+    (message,) = [str(w.message) for w in caught]
+    assert "q.jsonl: field 'answers': 2 gold answer(s) empty once normalized" in message
+    assert f"q.jsonl: line 2 answer 2 ({answer!r})" in message
+    assert "1 question(s) left with no reference answer" in message
 
 
 def test_graded_relevance(tmp_path):

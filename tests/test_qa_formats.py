@@ -75,6 +75,16 @@ def test_bad_beir_files_are_named_with_their_line_and_field(beir):
         load_qa(beir)
 
 
+def test_a_duplicate_beir_query_id_is_refused_naming_both_lines(beir):
+    """A second `_id` was dropped silently (the first text kept, whichever the qrels meant)."""
+    queries = beir / "queries.jsonl"
+    queries.write_text(queries.read_text() + '{"_id": "q2", "text": "Another text under the same id"}\n')
+    with pytest.raises(
+        DatasetError, match=r"queries.jsonl: line 4: field '_id': duplicate id 'q2' \(first at line 2\)"
+    ):
+        load_qa(beir)
+
+
 def test_a_ragas_test_set_finds_its_gold_documents_in_the_corpus(beir, tmp_path):
     corpus = load_corpus(beir)
     path = jsonl(

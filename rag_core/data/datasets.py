@@ -10,6 +10,7 @@ Errors name the file, the row (1-based; the line for JSONL) and the field.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +18,11 @@ import polars as pl
 from rag_core.common.text import normalize_answer
 from rag_core.data.qa import formats
 from rag_core.data.rows import DatasetError, read_rows, where
+
+
+class DataWarning(UserWarning):
+    """Rows or values a loader could not use and dropped: the message says what, where and how many."""
+
 
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String, "metadata": pl.String}
 QA_SCHEMA = {
@@ -133,6 +139,8 @@ def load_qa(
     elif kind == "mlflow":
         rows = formats.read_mlflow(path, rows)
     out, seen = [], set()
+    junk: list[str] = []  # the gold answers nothing can match, where they were
+    emptied = 0  # questions left with no reference answer by dropping them
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
         if qid in seen:
@@ -146,12 +154,17 @@ def load_qa(
                     f"{where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
                 )
         answers = _string_list(path, row, i, "answers")
-        for j, a in enumerate(answers):
-            if not normalize_answer(a):  # an empty (failed) answer would match it: EM 1, F1 1
-                raise DatasetError(
-                    f"{where(path, row, i)}: field 'answers': answer {j + 1} ({a!r}) is empty once "
-                    "normalized (case, punctuation and articles removed): give the answer or leave it out"
-                )
+        # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
+        # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
+        kept = [a for a in answers if normalize_answer(a)]
+        if len(kept) < len(answers):
+            junk += [
+                f"{where(path, row, i)} answer {j + 1} ({a!r})"
+                for j, a in enumerate(answers)
+                if a not in kept
+            ]
+            emptied += not kept
+            answers = kept
         out.append(
             {
                 "query_id": qid,
@@ -163,6 +176,16 @@ def load_qa(
         )
     if not out:
         raise DatasetError(f"{path}: the QA set is empty")
+    if junk:
+        warnings.warn(
+            DataWarning(
+                f"{path}: field 'answers': {len(junk)} gold answer(s) empty once normalized (case, punctuation "
+                f"and articles removed) dropped, as no answer can be judged against them ({junk[0]}"
+                f"{', …' if len(junk) > 1 else ''}); {emptied} question(s) left with no reference answer "
+                "(their answer metrics are undefined, as for a question without gold documents)"
+            ),
+            stacklevel=2,
+        )
     if max_queries is not None:
         out = out[:max_queries]
     if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column

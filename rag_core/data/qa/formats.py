@@ -79,11 +79,19 @@ def read_beir(path: Path) -> list[dict[str, Any]]:
             if float(score) > 0:  # 0: judged not relevant
                 gold.setdefault(qid, {})[doc_id] = float(score)
     rows = []
+    seen: dict[str, int] = {}
     for q in read_rows(queries_file):  # names the line of invalid JSON
         lineno = q["__row__"]
         qid = str(q.get("_id", ""))
         if not qid:
             raise DatasetError(f"{queries_file}: line {lineno}: field '_id' is missing")
+        if (
+            qid in seen
+        ):  # which of the two texts the qrels judge cannot be known: refused, as native files are
+            raise DatasetError(
+                f"{queries_file}: line {lineno}: field '_id': duplicate id {qid!r} (first at line {seen[qid]})"
+            )
+        seen[qid] = lineno
         if qid not in gold:  # BEIR evaluates the queries its split judges
             continue
         docs = gold.pop(qid)
