@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -265,17 +266,22 @@ class MlflowTracking(dg.ConfigurableResource):
     def log_ranking(self, experiment: str, board: pl.DataFrame, evaluated_at: float | None = None) -> int:
         """Put each config's place in the leaderboard on its own run, so the experiment's runs sort by
         overall score: metrics `overall_score`, `overall_ci_low`/`_high`, `rank`, `tier`; tags `tier`,
-        `vs_leader`, `recommended`. A run is found by its evaluation fingerprint; returns the runs updated.
-        `evaluated_at` (when the board was computed): the metrics' step is its night (days since
-        1970-01-01), so a config re-evaluated every night has its score's history, one point per night."""
+        `vs_leader`, `recommended`, `in_leaderboard`. A run is found by its evaluation fingerprint; returns
+        the runs updated. `evaluated_at` (when the board was computed): the metrics' step is its night (days
+        since 1970-01-01), so a config re-evaluated every night has its score's history, one point per
+        night; their timestamp is now, so the latest value is this board's, also when an older board is
+        ranked again. A config run the board does not hold (a config removed from the sweep, an evaluation
+        of data since replaced) is tagged `in_leaderboard=false` and loses its rank, tier and
+        recommendation: the experiment never shows two recommended runs."""
         if not self.enabled:
             return 0
         from mlflow.entities import Metric, RunTag
 
         client = self._client()
-        runs = self._config_runs(experiment)
+        records = self._search(experiment, "attributes.status = 'FINISHED'")
+        runs = {r.data.tags.get("eval_fingerprint"): r.info.run_id for r in records}
         night = int(evaluated_at // 86400) if evaluated_at else 0
-        stamp = int(evaluated_at * 1000) if evaluated_at else 0
+        stamp = int(time.time() * 1000)
         updated = 0
         for row in board.iter_rows(named=True):
             run_id = runs.get(row.get("fingerprint"))
@@ -291,6 +297,27 @@ class MlflowTracking(dg.ConfigurableResource):
                     RunTag("tier", str(row.get("tier"))),
                     RunTag("vs_leader", str(row.get("vs_leader"))),
                     RunTag("recommended", str(bool(row.get("recommended"))).lower()),
+                    RunTag("in_leaderboard", "true"),
+                ],
+            )
+            updated += 1
+        ranked = set(board["fingerprint"]) if "fingerprint" in board.columns else set()
+        for r in records:
+            tags = r.data.tags
+            if tags.get("kind") == "leaderboard" or "eval_fingerprint" not in tags:
+                continue
+            if tags["eval_fingerprint"] in ranked or tags.get("in_leaderboard") == "false":
+                continue
+            client.log_batch(  # NaN: MLflow's way to say a run has no current value (its history stays)
+                r.info.run_id,
+                metrics=[
+                    Metric(k, float("nan"), stamp, night) for k in ("rank", "tier") if k in r.data.metrics
+                ],
+                tags=[
+                    RunTag("in_leaderboard", "false"),
+                    RunTag("recommended", "false"),
+                    RunTag("tier", "none"),
+                    RunTag("vs_leader", "not in the current leaderboard"),
                 ],
             )
             updated += 1

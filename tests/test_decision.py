@@ -159,11 +159,14 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     qa = pl.DataFrame(
         {
             "query_id": [f"q{i:03d}" for i in range(100)],
-            "question": [f"Q{i}?" for i in range(100)],
+            "question": [f"Q{i}?" if i != 20 else "<script>alert(1)</script>Q20?" for i in range(100)],
             "answers": [["a"]] * 100,
         }
     )
     md, page, plots = ship_report("demo", out, decision, runs, qa, W, {"prefer": "cheapest"})
+    # the data's HTML is escaped in both reports (the Markdown one is rendered by MLflow's artifact view)
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;Q20?" in md
+    assert "<script>" not in page
     assert decision["recommended"] == "tied_cheap"
     assert "**tied_cheap**" in md and "## Top tier" in md and "## What each setting did" in md
     assert 'src="http' not in page and page.count('src="data:image/png;base64,') == len(plots) == 2
@@ -172,7 +175,7 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     assert (
         missed["query_id"].to_list() == ["q020", "q021"] and missed["other_config"].to_list() == ["best"] * 2
     )
-    assert missed["question"].to_list() == ["Q20?", "Q21?"]
+    assert missed["question"].to_list() == ["<script>alert(1)</script>Q20?", "Q21?"]
     modes = effects(out).filter(pl.col("setting") == "retrieval.mode")
     assert modes["value"].to_list() == ["vector", "hybrid", "bm25"]  # by mean overall score
     assert "Dropped by the search" not in md

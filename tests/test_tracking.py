@@ -59,3 +59,63 @@ def test_a_new_sqlite_store_is_a_copy_of_one_empty_store_built_once(tmp_path, mo
     before = (tmp_path / "b" / "mlflow.db").read_bytes()
     seed_sqlite_store(tmp_path / "b" / "mlflow.db")  # an existing store is never replaced
     assert (tmp_path / "b" / "mlflow.db").read_bytes() == before
+
+
+def _board(rows: list[tuple[str, int, bool]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "fingerprint": fp,
+                "overall_score": 1.0 / rank,
+                "overall_ci_low": 0.0,
+                "overall_ci_high": 1.0,
+                "rank": rank,
+                "tier": rank,
+                "vs_leader": "leader" if rank == 1 else "worse",
+                "recommended": recommended,
+            }
+            for fp, rank, recommended in rows
+        ]
+    )
+
+
+def test_the_latest_rank_is_the_current_boards_and_a_config_gone_from_it_loses_its_place(tmp_path):
+    """MLflow reported the largest rank ever logged as the latest (all at one step); and the run of a config
+    removed from the sweep kept recommended=true, rank 1: two recommended runs."""
+    import math
+
+    tracking = MlflowTracking(default_dir=str(tmp_path))
+    client = tracking._client()
+    runs = {
+        fp: tracking.ensure_run(
+            force=False,
+            experiment="sweep",
+            fingerprint=fp,
+            tags={"config_key": fp},
+            run_name=fp,
+            params={},
+            metrics={"recall_at_k": 0.5},
+            per_query=pl.DataFrame({"query_id": ["q1"]}),
+        )
+        for fp in ("a", "b")
+    }
+    night = 20_000 * 86400.0
+    tracking.log_ranking("sweep", _board([("a", 2, False), ("b", 1, True)]), night + 60)
+    tracking.log_ranking("sweep", _board([("a", 1, True), ("b", 2, False)]), night)  # an older board, again
+    a = client.get_run(runs["a"]).data
+    assert a.metrics["rank"] == 1 and a.tags["recommended"] == "true" and a.tags["in_leaderboard"] == "true"
+    assert client.get_run(runs["b"]).data.metrics["rank"] == 2
+
+    tracking.log_ranking("sweep", _board([("a", 1, True)]), night + 120)  # b's config left the sweep
+    b = client.get_run(runs["b"]).data
+    assert (
+        b.tags["in_leaderboard"] == "false" and b.tags["recommended"] == "false" and b.tags["tier"] == "none"
+    )
+    assert math.isnan(b.metrics["rank"]) and math.isnan(b.metrics["tier"])
+    recommended = [
+        r
+        for r in client.search_runs([client.get_run(runs["a"]).info.experiment_id])
+        if r.data.tags.get("recommended") == "true"
+    ]
+    assert [r.info.run_id for r in recommended] == [runs["a"]]
+    assert [m.value for m in client.get_metric_history(runs["b"], "rank")][:2] == [1, 2]  # its history stays

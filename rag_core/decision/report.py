@@ -194,7 +194,13 @@ def _md_table(df: pl.DataFrame) -> str:
         return "_none_"
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
     for row in df.iter_rows():
-        lines.append("| " + " | ".join(_fmt(v).replace("|", "/").replace("\n", " ") for v in row) + " |")
+        # escaped as the HTML report is: answers and questions are the data's, and a Markdown viewer (MLflow's
+        # artifact view) renders raw HTML
+        lines.append(
+            "| "
+            + " | ".join(html.escape(_fmt(v), quote=False).replace("|", "/").replace("\n", " ") for v in row)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -347,13 +353,13 @@ def ship_report(
                 table,
             )
         )
-    md = [f"# Ship report: {sweep}", ""]
+    md = [f"# Ship report: {html.escape(sweep)}", ""]
     body = []
     for title, text, extra in sections:
-        md += [f"## {title}", ""]
+        md += [f"## {html.escape(title)}", ""]
         body.append(f"<h2>{html.escape(title)}</h2>")
         if text:
-            md += [text, ""]
+            md += [html.escape(text, quote=False), ""]
         if isinstance(extra, str):  # a plot
             b64 = base64.b64encode(plots[extra]).decode()
             body.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{b64}">')
