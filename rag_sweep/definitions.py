@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_core.planning.plan import Plan
+from rag_core.planning.plan import Plan, check_distinct_prefixes
 from rag_sweep.lib.rag_sweep import RagSweep
 from rag_sweep.sweep_defs import sweep_definitions
 from resources import build_resources
@@ -26,6 +26,7 @@ def build_definitions(
     plans: list[Plan], data_dir: str | None = None, resources: dict | None = None
 ) -> dg.Definitions:
     """Definitions of the given sweeps with the shared resources (`resources` overrides some)."""
+    check_distinct_prefixes([(p.sweep.name, str(p.sweep.path)) for p in plans])
     return dg.Definitions.merge(
         *(sweep_definitions(p, data_dir=data_dir) for p in plans),
         deployment_definitions(data_dir, resources),
@@ -43,4 +44,22 @@ def deployment_definitions(data_dir: str | None = None, resources: dict | None =
 def defs() -> dg.Definitions:
     if spec := sweep_file():
         return build_definitions([RagSweep(sweep=spec).plan(Path.cwd())])
+    check_distinct_prefixes(folder_sweeps(PROJECT_ROOT / "rag_sweep" / "defs"))  # before Dagster's own error
     return dg.Definitions.merge(dg.load_from_defs_folder(project_root=PROJECT_ROOT), deployment_definitions())
+
+
+def folder_sweeps(folder: Path) -> list[tuple[str, str]]:
+    """(name, defs.yaml) of every RagSweep instance under `folder`, read without building them."""
+    import yaml
+
+    out = []
+    for component in sorted(folder.rglob("defs.yaml")):
+        try:
+            doc = yaml.safe_load(component.read_text()) or {}
+            if doc.get("type") != "rag_sweep.lib.RagSweep":
+                continue
+            spec = (component.parent / doc["attributes"]["sweep"]).resolve()
+            out.append((str((yaml.safe_load(spec.read_text()) or {}).get("name")), str(component)))
+        except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+            continue  # a broken instance: loading it says what is wrong
+    return out

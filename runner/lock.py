@@ -1,4 +1,4 @@
-"""One sweep run per data dir at a time."""
+"""One sweep run per data dir at a time, and one sweep per Dagster prefix in a data dir."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from rag_core.planning.spec import SpecError
 from resources.locks import shared_lock
-from resources.storage import is_remote
+from resources.storage import atomic_write_bytes, is_remote
 from runner.errors import DataDirError
 
 
@@ -31,3 +32,19 @@ def exclusive(data: Path):
 
     with shared_lock(f"sweep run on {data}", data / ".rag-sweep.lock", waiting):
         yield
+
+
+def claim_prefix(data: Path, name: str, prefix: str) -> None:
+    """Record which sweep owns a Dagster prefix in this data dir: `a-b` and `a_b` share the prefix `a_b`, so
+    on one data dir (one instance) their materializations would alternate and each would show the other's
+    board. The second is refused in one line naming both, before any work."""
+    claim = data / "sweep_prefixes" / f"{prefix}.txt"
+    if claim.exists():
+        owner = claim.read_text().strip()
+        if owner != name:
+            raise SpecError(
+                f"sweep {name!r} shares the Dagster prefix {prefix!r} with sweep {owner!r}, already run on data "
+                f"dir {data}: rename one of them, or use another data dir"
+            )
+        return
+    atomic_write_bytes(claim, name.encode())

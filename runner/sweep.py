@@ -29,7 +29,7 @@ from runner.instance import (
     require_deployment,
     require_fleet,
 )
-from runner.lock import exclusive
+from runner.lock import claim_prefix, exclusive
 from runner.plans import asset_key, load_plan, runner_definitions
 from runner.progress_bars import WorkBars, steps_bar
 from runner.search import SearchController, SearchReport, begin_search, step_tags
@@ -88,6 +88,7 @@ def run_sweep(
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):
+        claim_prefix(data, plan.sweep.name, plan.prefix)
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
         if n := close_abandoned_runs(instance):

@@ -202,3 +202,47 @@ def yaml_sweep(**sections) -> dict:
         "retrieval": {"mode": "vector", "top_k": [1, 3]},
         **sections,
     }
+
+
+def test_two_sweeps_sharing_a_prefix_are_an_error_naming_both(tmp_path):
+    """`a-b` and `a_b` both map to the prefix `a_b`: in one deployment the code location failed with
+    `Duplicate asset key`, and on one data dir each run showed the other's board."""
+    import yaml
+
+    from rag_core.planning.spec import SpecError
+    from runner import load_plan, run_sweep
+
+    example = ROOT / "examples" / "sweeps" / "example.yaml"
+    spec = yaml.safe_load(example.read_text())
+    spec["data"] = {k: str((example.parent / v).resolve()) for k, v in spec["data"].items()}
+    paths = []
+    for name in ("a-b", "a_b"):
+        (path := tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**spec, "name": name}))
+        paths.append(path)
+    with pytest.raises(
+        SpecError,
+        match=r"sweep 'a_b' \(.*a_b.yaml\) and sweep 'a-b' \(.*a-b.yaml\) share the Dagster prefix 'a_b'",
+    ):
+        build_definitions([load_plan(p) for p in paths], str(tmp_path))
+    build_definitions([load_plan(paths[0]), load_plan(example)], str(tmp_path))  # distinct prefixes load
+
+    data = tmp_path / "data"
+    (data / "sweep_prefixes").mkdir(parents=True)
+    (data / "sweep_prefixes" / "a_b.txt").write_text("a-b")  # as a run of `a-b` leaves it
+    with pytest.raises(
+        SpecError, match=r"sweep 'a_b' shares the Dagster prefix 'a_b' with sweep 'a-b', already run"
+    ):
+        run_sweep(str(paths[1]), str(data), progress=False)
+    assert not (data / "dagster_home").exists()  # refused before any work
+
+
+def test_the_defs_folder_sweeps_are_read_without_building_them(tmp_path):
+    from rag_sweep.definitions import folder_sweeps
+
+    found = dict(folder_sweeps(ROOT / "rag_sweep" / "defs"))
+    assert {"hotpotqa-example", "hotpotqa-every-stage"} <= set(found)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "defs.yaml").write_text(
+        "type: rag_sweep.lib.RagSweep\nattributes: {sweep: missing.yaml}\n"
+    )
+    assert folder_sweeps(tmp_path) == []  # left to Dagster's loading, which names what is wrong

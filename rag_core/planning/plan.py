@@ -28,6 +28,21 @@ def prefix_of(sweep_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", sweep_name)
 
 
+def check_distinct_prefixes(sweeps: list[tuple[str, str]]) -> None:
+    """Sweeps (name, where it is defined) that live side by side must not share a prefix: `a-b` and `a_b`
+    would share asset keys, and each would show or overwrite the other's partitions. A SpecError naming both."""
+    seen: dict[str, tuple[str, str]] = {}
+    for name, where in sweeps:
+        prefix = prefix_of(name)
+        if prefix in seen and seen[prefix][0] != name:
+            other, there = seen[prefix]
+            raise SpecError(
+                f"sweep {name!r} ({where}) and sweep {other!r} ({there}) share the Dagster prefix {prefix!r} "
+                "(asset keys, group, jobs): rename one of them"
+            )
+        seen.setdefault(prefix, (name, where))
+
+
 def _with_store(c: RagConfig, store: str) -> RagConfig:
     """The config with `store` filled in when it names no vector store itself."""
     return c if c.index.store else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
