@@ -63,7 +63,7 @@ def generate_qa_command(args) -> int:
     from resources.embedders import EmbeddingService
     from resources.environment import default_data_dir, env_number, text
     from resources.llm import LLMClient
-    from resources.storage import data_root
+    from resources.storage import check_new_file, data_root
 
     try:
         settings = QAGeneration(
@@ -79,6 +79,7 @@ def generate_qa_command(args) -> int:
     out = Path(args.out)
     if out.suffix != ".jsonl":
         raise SpecError(f"--out {out}: the generated set is JSONL (a .jsonl path)")
+    check_new_file(out, "--out")  # not after every call is paid for
     if out.exists() and not args.overwrite and not args.dry_run:
         raise SpecError(
             f"--out {out}: exists (a reviewed set is used as is); pass --overwrite to generate it again"
@@ -87,13 +88,14 @@ def generate_qa_command(args) -> int:
     print(estimate_line(settings, corpus, out))
     if args.dry_run:
         return 0
+    out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as --output's is
     data = data_root(args.data_dir or default_data_dir())
     data.mkdir(parents=True, exist_ok=True)
     llm = LLMClient(
         api_base=text("RAG_LLM_API_BASE"),
         api_key=text("RAG_LLM_API_KEY"),
         cache_path=str(data / "llm_cache.sqlite"),
-        timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
+        timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),
         max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
     )
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))

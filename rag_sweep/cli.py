@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from dagster._core.errors import DagsterExecutionInterruptedError
@@ -27,13 +28,20 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.qa_generation import estimate_line, generate_qa_command
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
-from rag_core.data.datasets import DatasetError
+from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.planning.spec import SpecError
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
+from resources.storage import check_new_file
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
+
+
+def _of_them(plan) -> str:
+    """How many of the sweep's configs a search evaluates, as it will be: never more than there are."""
+    n = len(plan.config_keys)
+    return f"all {n}" if plan.trial_budget >= n else f"{plan.trial_budget} of the {n}"
 
 
 def _warn_size(plan) -> None:
@@ -41,10 +49,7 @@ def _warn_size(plan) -> None:
     steps = sum(len(keys) for keys in plan.partitions.values())
     search = plan.sweep.search
     if search.adaptive:
-        print(
-            f"a {search.strategy} search evaluates {search.budget.max_configs or 'all'} of the "
-            f"{len(plan.configs)} configs, choosing as it goes"
-        )
+        print(f"a {search.strategy} search evaluates {_of_them(plan)} configs, choosing as it goes")
         return
     print(f"a run evaluates all {len(plan.configs)} configs: up to {steps} steps, one Dagster run each")
     if len(plan.configs) > LARGE_SWEEP:
@@ -96,6 +101,13 @@ def _print_recommendation(data: Path, sweep: str) -> None:
     print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
 
 
+def _check_output(output: str) -> None:
+    """--output must be a .csv or .parquet file this run can create: said before the sweep, not after it."""
+    if Path(output).suffix not in (".csv", ".parquet"):
+        raise SpecError(f"--output {output}: use a .csv or .parquet path")
+    check_new_file(output, "--output")
+
+
 def _write(board, output: str) -> None:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +120,19 @@ def _write(board, output: str) -> None:
     print(f"leaderboard written to {path}")
 
 
+_default_show_warning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A loader's DataWarning (rows or values it dropped, counted) as one line, like the CLI's own warnings."""
+    if issubclass(category, DataWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     try:
         return _main(argv)
     except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
@@ -166,8 +190,8 @@ def _main(argv: list[str] | None) -> int:
             return _validate(args.spec)
         if args.command == "plan":
             return _plan(args)
-        if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
-            raise SpecError(f"--output {args.output}: use a .csv or .parquet path")  # before any work
+        if args.output:
+            _check_output(args.output)  # before any work
         t0 = time.perf_counter()
         run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
     except (KeyboardInterrupt, DagsterExecutionInterruptedError):
@@ -210,10 +234,10 @@ def _plan(args) -> int:
     plan, estimate = bill(args.spec, args.data_dir, args.store)
     search = plan.sweep.search
     adaptive = (
-        f"; search {search.strategy} evaluates {search.budget.max_configs or 'all'} of them"
+        f"; search {search.strategy} evaluates {_of_them(plan)}"
         if search.strategy == "bayesian"
-        else f"; search halving starts {search.budget.max_configs or 'all'} of them on "
-        f"{search.start_questions} questions"
+        else f"; search halving starts {_of_them(plan)} on "
+        f"{min(search.start_questions, estimate.selection_questions)} questions"
         if search.strategy == "halving"
         else ""
     )

@@ -33,7 +33,7 @@ def build_resources(data_dir: str) -> dict:
             api_base=text("RAG_LLM_API_BASE"),
             api_key=dg.EnvVar("RAG_LLM_API_KEY") if is_set("RAG_LLM_API_KEY") else None,
             cache_path=str(data_root(data_dir) / "llm_cache.sqlite"),
-            timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float),
+            timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),
             max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
             max_concurrency=max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int)),
             requests_per_minute=env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float) or None,

@@ -138,8 +138,11 @@ def secret_values() -> list[str]:
     return [v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES)]
 
 
-def env_number(name: str, default, cast):
-    """A non-negative number from the environment, or a one-line error naming the variable."""
+def env_number(name: str, default, cast, positive: bool = False):
+    """A finite non-negative number from the environment (above zero if `positive`: a timeout of 0 fails
+    every call), or a one-line error naming the variable."""
+    import math
+
     from rag_core.planning.spec import SpecError
 
     raw = os.environ.get(name)
@@ -149,8 +152,9 @@ def env_number(name: str, default, cast):
         value = cast(raw)
     except ValueError:
         value = -1
-    if value < 0:
-        raise SpecError(f"${name}={raw!r}: expected a non-negative {cast.__name__}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        kind = "positive" if positive else "non-negative"
+        raise SpecError(f"${name}={raw!r}: expected a finite {kind} {cast.__name__}")
     return value
 
 

@@ -127,3 +127,20 @@ def lance_storage_options(location: str | os.PathLike) -> dict[str, str] | None:
     if endpoint:
         options |= {"endpoint": endpoint, "allow_http": str(endpoint.startswith("http://")).lower()}
     return options
+
+
+def check_new_file(path: str | Path, flag: str) -> None:
+    """A local file a command will write at its end: refused now, in one line naming `flag`, if it is a
+    directory or would be under a file or an unwritable folder (said before any work is paid for)."""
+    from rag_core.planning.spec import SpecError
+
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(
+            f"{flag} {path}: is a directory; name the file to write, e.g. {path / ('out' + path.suffix)}"
+        )
+    existing = next((p for p in path.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise SpecError(f"{flag} {path}: {existing} is a file, so nothing can be written under it")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise SpecError(f"{flag} {path}: {existing} is not writable")

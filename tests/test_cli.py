@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.conftest import cli, write_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SECTIONS = {
     "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
@@ -68,12 +71,33 @@ def test_a_bad_output_path_or_llm_setting_is_refused_before_any_work(
     ).returncode == 2
     assert "error: --output board.xlsx: use a .csv or .parquet path" in r.stderr
     assert not data.exists()  # nothing was started
+    (tmp_path / "board.csv").mkdir()
+    (tmp_path / "notes.txt").write_text("a file")
+    # both failed only after the whole sweep, with a traceback
+    for output, said in (
+        (tmp_path / "board.csv", "is a directory; name the file to write"),
+        (tmp_path / "notes.txt" / "board.csv", "notes.txt is a file, so nothing can be written under it"),
+    ):
+        r = cli(*["run", str(slice_sweep), "--data-dir", str(data), "--output", str(output)])
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not data.exists()
     monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "soon")
     from rag_core.planning.spec import SpecError
     from resources import build_resources
 
-    with pytest.raises(SpecError, match=r"\$RAG_LLM_TIMEOUT_S='soon': expected a non-negative float"):
+    with pytest.raises(SpecError, match=r"\$RAG_LLM_TIMEOUT_S='soon': expected a finite positive float"):
         build_resources(str(tmp_path))
+    for bad in ("0", "nan", "inf", "-1"):  # 0, nan and inf were accepted, and then every call failed
+        monkeypatch.setenv("RAG_LLM_TIMEOUT_S", bad)
+        with pytest.raises(SpecError, match=rf"\$RAG_LLM_TIMEOUT_S='{bad}': expected a finite positive"):
+            build_resources(str(tmp_path))
+    monkeypatch.setenv("RAG_LLM_REQUESTS_PER_MINUTE", "nan")
+    monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "5")
+    with pytest.raises(
+        SpecError, match=r"\$RAG_LLM_REQUESTS_PER_MINUTE='nan': expected a finite non-negative"
+    ):
+        build_resources(str(tmp_path))
+    monkeypatch.delenv("RAG_LLM_REQUESTS_PER_MINUTE")
     monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "5")
     monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
     llm = build_resources(str(tmp_path))["llm"]
@@ -258,3 +282,58 @@ def test_validate_piped_into_a_reader_that_leaves_ends_without_a_traceback(slice
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("big:") and out.stdout.count("\n") == 1
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+def test_what_validate_and_plan_say_a_search_does_holds_for_the_sweep(tmp_path):
+    """validate said a bayesian search "evaluates 100 of the 6 configs"; plan said halving "starts all of
+    them on 50 questions" of a 10-question set."""
+    import yaml
+
+    example = ROOT / "examples" / "sweeps" / "example.yaml"
+    spec = yaml.safe_load(example.read_text())
+    data = {k: str((example.parent / v).resolve()) for k, v in spec["data"].items()}
+    spec["data"] = {**data, "max_queries": 10}
+    spec["decision"] = {"holdout": 0}
+    bayes = tmp_path / "bayes.yaml"
+    bayes.write_text(
+        yaml.safe_dump({**spec, "search": {"strategy": "bayesian", "budget": {"max_configs": 100}}})
+    )
+    r = cli("validate", bayes)
+    assert r.returncode == 0 and "a bayesian search evaluates all 12 configs" in r.stdout, r.stdout + r.stderr
+    halving = tmp_path / "halving.yaml"
+    halving.write_text(
+        yaml.safe_dump(
+            {**spec, "search": {"strategy": "halving", "start_questions": 50, "budget": {"max_configs": 5}}}
+        )
+    )
+    r = cli("plan", halving, "--data-dir", tmp_path / "data")
+    assert r.returncode == 0, r.stderr
+    assert "12 configs; search halving starts 5 of the 12 on 10 questions" in r.stdout, r.stdout
+
+
+def test_a_junk_gold_answer_is_a_counted_warning_not_a_refused_set(tmp_path):
+    """A published set (CLAP NQ dev) has a gold answer '.' on one row: the whole set was refused."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "d1", "text": "Paris is the capital of France."}) + "\n")
+    qa = tmp_path / "qa.jsonl"
+    rows = [
+        {
+            "query_id": "q1",
+            "question": "Capital of France?",
+            "answers": ["Paris"],
+            "relevant_doc_ids": ["d1"],
+        },
+        {"query_id": "q2", "question": "And of Spain?", "answers": ["."], "relevant_doc_ids": ["d1"]},
+    ]
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        {"corpus": corpus, "qa": qa},
+        chunking={"method": "paragraph", "chunk_size": 200, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 1},
+    )
+    r = cli("validate", spec)
+    assert r.returncode == 0, r.stderr
+    assert "2 questions" in r.stdout
+    assert f"warning: {qa}: field 'answers': 1 gold answer(s) empty once normalized" in r.stderr
+    assert "line 2 answer 1 ('.')" in r.stderr and "1 question(s) left with no reference answer" in r.stderr

@@ -223,7 +223,9 @@ def test_generate_qa_command_writes_a_set_with_its_estimate_and_keeps_a_reviewed
     slice_data, tmp_path, monkeypatch, capsys
 ):
 
-    out = tmp_path / "generated.jsonl"
+    out = (
+        tmp_path / "new folder" / "generated.jsonl"
+    )  # made when the set is written (it crashed after the calls)
     args = ["generate-qa", str(slice_data["corpus"]), "--model", MODEL, "--out", str(out), "--questions", "5"]
     args += ["--data-dir", str(tmp_path / "data"), "--types", "factoid=0.6,multi_hop=0.4"]
     assert (r := cli(*[*args, "--dry-run"])).returncode == 0
@@ -239,6 +241,31 @@ def test_generate_qa_command_writes_a_set_with_its_estimate_and_keeps_a_reviewed
         assert stub.requests and stub.requests[0]["auth"] == "Bearer sk-test"
         assert (r := cli(*args)).returncode == 2  # the file is a reviewed copy now: never overwritten unasked
         assert "pass --overwrite" in r.stderr
+
+
+def test_a_bad_out_path_is_refused_before_any_call(slice_data, tmp_path, monkeypatch):
+    """--out naming a directory, or a path under a file, paid for every call and then crashed."""
+    (tmp_path / "set.jsonl").mkdir()
+    (tmp_path / "notes.txt").write_text("a file")
+    with OpenAIStub(slice_responder) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        for out, said in (
+            (tmp_path / "set.jsonl", "is a directory"),
+            (tmp_path / "notes.txt" / "set.jsonl", "notes.txt is a file"),
+        ):
+            r = cli(
+                "generate-qa",
+                slice_data["corpus"],
+                "--model",
+                MODEL,
+                "--out",
+                out,
+                "--data-dir",
+                tmp_path / "d",
+            )
+            assert r.returncode == 2 and f"--out {out}: " in r.stderr and said in r.stderr, r.stderr
+            assert "Traceback" not in r.stderr
+        assert not stub.requests and not (tmp_path / "d").exists()  # nothing paid for, nothing made
 
 
 @pytest.mark.slow

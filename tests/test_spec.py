@@ -206,3 +206,19 @@ def test_the_llm_endpoint_is_in_the_fingerprint_of_what_calls_an_llm(tmp_path):
     assert len(llm) == 4  # answers and evaluation, on the selection split and on the holdout
     assert all(a[k] != b[k] and a[k] != default[k] for k in llm)
     assert all(a[k] == b[k] == default[k] for k in a if k not in llm)  # chunks, index, extractive answers
+
+
+def test_a_spec_path_that_is_no_readable_file_is_a_one_line_error(tmp_path):
+    """A directory was an IsADirectoryError traceback in validate, plan and run."""
+    with pytest.raises(SpecError, match=r"is a directory, not a sweep spec"):
+        load_sweep(tmp_path)
+    binary = tmp_path / "sweep.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SpecError, match=r"sweep.yaml: cannot be read as a sweep spec: 'utf-8' codec"):
+        load_sweep(binary)
+    from tests.conftest import cli
+
+    for command in ("validate", "plan", "run"):
+        r = cli(command, tmp_path)
+        assert r.returncode == 2 and "is a directory, not a sweep spec" in r.stderr, (command, r.stderr)
+        assert "Traceback" not in r.stderr

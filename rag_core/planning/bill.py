@@ -31,6 +31,7 @@ class Bill:
     unpriced: set[str] = field(default_factory=set)  # models litellm has no price for
     seconds: float = 0.0
     holdout_questions: int = 0  # set aside: the finalists answer them after the selection
+    selection_questions: int = 0  # the questions the configs are chosen on
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
@@ -89,7 +90,7 @@ def estimate(
         model = p.config.embedding.model
         have = cached(model)
         texts |= {(model, h) for h in map(text_hash, chunks["index_text"].to_list()) if h not in have}
-    bill = Bill(partitions, len(texts), holdout_questions=holdout_questions)
+    bill = Bill(partitions, len(texts), holdout_questions=holdout_questions, selection_questions=n_queries)
     for stage_name, calls in _llm_calls(plan, done, chunk_tokens, n_queries).items():
         for model, (n, prompt, completion) in calls.items():
             bill.llm_calls[stage_name] = bill.llm_calls.get(stage_name, 0) + n

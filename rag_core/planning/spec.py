@@ -505,6 +505,10 @@ def load_sweep(path: str | Path) -> Sweep:
         raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise SpecError(f"{path}: sweep spec not found") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, not a sweep spec (a .yaml file)") from None
+    except (PermissionError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot be read as a sweep spec: {e}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
