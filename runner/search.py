@@ -411,16 +411,18 @@ class SearchController:
         self.data, self.instance, self.state, self.stores = data_root(data), instance, state, stores
         self.ran: set[RungStep] = set()
         self._before: set[RungStep] | None = None  # what the search had run when this controller began
-        self._rungs: dict[int | None, Complete] = {}
+        self._rungs: dict[tuple[int | None, bool], Complete] = {}
         self._frames: dict[tuple[str, str, int | None], pl.DataFrame] = {}
         cache = open_cache(self.data / "llm_cache.sqlite")
         self.spent: Spent = lambda: cache.spent(state.started)
         self.admission = Admission(state.begun, state.save)
 
-    def at(self, n: int | None) -> Complete:
-        if n not in self._rungs:
-            self._rungs[n] = completed(self.plan, self.instance, self.data, n, self.stores)
-        return self._rungs[n]
+    def at(self, n: int | None, with_failures: bool = False) -> Complete:
+        if (n, with_failures) not in self._rungs:
+            self._rungs[(n, with_failures)] = completed(
+                self.plan, self.instance, self.data, n, self.stores, with_failures
+            )
+        return self._rungs[(n, with_failures)]
 
     def done(self, stage_name: str, key: str, n: int | None = None) -> bool:
         if (stage_name, key, n) in self.ran:
@@ -437,7 +439,9 @@ class SearchController:
         raise Pending([(stage_name, key, n)])
 
     def _read(self, stage_name: str, key: str, n: int | None, part: str | None = None) -> pl.DataFrame:
-        ref: ArtifactRef | None = self.at(n)(stage_name, key)
+        # a step this search ran is read as it is: its failed LLM calls were asked once more (the step ran
+        # again) and now count against the config, else the search would ask them forever
+        ref: ArtifactRef | None = self.at(n, with_failures=(stage_name, key, n) in self.ran)(stage_name, key)
         if ref is None:  # run by this search, then superseded: the artifact of that run's fingerprint
             raise Pending([(stage_name, key, n)])
         if (ref.fp, key, part) not in self._frames:

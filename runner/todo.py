@@ -28,12 +28,16 @@ def input_fingerprints(plan: Plan, instance) -> dict[str, str | None]:
     return {s: latest_fingerprint(instance, asset_key(plan, s), None) for s in ("corpus", "qa_set")}
 
 
-def completed(plan: Plan, instance, data: Path, questions: int | None = None, stores=None) -> Complete:
+def completed(
+    plan: Plan, instance, data: Path, questions: int | None = None, stores=None, with_failures: bool = False
+) -> Complete:
     """`complete(stage, key)`: the artifact ref of a partition whose latest materialization holds the
     artifact the materialized input snapshots give, whole in `data`; else None. With `questions`: the
     artifact of that halving rung (the QA set's first N questions in the search's order), whole in
     `data`, whatever the partition materialized since. A vector index is complete only when `stores`
-    (the VectorStores resource) still hold the collection its marker records."""
+    (the VectorStores resource) still hold the collection its marker records. An artifact holding failed
+    LLM calls is not complete (they are asked again), unless `with_failures` (a search reading what it
+    ran: the failures count against the config, as a grid's leaderboard counts them)."""
     inputs = input_fingerprints(plan, instance)
     expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs, rung=questions)
     expected[("leaderboard", None)] = plan.board_fingerprint(inputs, expected)
@@ -61,7 +65,7 @@ def completed(plan: Plan, instance, data: Path, questions: int | None = None, st
             if latest[stage].get(key) != ref.fp:
                 return None
         # not intact: another data dir, same instance; failed LLM calls: asked again
-        if not ref.intact() or ref.failed_calls():
+        if not ref.intact() or (not with_failures and ref.failed_calls()):
             return None
         if stage_of(stage).external:  # a vector index: its marker can outlive the store's collection
             config = plan.partition(stage, key).config

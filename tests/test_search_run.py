@@ -121,3 +121,47 @@ def test_halving_drops_a_worse_config_early_stops_at_its_budget_and_resumes(
     rungs = client.search_runs([exp.experiment_id], filter_string="tags.questions = '10/20'")
     assert len(rungs) == 4 and all("(10/20 questions)" in r.info.run_name for r in rungs)
     assert json.loads((second.data / "searches" / "halving.json").read_text())["started"] > 0
+
+
+@pytest.mark.parametrize("strategy", ["bayesian", "halving"])
+def test_a_search_ranks_a_config_whose_generator_failed_on_a_question(
+    slice_data, tmp_path, monkeypatch, strategy
+):
+    """One question the generator always fails on: the search goes on as a grid does (the config is ranked
+    with its error counted), asks the failed call again at most once per step it runs, and a rerun ends the
+    same way. (It crashed, or asked the failed call again forever.)"""
+    import polars as pl
+
+    from tests.openai_stub import GoldAnswers, OpenAIStub
+
+    qa = pl.read_parquet(slice_data["qa"])
+    gold = GoldAnswers(qa)
+    down = qa["question"][0]
+
+    def respond(prompt: str):
+        question = gold.question(prompt)
+        return (500, "upstream error", 0.0) if question == down else (200, gold.answer[question], 0.0)
+
+    spec = write_sweep(
+        tmp_path / "fails.yaml",
+        slice_data,
+        name="fails",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": [2, 3]},
+        generation={"model": "openai/m", "max_tokens": 16},
+        search={"strategy": strategy, "start_questions": 10, "budget": {"max_configs": 2}},
+    )
+    with OpenAIStub(respond) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
+        first = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+        asked = [r["body"]["messages"][-1]["content"] for r in stub.requests]
+        again = run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+        asked_again = len(stub.requests) - len(asked)
+    assert first.board.height == 2 and (first.board["n_generation_errors"] == 1.0).all()
+    assert first.board["n_queries"].to_list() == [20, 20]
+    assert len(first.search.evaluated) == 2
+    assert 2 <= sum(down in p for p in asked) <= 4  # each config's failure, asked once more at most
+    assert again.board["config_key"].to_list() == first.board["config_key"].to_list()
+    assert asked_again == 0
