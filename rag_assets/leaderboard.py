@@ -43,7 +43,8 @@ TABLE_COLUMNS = [
 ]
 COLUMN_NOTES = {
     "label": "what differs between the sweep's configs; full keys in the config_keys metadata",
-    "tier": "1: the best config and every config not significantly worse (paired bootstrap, Holm)",
+    "tier": "1: the best config, every config not significantly worse (paired bootstrap, Holm) and any "
+    "scoring above one of them",
     "vs_leader": "leader; tied (in tier 1); worse (a lower tier); too many errors (failed LLM calls)",
 }
 
@@ -237,8 +238,12 @@ class Leaderboard(StageLogic):
         # every config run carries its place, its score at this evaluation's night the step of its history
         # (a config run logged again since gets it back) ...
         run.resources.tracking.log_ranking(run.plan.sweep.name, frame, decision.get("evaluated_at"))
-        if not reused:  # ... and one leaderboard run per content: an unchanged rerun logs none
-            run.resources.tracking.log_leaderboard(
+        # ... and one leaderboard run per content: an unchanged rerun logs none, unless MLflow lost it
+        tracking = run.resources.tracking
+        if not reused or (
+            tracking.enabled and not tracking.find_run(run.plan.sweep.name, run.ref.fp, "board_fingerprint")
+        ):
+            tracking.log_leaderboard(
                 run.plan.sweep.name,
                 frame,
                 markdown,

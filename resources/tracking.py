@@ -151,11 +151,12 @@ class MlflowTracking(dg.ConfigurableResource):
             if not (token := page.token):
                 return runs
 
-    def find_run(self, experiment: str, fingerprint: str) -> str | None:
-        """The id of a finished run already logged for this evaluation fingerprint, if any."""
+    def find_run(self, experiment: str, fingerprint: str, tag: str = "eval_fingerprint") -> str | None:
+        """The id of a finished run already logged for this fingerprint (of an evaluation; with
+        `tag="board_fingerprint"`, of a leaderboard), if any."""
         runs = self._search(
             experiment,
-            f"tags.eval_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'",
+            f"tags.{tag} = '{fingerprint}' and attributes.status = 'FINISHED'",
             max_results=1,
         )
         return runs[0].info.run_id if runs else None

@@ -253,6 +253,31 @@ def test_a_config_run_deleted_from_mlflow_is_logged_again_with_its_rank(sweep_ru
     assert back.data.tags["tier"] == gone.data.tags["tier"]
 
 
+def test_a_deleted_mlflow_store_gets_every_run_back_the_leaderboard_run_too(sweep_run, slice_sweep):
+    """MLflow's database deleted (its artifacts kept): the rerun computes nothing, and logs again every run
+    MLflow lacks, the leaderboard's with its recommendation and ship report as well as the configs'."""
+    plan, data = sweep_run["plan"], sweep_run["data"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    (board,) = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    client.delete_run(board.info.run_id)  # the leaderboard run alone: its artifact is reused, its run logged
+    run_sweep(str(slice_sweep), str(data), progress=False)
+    (again,) = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    assert again.data.tags["board_fingerprint"] == board.data.tags["board_fingerprint"]
+    (data / "mlflow.db").unlink()
+    run_sweep(str(slice_sweep), str(data), progress=False)
+    client = MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(plan.sweep.name)
+    assert len(client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")) == len(
+        plan.configs
+    )
+    (again,) = client.search_runs([exp.experiment_id], filter_string="tags.kind = 'leaderboard'")
+    assert again.data.tags["recommended_config"] == board.data.tags["recommended_config"] != "None"
+    assert again.data.tags["board_fingerprint"] == board.data.tags["board_fingerprint"]
+    names = {a.path for a in client.list_artifacts(again.info.run_id)}
+    assert {"leaderboard.parquet", "leaderboard.md"} <= names
+
+
 def test_forced_rerun_plans_every_partition(sweep_run):
     plan, instance, data = sweep_run["plan"], sweep_run["instance"], sweep_run["data"]
     every = sum(len(plan.keys(s.name)) for s in PARTITIONED)
