@@ -6,6 +6,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.common.completion import failure_summary
 from rag_core.decision.leaderboard import MAX_ERROR_SHARE
 from rag_core.generation.answering import answer
 from rag_core.metrics import percentile
@@ -40,7 +41,10 @@ class Answers(StageLogic):
         )
         errors = df["error"].drop_nulls().len()
         if errors:
-            run.context.log.warning(f"{errors}/{df.height} generations failed after retries (kept as errors)")
+            run.context.log.warning(
+                f"{errors}/{df.height} generations failed after retries (kept as errors): "
+                + failure_summary(df["error"])
+            )
         return df
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:

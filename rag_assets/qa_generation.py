@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rag_core.common.completion import failure_summary
+
 
 def parse_types(text: str | None) -> dict[str, float] | None:
     """`factoid=0.7,multi_hop=0.2,unanswerable=0.1` -> weights."""
@@ -109,7 +111,8 @@ def generate_qa_command(args) -> int:
     if frame.height == 0:
         print(
             f"error: no question was kept ({report.calls} calls, {report.failed_calls} failed, "
-            f"{report.malformed_replies} malformed replies, rejected: {dict(report.rejected)}); nothing written",
+            f"{report.malformed_replies} malformed replies, rejected: {dict(report.rejected)}); nothing written"
+            + (f"\n  failed calls: {failure_summary(report.errors)}" if report.errors else ""),
             file=sys.stderr,
         )
         return 1
@@ -122,7 +125,8 @@ def generate_qa_command(args) -> int:
         f"  kept: {dict(report.kept)}; rejected: {dict(report.rejected) or 'none'}\n"
         f"  calls: {report.calls} ({report.failed_calls} failed, {report.malformed_replies} malformed, "
         f"{report.skipped_for_budget} over the budget), {report.tokens:,} tokens, ${report.cost_usd:.4f}\n"
-        f"  answers found in their gold passages: {rate}\n"
+        + (f"  failed calls: {failure_summary(report.errors)}\n" if report.errors else "")
+        + f"  answers found in their gold passages: {rate}\n"
         f"review or edit it, then point a sweep's data.qa at it"
     )
     if frame.height < settings.questions:

@@ -336,3 +336,25 @@ def test_validate_and_plan_of_a_sweep_whose_qa_set_is_to_be_generated(tmp_path, 
     bad = write_sweep(tmp_path / "b.yaml", data, qa_generation={"model": MODEL, "questions": 0}, **sections)
     assert (r := cli(*["validate", str(bad)])).returncode == 2
     assert "qa_generation.questions" in r.stderr
+
+
+def test_when_every_call_fails_the_cause_is_printed_once_per_kind(slice_data, tmp_path, monkeypatch):
+    """A wrong key (the provider's 401) or no key at all: every call fails, and the CLI said only
+    `14 calls, 14 failed`. It now names the kind of each failure and the first one's cause, redacted."""
+    args = ["generate-qa", str(slice_data["corpus"]), "--model", MODEL, "--questions", "2"]
+    monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
+    with OpenAIStub(lambda prompt: (401, "Incorrect API key provided: sk-wrong-123", 0.0)) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("RAG_LLM_API_KEY", "sk-wrong-123")
+        r = cli(*args, "--out", tmp_path / "a.jsonl", "--data-dir", tmp_path / "d")
+        assert stub.requests
+    assert r.returncode == 1 and "no question was kept" in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "failed calls:" in x]
+    assert re.search(r"failed calls: \d+ AuthenticationError; first: AuthenticationError: ", line), line
+    assert "sk-wrong-123" not in r.stderr + r.stdout  # the key, redacted wherever it is echoed
+
+    monkeypatch.setenv("RAG_LLM_API_BASE", "http://127.0.0.1:9")  # nothing listens: no call leaves anyway
+    monkeypatch.delenv("RAG_LLM_API_KEY")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    r = cli(*args, "--out", tmp_path / "b.jsonl", "--data-dir", tmp_path / "d")
+    assert r.returncode == 1 and "failed calls: " in r.stderr and "api_key" in r.stderr.lower(), r.stderr

@@ -3,6 +3,8 @@ pure stages call an LLM through (resources/llm.LLMClient implements it with lite
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,3 +35,16 @@ NO_USAGE = {"tokens": 0, "cost_usd": 0.0, "ms": 0.0}
 def usage(c: Completion) -> dict:
     """Tokens, cost and latency of one LLM call, for the per-stage cost metrics."""
     return {"tokens": c.prompt_tokens + c.completion_tokens, "cost_usd": c.cost_usd, "ms": c.latency_ms}
+
+
+def failure_summary(errors: Iterable[str | None]) -> str:
+    """Failed calls' errors (already redacted) in one line: the count of each kind (the exception's name,
+    which litellm maps from the provider's answer) and the first one's cause, so that a wrong key, a bad
+    timeout or an outage is told apart without a log. Empty when nothing failed."""
+    errors = [e for e in errors if e]
+    if not errors:
+        return ""
+    kinds = Counter(e.split(":", 1)[0].strip() or "error" for e in errors)
+    counts = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    first = " ".join(errors[0].split())
+    return f"{counts}; first: {first[:300]}"

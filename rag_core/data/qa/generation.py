@@ -108,6 +108,7 @@ class GenerationReport:
     calls: int = 0
     failed_calls: int = 0
     malformed_replies: int = 0
+    errors: list = field(default_factory=list)  # the failed calls' errors (redacted), for the summary
     skipped_for_budget: int = 0
     no_pair: int = 0  # multi-hop samples without a second document sharing an entity
     tokens: int = 0
@@ -344,6 +345,7 @@ class _Budget:
             self.report.cost_usd += out.cost_usd
             if out.error:
                 self.report.failed_calls += 1
+                self.report.errors.append(out.error)
         return None if out.error else out.text
 
 
