@@ -12,6 +12,7 @@ SQLite in WAL mode: steps in several processes and threads read and write it at 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -22,7 +23,9 @@ from rag_core.common.completion import Completion
 from rag_core.common.fingerprint import fingerprint
 from resources.environment import shared_database_url
 from resources.locks import NoSharedLock
-from resources.storage import is_remote
+from resources.storage import is_remote, set_aside
+
+_LOG = logging.getLogger(__name__)
 
 # One row per call paid for: a forced re-evaluation asks again and adds a row (the ledger keeps what was
 # paid); the latest row of a key answers it. (Older stores kept one row per key in `completions`.)
@@ -47,6 +50,17 @@ def _wal(conn: sqlite3.Connection, attempts: int = 100) -> None:
             if "locked" not in str(e) or attempt == attempts - 1:
                 raise
             time.sleep(0.05 + 0.01 * attempt)
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    """WAL, the table and its index, and a check that the file is a whole SQLite store (a truncated one
+    opens, then fails on some read: found here, once per process)."""
+    if (check := conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+        raise sqlite3.DatabaseError(f"quick_check: {check}")
+    _wal(conn)
+    conn.execute(SCHEMA)
+    conn.execute(INDEX)
+    _migrate(conn)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -110,13 +124,33 @@ class LLMCache:
         if store not in _READY:
             with _INIT:  # one thread of this process switches the store to WAL; other processes: retried
                 if store not in _READY:
-                    _wal(conn)
-                    conn.execute(SCHEMA)
-                    conn.execute(INDEX)
-                    _migrate(conn)
-                    _READY.add(store)
+                    try:
+                        _set_up(conn)
+                    except sqlite3.DatabaseError as e:
+                        if isinstance(e, sqlite3.OperationalError):  # locked, full disk ...: not damage
+                            raise
+                        conn.close()
+                        self._set_aside(e)
+                        conn = sqlite3.connect(self.path, timeout=60)
+                        _set_up(conn)
+                    _READY.add((self.path, self.path.stat().st_ino))
         conn.execute(SCHEMA)  # a plain write when missing (it waits for a busy database): every time
         return conn
+
+    def _set_aside(self, error: Exception) -> None:
+        """A damaged store (not SQLite, truncated, malformed) is moved aside, named, and a new one begun:
+        its answers are asked again when needed, as a damaged embedding cache part's texts are embedded
+        again. The ledger of what it recorded as spent goes with it (a search's LLM budget counts anew)."""
+        aside = self.path.with_name(self.path.name + ".damaged")
+        _LOG.warning(
+            f"LLM call cache {self.path} is damaged ({error}): set aside as {aside}; a new cache is begun "
+            "(calls it held are asked again when needed)"
+        )
+        for suffix in ("-wal", "-shm"):  # a damaged store's log must not be replayed into the new one
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                set_aside(side, side.suffix + ".damaged")
+        set_aside(self.path, self.path.suffix + ".damaged")
 
     def get(self, key: str) -> Completion | None:
         """The stored completion (its original tokens, cost and latency: what the config costs per query)."""

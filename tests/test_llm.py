@@ -524,3 +524,36 @@ def test_a_random_generator_answers_each_question_n_times_and_the_variance_is_sp
         "sampling_share"
     ] == pytest.approx(1.0)
     assert four.board["exact_match"][0] == pytest.approx(0.5) and four.board["n_samples"][0] == 4.0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_call_cache_is_set_aside_named_and_begun_anew(tmp_path, caplog, damage):
+    """A call cache that is not SQLite, or cut short, was a traceback (generate-qa) or an error that did
+    not name the file (run): it is set aside beside itself, named in a warning, and a new one answers."""
+    import sqlite3
+
+    from rag_core.common.completion import Completion
+    from resources.llm_cache import LLMCache
+
+    path = tmp_path / "llm_cache.sqlite"
+    if damage == "garbage":
+        path.write_bytes(b"this is no database\n" * 100)
+    else:
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "CREATE TABLE calls (key TEXT, model TEXT, text TEXT, prompt_tokens INTEGER, "
+                "completion_tokens INTEGER, cost_usd REAL, latency_ms REAL, attempts INTEGER, created REAL)"
+            )
+            conn.executemany(
+                "INSERT INTO calls VALUES (?, 'm', ?, 1, 1, 0.0, 1.0, 1, 0.0)",
+                [(f"k{i}", "x" * 500) for i in range(2000)],
+            )
+        whole = path.read_bytes()
+        path.write_bytes(whole[: len(whole) // 2])
+    cache = LLMCache(path)
+    with caplog.at_level("WARNING"):
+        assert cache.get("k1") is None
+    assert str(path) in caplog.text and "damaged" in caplog.text
+    assert (tmp_path / "llm_cache.sqlite.damaged").exists()
+    cache.put("k1", "m", Completion("Paris", None, 1, 1.0))
+    assert cache.get("k1").text == "Paris" and cache.spent()[0] == 1
