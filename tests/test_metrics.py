@@ -186,3 +186,39 @@ def test_a_config_whose_generations_failed_is_ranked_last_and_marked_not_tied():
     assert board["too_many_errors"].to_list() == [False, False, True]
     assert board["generation_error_share"].to_list() == [0.0, 0.1, 0.4]
     assert not board["tied_with_leader"][2]
+
+
+def test_cohesion_costs_its_sample_whatever_one_documents_size():
+    """One document of 400 chunks of 50,000 characters (a 20 MB file): the cap was checked only between
+    documents, so every chunk's every sentence was embedded (over 5 minutes for one evaluation). The
+    sentences embedded are now bounded by the sample: chunks, sentences per chunk and characters each."""
+    import time
+
+    import numpy as np
+    import polars as pl
+
+    from rag_core.evaluation.evaluate import (
+        COHESION_SAMPLE,
+        SENTENCE_CHARS,
+        SENTENCES_PER_CHUNK,
+        chunk_cohesion_separation,
+    )
+
+    def chunk(c: int) -> str:  # ~50,000 characters of distinct sentences
+        return "".join(f"The river floods valley {c}-{i} every spring. " for i in range(1200))
+
+    chunks = pl.DataFrame(
+        {"doc_id": ["big"] * 400 + ["next"], "text": [chunk(c) for c in range(400)] + ["One."]}
+    )
+    embedded = []
+
+    def embed(texts):
+        embedded.extend(texts)
+        return [np.ones(4) + len(t) % 3 for t in texts]
+
+    t0 = time.perf_counter()
+    cohesion, separation = chunk_cohesion_separation(chunks, embed)
+    assert time.perf_counter() - t0 < 30
+    assert 0.0 < cohesion <= 1.0 and separation >= 0.0
+    assert len(embedded) <= COHESION_SAMPLE * SENTENCES_PER_CHUNK
+    assert max(map(len, embedded)) <= SENTENCE_CHARS

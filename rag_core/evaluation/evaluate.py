@@ -18,7 +18,11 @@ from rag_core.metrics.judge import judge_prompt, parse_verdict
 from rag_core.metrics.stats import bootstrap_ci
 from rag_core.planning.spec import RagConfig
 
-COHESION_SAMPLE = 300  # chunks (whole documents, in corpus order) used for cohesion/separation
+# cohesion/separation's sample, bounded whatever one document's size: the first chunks in corpus order,
+# the first sentences of each, each sentence cut where the encoder would stop reading anyway (~256 tokens)
+COHESION_SAMPLE = 300  # chunks
+SENTENCES_PER_CHUNK = 32
+SENTENCE_CHARS = 2000
 
 
 def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict[str, float]:
@@ -47,16 +51,17 @@ def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict
 
 
 def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float]:
-    """Cohesion and separation (rag_core/metrics/chunking.py) on the chunks of the first documents of
-    the chunkset, up to COHESION_SAMPLE chunks, so the cost stays bounded on a large corpus."""
-    blocks, sentences = [], []
+    """Cohesion and separation (rag_core/metrics/chunking.py) on the chunkset's first COHESION_SAMPLE
+    chunks, so that its cost is bounded by the sample, whatever the corpus's or one document's size."""
+    blocks, sentences, taken = [], [], 0
     for _, doc in chunks.group_by("doc_id", maintain_order=True):
-        if len(blocks) >= COHESION_SAMPLE:
+        if taken >= COHESION_SAMPLE:
             break
-        for text in doc["text"]:
-            sents = split_sentences(text)
+        for text in doc["text"][: COHESION_SAMPLE - taken]:
+            sents = [t[:SENTENCE_CHARS] for t in split_sentences(text)[:SENTENCES_PER_CHUNK]]
             blocks.append(sents)
             sentences += sents
+            taken += 1
         blocks.append(None)
     unique = list(dict.fromkeys(sentences))
     vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
