@@ -165,8 +165,8 @@ TERMINAL_NAMES = {
     "chunk_truncated_share": "truncated",
 }
 TERMINAL_LEGEND = (
-    "tier 1: the best config and every config not significantly worse (paired bootstrap over the same "
-    "questions, Holm-corrected); vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
+    "tier 1: the best config, every config not significantly worse (paired bootstrap over the same "
+    "questions, Holm-corrected) and any scoring above one of them; vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
     "failed LLM calls (gen errors); truncated: share of chunks longer than the embedder reads; undefined: no "
     "question defines that metric"
 )

@@ -58,9 +58,12 @@ def p_value(diffs: np.ndarray) -> float:
 
 
 def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """(tier of each config, Holm-adjusted p-value against its tier's best). Tier 1 is the best config and
-    every config not significantly worse than it (Holm over those comparisons); tier 2 the same among the
-    rest, and so on."""
+    """(tier of each config, Holm-adjusted p-value against its tier's best). Tier 1 is the best config,
+    every config not significantly worse than it (Holm over those comparisons), and every config scoring
+    above one of those; tier 2 the same among the rest, and so on. Tiers follow the scores: a config whose
+    difference from the best is steady can be significantly worse while a lower-scoring, noisier one is
+    not; the noisier one's tie then holds the configs above it in the tier too (this only withdraws
+    "worse" claims, so Holm's error control stands)."""
     tier = np.zeros(len(scores.keys), dtype=int)
     p_adj = np.ones(len(scores.keys))
     remaining = list(np.argsort(-scores.observed, kind="stable"))
@@ -69,14 +72,14 @@ def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
         t += 1
         best, others = remaining[0], remaining[1:]
         adjusted = holm([p_value(scores.diff(best, o)) for o in others]) if others else np.array([])
-        tier[best] = t
-        members = [best]
-        for o, p in zip(others, adjusted, strict=True):
+        last = 0  # the lowest-scoring config not significantly worse than the best
+        for place, (o, p) in enumerate(zip(others, adjusted, strict=True), start=1):
             p_adj[o] = p
             if p >= alpha:
-                tier[o] = t
-                members.append(o)
-        remaining = [r for r in remaining if r not in members]
+                last = place
+        members = remaining[: last + 1]
+        tier[members] = t
+        remaining = remaining[last + 1 :]
     return tier, p_adj
 
 
