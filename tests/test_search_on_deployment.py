@@ -44,14 +44,14 @@ mutation($params: ExecutionParams!) {
 
 
 def _sweep(tmp_path: Path, slice_data: dict) -> Path:
-    """Three configs on one index; halving over the 20 questions from 10; the recommendation is the best
+    """Two configs on one index; halving over the 20 questions from 10; the recommendation is the best
     config of the top tier (not the fastest: latency differs between machines and runs)."""
     return write_sweep(
         tmp_path / "halving.yaml",
         slice_data,
         name=NAME,
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
-        retrieval={"mode": "vector", "top_k": [1, 3, 5]},
+        retrieval={"mode": "vector", "top_k": [1, 3]},
         search={"strategy": "halving", "start_questions": 10, "growth": 2},
         decision={"holdout": 0, "prefer": "best"},
     )
