@@ -63,8 +63,8 @@ def generate_qa_command(args) -> int:
     )
     from rag_core.planning.spec import SpecError
     from resources.embedders import EmbeddingService
-    from resources.environment import default_data_dir, env_number, text
-    from resources.llm import LLMClient
+    from resources.environment import default_data_dir
+    from resources.llm import llm_from_env
     from resources.storage import check_new_file, data_root
 
     try:
@@ -93,13 +93,7 @@ def generate_qa_command(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as --output's is
     data = data_root(args.data_dir or default_data_dir())
     data.mkdir(parents=True, exist_ok=True)
-    llm = LLMClient(
-        api_base=text("RAG_LLM_API_BASE"),
-        api_key=text("RAG_LLM_API_KEY"),
-        cache_path=str(data / "llm_cache.sqlite"),
-        timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),
-        max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
-    )
+    llm = llm_from_env(cache_path=str(data / "llm_cache.sqlite"))
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
 
     def progress(kept: int, wanted: int, calls: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from rag_assets.answers import Answers
+from rag_assets.champion import champion_asset
 from rag_assets.chunksets import Chunksets
 from rag_assets.confirmation import Confirmation
 from rag_assets.embeddings import Embeddings
@@ -49,4 +50,5 @@ def stage_assets(plan: Plan) -> list:
             for s in STAGES
             if s.name != "confirmation" or plan.holdout  # confirmed on a holdout only when there is one
         ),
+        champion_asset(plan),  # the recommendation, shipped to the model registry
     ]

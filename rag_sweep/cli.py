@@ -4,6 +4,7 @@
     rag-sweep validate SPEC
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
+    rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
 
 The input files are observed and snapshotted, then the plan's partitions run, each as a Dagster run as soon
 as the partitions it reads are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
@@ -32,7 +33,7 @@ from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.planning.spec import SpecError
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
-from resources.storage import check_new_file
+from resources.storage import check_new_file, data_root, read_parquet
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
@@ -181,6 +182,12 @@ def _main(argv: list[str] | None) -> int:
         "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
     )
     gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    exp = sub.add_parser("export", help="write an evaluated config as an MLflow pyfunc model folder")
+    exp.add_argument("spec", help="sweep YAML file")
+    exp.add_argument("--config", help="a config key or label (default: the leaderboard's recommendation)")
+    exp.add_argument("--out", required=True, help="the model folder to write (new or empty)")
+    exp.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
+    exp.add_argument("--store", help="vector store of configs that name none")
     args = parser.parse_args(argv)
 
     try:
@@ -190,6 +197,8 @@ def _main(argv: list[str] | None) -> int:
             return _validate(args.spec)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "export":
+            return _export(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
@@ -246,6 +255,53 @@ def _plan(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    """The config as a model folder: the pipeline it was evaluated as, loadable and servable by MLflow."""
+    from runner import local_instance
+    from shipping.bundle import ExportError, collect, config_key_of, save
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
+    check_new_file(out / "MLmodel", "--out")
+    plan = load_plan(args.spec, args.store)
+    data = data_root(args.data_dir or environment.default_data_dir())
+    board_file = leaderboard_path(data, plan.sweep.name)
+    if not board_file.exists():
+        raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")
+    decision = read_decision(data, plan.sweep.name)
+    try:
+        key = config_key_of(plan, args.config, decision.get("recommended"))
+        bundle = collect(plan, data, local_instance(data), read_parquet(board_file), decision, key)
+    except ExportError as e:
+        raise SpecError(str(e)) from e
+    save(bundle, out)
+    print(
+        f"wrote config {bundle.label} ({key}) as an MLflow model to {out}\n"
+        f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
+        f"  serve: PATH=$PWD/.venv/bin:$PATH mlflow models serve -m {out} --env-manager local -p 5001"
+    )
+    return 0
+
+
+def _print_champion(tracking, sweep: str) -> None:
+    """How to load and serve the registered winner, when the registry holds one."""
+    from shipping.registry import ALIAS, current_champion
+
+    if not tracking.enabled or (version := current_champion(tracking.client(), sweep)) is None:
+        return
+    uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
+    print(
+        f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
+        f"  Load it:  mlflow.set_tracking_uri({store!r}); "
+        f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
+        f"  Serve it: PATH=$PWD/.venv/bin:$PATH MLFLOW_TRACKING_URI={store} mlflow models serve -m {uri} "
+        "--env-manager local -p 5001\n"
+        "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
+        '-d \'{"dataframe_records": [{"question": "..."}]}\''
+    )
+
+
 def _print_run(run, args, seconds: float) -> None:
     board, plan, data, search = run.board, run.plan, run.data, run.search
     sweep = plan.sweep
@@ -279,6 +335,7 @@ def _print_run(run, args, seconds: float) -> None:
         f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep.name}, best first"
         + (")" if store.startswith("sqlite:") else "")
     )
+    _print_champion(tracking, sweep.name)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,15 @@ class MlflowTracking(dg.ConfigurableResource):
     def _client(self):
         return _client_for(self.resolved_uri())
 
+    def client(self):
+        """The MLflow client of this tracking store (the model registry too)."""
+        return self._client()
+
+    def experiment_id(self, name: str) -> str:
+        """The id of the experiment `name`, created when missing (artifacts beside a local store)."""
+        client = self._client()
+        return self._experiment_id(client, name)
+
     def _experiment_id(self, client, name: str) -> str:
         exp = client.get_experiment_by_name(name)
         if exp is not None:

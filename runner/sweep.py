@@ -15,6 +15,7 @@ import dagster as dg
 from dagster._core.definitions.observe import observe  # not re-exported at the top level
 from tqdm import tqdm
 
+from rag_assets.champion import CHAMPION, champion_due
 from rag_assets.leaderboard import leaderboard_path
 from rag_assets.stage_asset import FORCE_TAG
 from rag_core.common.progress import listening
@@ -153,6 +154,9 @@ def run_sweep(
                     materialize(stage, key)
                     bar.update(1)
                 bar.close()
+            # the recommendation, shipped to the model registry when it is not the champion already
+            if champion_due(plan, data, defs.resources["tracking"]):
+                materialize(CHAMPION)
         board = read_parquet(leaderboard_path(data, plan.sweep.name))
         return SweepRun(board, defs, instance, plan, data, search)
 

@@ -30,7 +30,11 @@ def test_definitions_load(tmp_path):
     defs = _defs(tmp_path)
     dg.Definitions.validate_loadable(defs)
     keys = {a.key.to_user_string() for a in defs.resolve_all_asset_specs()}
-    assert keys == {f"{EXAMPLE}/{s.name}" for s in STAGES} | {f"{EXAMPLE}/corpus_file", f"{EXAMPLE}/qa_file"}
+    assert keys == {f"{EXAMPLE}/{s.name}" for s in STAGES} | {
+        f"{EXAMPLE}/corpus_file",
+        f"{EXAMPLE}/qa_file",
+        f"{EXAMPLE}/champion_model",
+    }
     assert {s.name for s in defs.sensors} == {"rag_automation_sensor", f"{EXAMPLE}__drift_alerts"}
     assert [s.name for s in defs.schedules] == [f"{EXAMPLE}__evaluate_nightly"]
 

@@ -106,9 +106,8 @@ def test_backfill_through_webserver_and_daemon(
             {
                 "params": {
                     # every stage of a sweep that holds no question out (write_sweep's default: no confirmation)
-                    "assetSelection": [
-                        {"path": [PREFIX, s.name]} for s in STAGES if s.name != "confirmation"
-                    ],
+                    "assetSelection": [{"path": [PREFIX, s.name]} for s in STAGES if s.name != "confirmation"]
+                    + [{"path": [PREFIX, "champion_model"]}],  # the winner, to the model registry
                     "allPartitions": True,
                     "title": "stack test",
                 }
@@ -133,11 +132,35 @@ def test_backfill_through_webserver_and_daemon(
     # the index lives in Weaviate and the runs in the MLflow server
     store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
     (marker,) = (data / "vector_index").glob("*.parquet")  # one index: its collection lives in Weaviate
-    info = store.info(pl.read_parquet(marker)["collection"][0])
+    info_name = pl.read_parquet(marker)["collection"][0]
+    info = store.info(info_name)
     assert info["exists"] and info["count"] > 100
     import mlflow
 
     with mlflow_tracking(mlflow_server.url):
         runs = mlflow.search_runs(experiment_names=["stack-slice"], filter_string="tags.config_key != ''")
     assert len(runs) == 2
+    # the registry holds the recommendation; its index is the sweep's Weaviate collection, found by name
+    from shipping.registry import current_champion
+
+    client = mlflow.MlflowClient(mlflow_server.url)
+    champion = current_champion(client, "stack-slice")
+    recommended = board.filter(pl.col("recommended"))["config_key"][0]
+    assert champion is not None and champion.tags["config_key"] == recommended
+    env_before = {k: os.environ.get(k) for k in ("WEAVIATE_URL", "WEAVIATE_GRPC_PORT")}
+    os.environ.update(
+        {"WEAVIATE_URL": weaviate_server.url, "WEAVIATE_GRPC_PORT": str(weaviate_server.grpc_port)}
+    )
+    try:
+        with mlflow_tracking(mlflow_server.url):  # the artifacts are the server's (mlflow-artifacts:/)
+            model = mlflow.pyfunc.load_model("models:/stack-slice@champion")
+        questions = pl.read_parquet(slice_data["qa"])["question"].head(3).to_list()
+        predicted = model.predict(pl.DataFrame({"question": questions}).to_pandas())
+    finally:
+        for k, v in env_before.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert (
+        model.metadata.metadata["store"] == "weaviate" and model.metadata.metadata["collection"] == info_name
+    )
+    assert [len(d) for d in predicted["doc_ids"]] == [5, 5, 5]
     print(f"whole-stack test: {time.perf_counter() - t_start:.0f} s")

@@ -1,0 +1,87 @@
+"""The champion model: the leaderboard's recommendation shipped as an MLflow pyfunc model (shipping/) and
+registered under the sweep's name with the alias `champion`, so the registry always holds the current
+winner. It follows the leaderboard (and the holdout confirmation, when the sweep holds questions out); a
+leaderboard that recommends the same evaluation again registers nothing."""
+
+import dagster as dg
+import polars as pl
+
+from rag_assets.leaderboard import leaderboard_path, read_decision
+from rag_assets.stage_asset import FOLLOWS_INPUTS, asset_key
+from rag_core.planning.plan import Plan
+from resources.storage import read_parquet
+
+CHAMPION = "champion_model"
+
+
+def champion_due(plan: Plan, data, tracking) -> bool:
+    """Whether the registry's champion is not the current recommendation's evaluation (what the runner
+    asks before materializing the champion: an unchanged rerun launches no run for it)."""
+    from shipping.registry import current_champion
+
+    board_file = leaderboard_path(data, plan.sweep.name)
+    if not tracking.enabled or not board_file.exists():
+        return False
+    recommended = read_decision(data, plan.sweep.name).get("recommended")
+    if not recommended:
+        return False
+    board = read_parquet(board_file)
+    row = board.filter(pl.col("config_key") == recommended)
+    now = current_champion(tracking.client(), plan.sweep.name)
+    return row.height == 0 or now is None or now.tags.get("evaluation_fingerprint") != row["fingerprint"][0]
+
+
+def champion_asset(plan: Plan) -> dg.AssetsDefinition:
+    upstream = ["leaderboard", *(["confirmation"] if plan.holdout else [])]
+
+    @dg.asset(
+        key=asset_key(plan, CHAMPION),
+        deps=[asset_key(plan, s) for s in upstream],
+        required_resource_keys={"artifacts", "tracking"},
+        group_name=plan.prefix,
+        kinds={"mlflow"},
+        automation_condition=FOLLOWS_INPUTS,
+        description=(
+            f"The recommended config of sweep {plan.sweep.name} as an MLflow pyfunc model (its index rows "
+            f"and vectors, settings, prompts and figures), registered as `models:/{plan.sweep.name}@champion`; "
+            "a new version only when the recommendation changed."
+        ),
+    )
+    def _champion(context) -> dg.MaterializeResult:
+        from shipping.bundle import collect
+        from shipping.registry import register_champion
+
+        tracking, data = context.resources.tracking, context.resources.artifacts.root
+        if not tracking.enabled:
+            return dg.MaterializeResult(metadata={"registered": False, "why": "MLflow tracking is off"})
+        decision = read_decision(data, plan.sweep.name)
+        key = decision.get("recommended")
+        if not key:
+            return dg.MaterializeResult(metadata={"registered": False, "why": "no config is recommended"})
+        board = read_parquet(leaderboard_path(data, plan.sweep.name))
+        bundle = collect(plan, data, context.instance, board, decision, key)
+        held = register_champion(tracking, bundle)
+        context.log.info(
+            f"{held['model_uri']} is version {held['version']}: {bundle.label}"
+            + (" (registered now)" if held["registered"] else " (already the champion)")
+        )
+        return dg.MaterializeResult(
+            metadata={
+                "registered": held["registered"],
+                "model_uri": held["model_uri"],
+                "version": held["version"],
+                "config_key": key,
+                "label": bundle.label,
+                "evaluation_fingerprint": bundle.manifest["evaluation_fingerprint"],
+                "serve": dg.MetadataValue.md(
+                    f"`mlflow models serve -m {held['model_uri']} --env-manager local -p 5001`"
+                ),
+                **{
+                    f"figure/{k}": v
+                    for k, v in bundle.metadata["figures"].items()
+                    if isinstance(v, int | float)
+                },
+            }
+        )
+
+    return _champion

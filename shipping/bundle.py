@@ -1,0 +1,173 @@
+"""What a shipped model holds: an evaluated config's settings, the rows and vectors of its index (the
+chunkset and embeddings it was evaluated on, each with its sha256), and the figures it was chosen on (the
+selection score with its interval, the holdout's when the sweep holds questions out, cost per 1k queries,
+p95 latency, the sweep and the leaderboard it came from). `collect` reads them from a data dir; `save`
+writes the MLflow pyfunc model (shipping/pipeline.py) to a folder."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from rag_core.common.local_models import model_version
+from rag_core.planning.plan import Plan
+from resources.artifacts import ArtifactRef, latest_fingerprint
+from shipping.pipeline import BUNDLE, MANIFEST, RagPipeline, file_sha256
+
+# the board's figures a model carries as its metadata (those present: holdout ones only after a confirmation)
+FIGURES = (
+    "rank",
+    "tier",
+    "overall_score",
+    "overall_ci_low",
+    "overall_ci_high",
+    "holdout_overall_score",
+    "holdout_ci_low",
+    "holdout_ci_high",
+    "n_queries",
+    "retrieval_p95_ms",
+    "generation_p95_ms",
+)
+REQUIREMENTS = ["mlflow", "polars", "pyarrow", "pandas", "litellm", "lancedb", "rag-sweep"]
+
+
+class ExportError(ValueError):
+    """The config cannot be shipped: unknown, never evaluated, or no recommendation to ship."""
+
+
+@dataclass
+class Bundle:
+    config_key: str
+    label: str
+    tables: dict[str, pl.DataFrame]  # file name -> rows (chunks, embeddings, corpus for parent expansion)
+    manifest: dict  # pipeline.json: the config, the index's identity (content hashes added by `write`)
+    metadata: dict  # the MLflow model's metadata: identity and figures
+
+
+def config_key_of(plan: Plan, wanted: str | None, recommended: str | None) -> str:
+    """The config to ship: `wanted` (a key or a label), else the leaderboard's recommendation."""
+    if wanted is None:
+        if not recommended:
+            raise ExportError(
+                f"sweep {plan.sweep.name}: its leaderboard recommends no config (none meets the decision's "
+                "limits): pass --config KEY to ship one"
+            )
+        return recommended
+    if wanted in plan.config_keys:
+        return wanted
+    by_label = {label: key for key, label in plan.labels.items()}
+    if wanted in by_label:
+        return by_label[wanted]
+    known = ", ".join(sorted(by_label)[:12])
+    raise ExportError(f"sweep {plan.sweep.name} has no config {wanted!r} (a key or a label: {known} ...)")
+
+
+def _expected(plan: Plan, instance: dg.DagsterInstance) -> dict:
+    """(stage, key) -> the fingerprint each partition has for the input snapshots as last materialized."""
+    inputs = {
+        s: latest_fingerprint(instance, dg.AssetKey([plan.prefix, s]), None) for s in ("corpus", "qa_set")
+    }
+    if None in inputs.values():
+        raise ExportError(f"sweep {plan.sweep.name} was never run on this data dir: run it first")
+    return {**plan.fingerprints(inputs), **{(s, None): fp for s, fp in inputs.items()}}
+
+
+def collect(
+    plan: Plan, data: Path, instance: dg.DagsterInstance, board: pl.DataFrame | None, decision: dict, key: str
+) -> Bundle:
+    """The bundle of config `key`, evaluated in `data` for the inputs as last snapshotted; `board` and
+    `decision`: the sweep's latest leaderboard (its figures; None when it was never ranked)."""
+    config = plan.config(key)
+    label = plan.labels.get(key, key)
+    expected = _expected(plan, instance)
+    row = board.filter(pl.col("config_key") == key).to_dicts() if board is not None else []
+    ref = {
+        stage: ArtifactRef(data, stage, expected[(stage, part)], part)
+        for stage in ("chunksets", "embeddings", "vector_index", "evaluations")
+        for part in [plan.key_of(config, stage)]
+    }
+    if row:  # the evaluation the board ranked (a halving rung's saw a subset of the questions)
+        ref["evaluations"] = ArtifactRef(data, "evaluations", row[0]["fingerprint"], ref["evaluations"].partition)
+    if not ref["evaluations"].intact():
+        raise ExportError(
+            f"config {label} ({key}) of sweep {plan.sweep.name} was never evaluated on this data dir's inputs: "
+            "run the sweep (or its search) first"
+        )
+    for stage in ("chunksets", "embeddings", "vector_index"):
+        if not ref[stage].intact():
+            raise ExportError(
+                f"{stage}[{ref[stage].partition}] of config {label} is missing or damaged: run the sweep again"
+            )
+    tables = {
+        "chunks.parquet": ref["chunksets"].read(),
+        "embeddings.parquet": ref["embeddings"].read().select("chunk_id", "vector"),
+    }
+    if config.generation.context_expand == "parent":  # answers read the parent documents
+        tables["corpus.parquet"] = ArtifactRef(data, "corpus", expected[("corpus", None)]).read()
+    index = ref["vector_index"].read()
+    figures = {k: row[0][k] for k in FIGURES if row and row[0].get(k) is not None}
+    if row:
+        figures["cost_per_1k_queries_usd"] = row[0]["cost_usd"] / max(row[0]["n_queries"], 1) * 1000
+        figures["p95_latency_ms"] = row[0]["retrieval_p95_ms"] + row[0]["generation_p95_ms"]
+    holdout = decision.get("holdout") or {}
+    identity = {
+        "sweep": plan.sweep.name,
+        "config_key": key,
+        "label": label,
+        "evaluation_fingerprint": ref["evaluations"].fp,
+        "vector_index_fingerprint": ref["vector_index"].fp,
+        "store": str(index["store"][0]),
+        "collection": str(index["collection"][0]),
+        "count": int(index["count"][0]),
+        "embedder_version": model_version(config.embedding.model),
+    }
+    manifest = {**identity, "config": config.model_dump(mode="json")}
+    metadata = {
+        **identity,
+        "leaderboard_evaluated_at": decision.get("evaluated_at"),
+        "recommended": decision.get("recommended") == key,
+        "holdout_verdict": holdout.get("verdict"),
+        "settings": config.flat_params(),
+        "figures": figures,
+    }
+    return Bundle(key, label, tables, manifest, metadata)
+
+
+def write(bundle: Bundle, folder: Path) -> Path:
+    """The bundle's files and pipeline.json (with each file's sha256) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    hashes = {}
+    for name, frame in bundle.tables.items():
+        frame.write_parquet(folder / name)
+        hashes[name] = file_sha256(folder / name)
+    manifest = {**bundle.manifest, "content_sha256": hashes}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+    return folder
+
+
+def _signature():
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    return ModelSignature(inputs=Schema([ColSpec("string", "question")]))
+
+
+def save(bundle: Bundle, out: Path) -> Path:
+    """The model as a folder `out` (MLmodel, the bundle): `mlflow.pyfunc.load_model(out)` loads it."""
+    import mlflow.pyfunc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.pyfunc.save_model(
+            str(out),
+            python_model=RagPipeline(),
+            artifacts={BUNDLE: str(write(bundle, Path(tmp) / BUNDLE))},
+            metadata=json.loads(json.dumps(bundle.metadata, default=str)),
+            signature=_signature(),
+            pip_requirements=REQUIREMENTS,
+        )
+    return out

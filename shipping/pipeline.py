@@ -1,0 +1,173 @@
+"""The shipped pipeline as an MLflow pyfunc model: `predict` takes questions and returns, for each, the
+answer and the contexts it was given (chunk and doc ids, titles, texts), by running the sweep's own stage
+functions (retrieve, rerank, answer) with the config it was evaluated as.
+
+Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
+sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
+naming the file. An embedded store's index is built from the bundled rows and vectors into a folder of the
+loading process (the same backend, the same analyzer); a server store's collection is the sweep's, found by
+name with the connection settings of the environment (never a secret in the model) and checked by its count.
+LLM calls (query rewriting, LLM reranking, generation) go through the project's client, configured from the
+environment as a sweep's are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import mlflow.pyfunc
+
+BUNDLE = "bundle"  # the artifact (a folder) holding pipeline.json and the tables
+MANIFEST = "pipeline.json"
+EMBEDDED = ("lancedb", "qdrant", "chroma", "milvus")
+
+
+class TamperedModel(RuntimeError):
+    """A bundled file, the embedder or a server collection is not what the config was evaluated with."""
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(folder: Path, manifest: dict) -> None:
+    """Every bundled file has the content it was exported with; the embedder is the same version."""
+    from rag_core.common.local_models import model_version
+
+    where = f"model of config {manifest['config_key']} (sweep {manifest['sweep']})"
+    for name, sha in manifest["content_sha256"].items():
+        path = folder / name
+        if not path.is_file():
+            raise TamperedModel(f"{path}: missing from the {where}: refusing to load")
+        if (found := file_sha256(path)) != sha:
+            raise TamperedModel(
+                f"{path}: its content (sha256 {found[:12]}) is not what the {where} was evaluated with "
+                f"(sha256 {sha[:12]}, vector index {manifest['vector_index_fingerprint'][:12]}): refusing to load"
+            )
+    model = manifest["config"]["embedding"]["model"]
+    if (version := model_version(model)) != manifest["embedder_version"]:
+        raise TamperedModel(
+            f"embedder {model}: this machine has {version}, the {where} was evaluated with "
+            f"{manifest['embedder_version']}: refusing to load"
+        )
+
+
+def questions_of(model_input) -> list[str]:
+    """Questions from what `predict` is given: a DataFrame with a `question` column, a list of strings, a
+    string, or a mapping holding `question` (what `mlflow models serve` passes for each input format)."""
+    import pandas as pd
+
+    if isinstance(model_input, pd.DataFrame):
+        if "question" not in model_input.columns:
+            raise ValueError(f"the input needs a 'question' column (got {list(model_input.columns)})")
+        return [str(q) for q in model_input["question"]]
+    if isinstance(model_input, dict):
+        value = model_input.get("question")
+        return [value] if isinstance(value, str) else [str(q) for q in value or []]
+    if isinstance(model_input, str):
+        return [model_input]
+    return [str(q) for q in model_input]
+
+
+class RagPipeline(mlflow.pyfunc.PythonModel):
+    def load_context(self, context) -> None:
+        import polars as pl
+
+        from rag_core.planning.spec import RagConfig
+        from resources.embedders import EmbeddingService, chunk_vectors, vectors_from_column
+        from resources.environment import env_choice, text
+        from resources.llm import llm_from_env
+        from resources.local_encoders import BACKENDS
+
+        folder = Path(context.artifacts[BUNDLE])
+        self.manifest = manifest = json.loads((folder / MANIFEST).read_text())
+        verify(folder, manifest)
+        self.config = RagConfig.model_validate(manifest["config"])
+        self.chunks = pl.read_parquet(folder / "chunks.parquet")
+        embeddings = pl.read_parquet(folder / "embeddings.parquet")
+        self.vectors = chunk_vectors(embeddings)
+        corpus = folder / "corpus.parquet"
+        self.corpus = pl.read_parquet(corpus) if corpus.exists() else None
+        self._work = tempfile.TemporaryDirectory(prefix="rag-model-")  # the built index, the vector cache
+        self.embedder = EmbeddingService(
+            cache_dir=str(Path(self._work.name) / "embedding_cache"),
+            api_base=text("RAG_EMBEDDING_API_BASE"),
+            backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
+        )
+        self.llm = llm_from_env(cache_path=None)
+        self.collection = manifest["collection"]
+        self.store = self._store(manifest, vectors_from_column(embeddings["vector"]))
+
+    def _store(self, manifest: dict, vectors):
+        from resources.environment import weaviate_settings
+        from resources.vector_stores import VectorStores
+
+        backend = manifest["store"]
+        if backend in EMBEDDED:
+            store = VectorStores(data_dir=str(Path(self._work.name) / "index")).get(backend)
+            rows = self.chunks.select(
+                "chunk_id", "doc_id", self.chunks["index_text"].alias("text"), "metadata"
+            ).to_dicts()
+            store.upsert(self.collection, rows, vectors, self.config.index.bm25_analyzer)
+            return store
+        url, grpc_port, _ = weaviate_settings()
+        store = VectorStores(
+            data_dir=self._work.name,
+            weaviate_url=url,
+            weaviate_grpc_port=grpc_port,
+            weaviate_api_key=os.environ.get("WEAVIATE_API_KEY"),
+        ).get(backend)
+        info = store.info(self.collection)
+        if not info["exists"] or info["count"] != manifest["count"]:
+            raise TamperedModel(
+                f"{backend} collection {self.collection}: holds {info['count'] if info['exists'] else 'nothing'}, "
+                f"the model of config {manifest['config_key']} was evaluated on {manifest['count']} chunks: "
+                "refusing to load"
+            )
+        return store
+
+    def predict(self, context, model_input, params=None):
+        import litellm
+        import pandas as pd
+        import polars as pl
+
+        from rag_core.generation.answering import answer
+        from rag_core.retrieval.rerank import rerank
+        from rag_core.retrieval.retrieve import retrieve
+
+        c = self.config
+        questions = questions_of(model_input)
+        qa = pl.DataFrame(
+            {"query_id": [f"q{i}" for i in range(len(questions))], "question": questions},
+            schema={"query_id": pl.String, "question": pl.String},
+        )
+
+        def embed(texts: list[str]):
+            return self.embedder.embed(c.embedding.model, texts)[0]
+
+        retrieved = retrieve(c, qa, self.chunks, self.store, self.collection, embed, self.llm)
+        reranked = rerank(c, retrieved, qa, self.llm, chunk_vectors=lambda: self.vectors, embed=embed)
+        answers = answer(
+            c,
+            qa,
+            reranked,
+            self.llm,
+            lambda t: litellm.token_counter(model=c.generation.model, text=t),
+            parents=lambda: (self.chunks, self.corpus),
+        ).filter(pl.col("sample") == 0)
+        out = (
+            qa.join(answers.select("query_id", "answer", "error"), on="query_id", how="left")
+            .join(reranked.select("query_id", "chunk_ids", "doc_ids", "titles", "texts"), on="query_id")
+            .sort(pl.col("query_id").str.slice(1).cast(pl.Int64))
+            .drop("query_id")
+        )
+        return pd.DataFrame(out.to_dicts(), columns=out.columns)
