@@ -92,7 +92,9 @@ def collect(
         for part in [plan.key_of(config, stage)]
     }
     if row:  # the evaluation the board ranked (a halving rung's saw a subset of the questions)
-        ref["evaluations"] = ArtifactRef(data, "evaluations", row[0]["fingerprint"], ref["evaluations"].partition)
+        ref["evaluations"] = ArtifactRef(
+            data, "evaluations", row[0]["fingerprint"], ref["evaluations"].partition
+        )
     if not ref["evaluations"].intact():
         raise ExportError(
             f"config {label} ({key}) of sweep {plan.sweep.name} was never evaluated on this data dir's inputs: "
