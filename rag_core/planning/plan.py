@@ -19,7 +19,15 @@ from typing import Any
 from rag_core.common.local_models import model_version
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
 from rag_core.planning.labels import short_labels
-from rag_core.planning.spec import STORE_ANALYZERS, VECTOR_STORES, RagConfig, SpecError, Sweep
+from rag_core.planning.spec import (
+    PROMPT_COMPONENTS,
+    STORE_ANALYZERS,
+    VECTOR_STORES,
+    RagConfig,
+    SpecError,
+    Sweep,
+    component_used,
+)
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
 
 
@@ -121,7 +129,34 @@ class Plan:
                     )
                     for k, p in selection.items()
                 }
-        return cls(sweep=sweep, store=store, configs=configs, partitions=partitions, holdout_partitions=held)
+        plan = cls(sweep=sweep, store=store, configs=configs, partitions=partitions, holdout_partitions=held)
+        if sweep.optimize is not None and isinstance(sweep.optimize.configs, list):
+            plan.named_optimization_starts()  # named configs exist and use every component: checked on load
+        return plan
+
+    # ---- prompt optimization -------------------------------------------------------------------------
+
+    def named_optimization_starts(self) -> list[str]:
+        """The config keys `optimize.configs` names (keys or labels), each using every component to
+        optimize; a SpecError naming the first that is unknown or does not."""
+        opt = self.sweep.optimize
+        by_label = {label: key for key, label in self.labels.items()}
+        keys = []
+        for wanted in opt.configs:
+            key = wanted if wanted in self.labels else by_label.get(wanted)
+            if key is None:
+                raise SpecError(
+                    f"{self.sweep.path}: field 'optimize.configs': no config {wanted!r} in this sweep "
+                    "(a config key or label)"
+                )
+            for component in opt.components:
+                if not component_used(self.config(key), component):
+                    raise SpecError(
+                        f"{self.sweep.path}: field 'optimize.configs': config {wanted!r} does not use "
+                        f"{component} ({PROMPT_COMPONENTS[component]})"
+                    )
+            keys.append(key)
+        return keys
 
     # ---- names ------------------------------------------------------------------------------------
 

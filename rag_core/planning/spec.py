@@ -396,6 +396,68 @@ class SearchSpec(_Strict):
         return self.strategy in ("bayesian", "halving")
 
 
+# The text components of a pipeline that prompt optimization (`optimize:`, rag_core/optimization) can evolve,
+# each with the config field that holds it. Only the answer prompt is a config setting today; the query
+# transformation, LLM reranking and context compression prompts are fixed in code until they become one.
+PROMPT_COMPONENTS = {"answer_prompt": "generation.prompt_template"}
+LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt", "compress_prompt")
+
+
+def component_used(c: RagConfig, component: str) -> bool:
+    """Whether config `c` reads the text component (an extractive reader has no answer prompt)."""
+    if component == "answer_prompt":
+        return not c.generation.is_extractive
+    return False
+
+
+class OptimizeBudget(_Strict):
+    """Where a prompt optimization stops, keeping the best prompts found so far. GEPA checks both between
+    its iterations: the calls are kept within max_metric_calls (room for one iteration is kept), while the
+    spend may pass max_cost_usd by one iteration's calls."""
+
+    max_metric_calls: int = Field(default=300, gt=0)  # questions answered and scored, the seed's included
+    max_cost_usd: float | None = Field(default=None, gt=0)  # the provider's price of the calls it paid for
+
+
+class OptimizeSpec(_Strict):
+    """Prompt optimization (GEPA, reflective prompt evolution): the `components` of each config in
+    `configs` evolve on the selection split's questions (train and validation, never the holdout); the best
+    prompts become a new config, evaluated like every other."""
+
+    components: list[str] = Field(default_factory=lambda: ["answer_prompt"], min_length=1)
+    reflection_model: str = Field(min_length=1)  # a litellm model that reads failures and proposes prompts
+    # which configs start an optimization: the recommendation among the sweep's own configs, its top tier,
+    # or config keys / labels
+    configs: Literal["recommended", "top_tier"] | list[str] = "recommended"
+    budget: OptimizeBudget = Field(default_factory=OptimizeBudget)
+    val_share: float = Field(default=0.5, gt=0, lt=1)  # of the selection questions: GEPA's validation set
+    minibatch: int = Field(default=3, ge=1, le=50)  # questions a proposal is tried on before validation
+    seed: int = 0
+
+    @field_validator("components")
+    @classmethod
+    def _known_components(cls, v: list[str]) -> list[str]:
+        later = [c for c in v if c in LATER_COMPONENTS]
+        if later:
+            raise ValueError(
+                f"{', '.join(later)}: not a config setting yet (fixed in code), so not optimizable; "
+                f"optimizable: {', '.join(PROMPT_COMPONENTS)}"
+            )
+        unknown = [c for c in v if c not in PROMPT_COMPONENTS]
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; choose from {sorted(PROMPT_COMPONENTS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a component is listed twice")
+        return v
+
+    @field_validator("configs")
+    @classmethod
+    def _some_configs(cls, v):
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty list optimizes nothing: name config keys, 'recommended' or 'top_tier'")
+        return v
+
+
 class SweepFile(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -414,6 +476,7 @@ class SweepFile(_Strict):
     decision: DecisionSpec = Field(default_factory=DecisionSpec)
     # the QA set written from the corpus by an LLM into data.qa when that file does not exist yet
     qa_generation: QAGeneration | None = None
+    optimize: OptimizeSpec | None = None
 
     @field_validator("weights")
     @classmethod
@@ -440,6 +503,7 @@ class Sweep(BaseModel):
     decision: DecisionSpec = DecisionSpec()
     search: SearchSpec = SearchSpec()
     qa_generation: QAGeneration | None = None
+    optimize: OptimizeSpec | None = None
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
@@ -563,6 +627,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         decision=spec.decision,
         search=spec.search,
         qa_generation=spec.qa_generation,
+        optimize=spec.optimize,
     )
 
 
@@ -578,6 +643,19 @@ def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) ->
             raise SpecError(
                 f"{path}: field 'rerank.candidates': {c.rerank.candidates} candidates cannot fill top_k "
                 f"{c.retrieval.top_k} (retrieval.top_k); use candidates >= top_k"
+            )
+    if spec.optimize is not None:
+        _check_optimize(spec.optimize, configs, path)
+
+
+def _check_optimize(opt: OptimizeSpec, configs: list[RagConfig], path: Path) -> None:
+    """Every component to optimize is read by some config (named configs: by each, checked in the plan,
+    where config keys are known)."""
+    for component in opt.components:
+        if not any(component_used(c, component) for c in configs):
+            raise SpecError(
+                f"{path}: field 'optimize.components': no config of this sweep uses {component} "
+                f"({PROMPT_COMPONENTS[component]}; an extractive reader has no answer prompt)"
             )
 
 
