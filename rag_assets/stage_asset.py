@@ -215,6 +215,23 @@ def queue_tags(plan: Plan, name: str) -> dict[str, str]:
     return {}
 
 
+def optimized_prompts_dep(plan: Plan, name: str) -> list[dg.AssetDep]:
+    """The answers of an optimized config follow the prompt optimization that found its prompts (its
+    config, in its key, carries them): lineage from each optimization to the partitions it feeds."""
+    if name != "answers" or not plan.optimized_from:
+        return []
+    mapping: dict[str, set[str]] = {}
+    for key, base in plan.optimized_from.items():
+        answers = plan.key_of(plan.config(key), "answers")
+        held = [k for k in plan.holdout_partitions.get("answers", {}) if k.startswith(answers + "~")]
+        mapping.setdefault(base, set()).update([answers, *held])
+    return [
+        dg.AssetDep(
+            asset_key(plan, "prompt_optimizations"), partition_mapping=dg.StaticPartitionMapping(mapping)
+        )
+    ]
+
+
 def stage_asset(
     plan: Plan, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
 ) -> dg.AssetsDefinition:
@@ -225,7 +242,7 @@ def stage_asset(
     @dg.asset(
         key=key,
         ins=ins,
-        deps=[asset_key(plan, d) for d in logic.deps],
+        deps=[asset_key(plan, d) for d in logic.deps] + optimized_prompts_dep(plan, name),
         partitions_def=partitions.get(name),
         code_version=str(s.version),
         io_manager_key="artifacts",

@@ -17,6 +17,7 @@ from rag_assets.evaluations import Evaluations
 from rag_assets.indexes import VectorIndex
 from rag_assets.inputs import Corpus, QASet, source_files
 from rag_assets.leaderboard import Leaderboard
+from rag_assets.prompt_optimization import optimization_asset
 from rag_assets.rerankings import Rerankings
 from rag_assets.retrievals import Retrievals
 from rag_assets.stage_asset import StageLogic, stage_asset
@@ -51,4 +52,6 @@ def stage_assets(plan: Plan) -> list:
             if s.name != "confirmation" or plan.holdout  # confirmed on a holdout only when there is one
         ),
         champion_asset(plan),  # the recommendation, shipped to the model registry
+        # prompt optimization (`optimize:`): its best prompts become configs of the plan
+        *([optimization_asset(plan)] if plan.optimizable_keys else []),
     ]

@@ -12,13 +12,23 @@ from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from resources import build_resources
-from resources.environment import deployment_store, llm_api_base
+from resources.environment import default_data_dir, deployment_store, llm_api_base
 
 
-def load_plan(spec: str | Path, store: str | None = None) -> Plan:
+def load_plan(spec: str | Path, store: str | None = None, data_dir: str | Path | None = None) -> Plan:
     """The sweep file's plan; `store`: the vector store of configs that name none (default
-    $RAG_VECTOR_STORE, else lancedb); the LLM endpoint ($RAG_LLM_API_BASE) is part of its fingerprints."""
-    return Plan.resolve(load_sweep(spec), store or deployment_store(), llm_api_base())
+    $RAG_VECTOR_STORE, else lancedb); the LLM endpoint ($RAG_LLM_API_BASE) is part of its fingerprints.
+    A sweep that optimizes prompts also holds the configs its optimizations found, read from `data_dir`
+    (default $RAG_DATA_DIR, else ./.rag_data)."""
+    sweep = load_sweep(spec)
+    optimized = None
+    if sweep.optimize is not None:
+        from rag_assets.prompt_optimization import optimized_prompts
+        from rag_core.planning.plan import prefix_of
+
+        found = optimized_prompts(data_dir or default_data_dir(), prefix_of(sweep.name))
+        optimized = {key: f["best"] for key, f in found.items() if f.get("improved")}
+    return Plan.resolve(sweep, store or deployment_store(), llm_api_base(), optimized)
 
 
 def runner_definitions(plan: Plan, data_dir: str, resources: dict | None = None) -> dg.Definitions:

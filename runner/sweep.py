@@ -82,9 +82,9 @@ def run_sweep(
     client pointed at another server); `store` is the vector store of configs that name none (default
     $RAG_VECTOR_STORE, else lancedb). With $RAG_EXECUTOR=celery every step but the input snapshots runs on
     the fleet's workers, which build their resources from their own environment (no overrides)."""
-    plan = load_plan(spec, store)
-    fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     data = data_root(data_dir or default_data_dir())
+    plan = load_plan(spec, store, data)
+    fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     require_fleet(data) if fleet else require_deployment(data)
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
@@ -154,11 +154,39 @@ def run_sweep(
                     materialize(stage, key)
                     bar.update(1)
                 bar.close()
+            # prompt optimization: its best prompts are new configs, evaluated by a run of the new plan
+            if plan.sweep.optimize is not None and optimize_prompts(plan, instance, data, materialize):
+                replan = load_plan(spec, store, data)
+                if set(replan.config_keys) - set(plan.config_keys):
+                    print(
+                        f"prompt optimization found {len(set(replan.config_keys) - set(plan.config_keys))} "
+                        "optimized config(s): evaluating them",
+                        file=sys.stderr,
+                    )
+                    plan = None  # run again below, outside this run's lock
             # the recommendation, shipped to the model registry when it is not the champion already
-            if champion_due(plan, data, defs.resources["tracking"]):
+            if plan is not None and champion_due(plan, data, defs.resources["tracking"]):
                 materialize(CHAMPION)
-        board = read_parquet(leaderboard_path(data, plan.sweep.name))
-        return SweepRun(board, defs, instance, plan, data, search)
+        if plan is not None:
+            board = read_parquet(leaderboard_path(data, plan.sweep.name))
+            return SweepRun(board, defs, instance, plan, data, search)
+    # the optimized configs join the plan: their steps run, and the leaderboard ranks them with the rest
+    return run_sweep(spec, data_dir, False, verbose, progress, resources, store)
+
+
+def optimize_prompts(plan, instance, data: Path, materialize) -> bool:
+    """Materialize the prompt optimizations the sweep asks for (`optimize.configs`: named, or chosen
+    from the leaderboard's decision) that are not complete; True when one ran."""
+    from rag_assets.leaderboard import read_decision
+    from rag_assets.prompt_optimization import OPTIMIZATION, optimization_due
+
+    inputs = {s: latest_fingerprint(instance, asset_key(plan, s), None) for s in ("corpus", "qa_set")}
+    starts = plan.optimization_starts(read_decision(data, plan.sweep.name))
+    due = [k for k in starts if optimization_due(plan, k, data, inputs)]
+    for key in due:
+        tqdm.write(f"optimizing the prompts of {plan.labels.get(key, key)} (GEPA)", file=sys.stderr)
+        materialize(OPTIMIZATION, key)
+    return bool(due)
 
 
 def drive_search(

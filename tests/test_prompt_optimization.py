@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_core.optimization.adapter import PromptAdapter, with_candidate
+from rag_core.optimization.adapter import PromptAdapter
 from rag_core.optimization.evolve import OptimizationError, optimize, train_val_split
 from rag_core.planning.spec import (
     DEFAULT_PROMPT,
@@ -193,9 +193,9 @@ def test_the_reflective_dataset_shows_what_went_wrong(tmp_path):
     assert 0 < batch.scores[0] < 1
 
 
-def test_with_candidate_replaces_only_the_component():
+def test_with_texts_replaces_only_the_component():
     c = _config()
-    changed = with_candidate(c, {"answer_prompt": "Q: {query}\nC: {context}"})
+    changed = c.with_texts({"answer_prompt": "Q: {query}\nC: {context}"})
     assert changed.generation.prompt_template.startswith("Q:") and changed.retrieval == c.retrieval
     assert changed.generation.key != c.generation.key  # the prompt's hash is in the generation's key
 

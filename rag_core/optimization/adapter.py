@@ -23,7 +23,7 @@ from rag_core.common.completion import Completer
 from rag_core.generation.answering import answer
 from rag_core.generation.generate import build_prompt, format_context
 from rag_core.metrics import evaluate_queries
-from rag_core.planning.spec import PROMPT_COMPONENTS, RagConfig
+from rag_core.planning.spec import RagConfig
 
 SNIPPET = 240  # characters of each retrieved text the reflection model is shown
 PLACEHOLDERS = {"answer_prompt": ("{query}", "{context}")}
@@ -31,21 +31,7 @@ PLACEHOLDERS = {"answer_prompt": ("{query}", "{context}")}
 
 def seed_candidate(c: RagConfig, components: list[str]) -> dict[str, str]:
     """The config's current text of each component: where the evolution starts."""
-    return {name: _read(c, name) for name in components}
-
-
-def _read(c: RagConfig, component: str) -> str:
-    stage, field = PROMPT_COMPONENTS[component].split(".")
-    return getattr(getattr(c, stage), field)
-
-
-def with_candidate(c: RagConfig, candidate: dict[str, str]) -> RagConfig:
-    """The config with the candidate's texts in place of its own."""
-    for component, text in candidate.items():
-        stage, field = PROMPT_COMPONENTS[component].split(".")
-        section = getattr(c, stage).model_copy(update={field: text})
-        c = c.model_copy(update={stage: section})
-    return c
+    return {name: c.text(name) for name in components}
 
 
 def missing_placeholders(candidate: dict[str, str]) -> list[str]:
@@ -117,7 +103,7 @@ class PromptAdapter(GEPAAdapter):
 
     def scored(self, ids: list[str], candidate: dict[str, str]) -> tuple[pl.DataFrame, list[float]]:
         """(per-question rows: the answer, its metrics; scores) of the candidate on questions `ids`."""
-        c = with_candidate(self.config, candidate)
+        c = self.config.with_texts(candidate)
         qa = self.qa.filter(pl.col("query_id").is_in(ids))
         reranked = self.reranked.filter(pl.col("query_id").is_in(ids))
         answers = answer(c, qa, reranked, self.llm, self.count_tokens, self.parents)

@@ -76,14 +76,37 @@ class Plan:
     # the holdout's partitions of the stages that read the QA set: the same settings on the questions the
     # selection never sees, materialized only for the finalists (stage -> key -> partition)
     holdout_partitions: dict[str, dict[str, Partition]] = dataclasses.field(default_factory=dict)
+    # configs whose prompts a prompt optimization evolved (`optimize:`): their key -> the config they started from
+    optimized_from: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def resolve(cls, sweep: Sweep, store: str = "lancedb", llm_api_base: str | None = None) -> Plan:
+    def resolve(
+        cls,
+        sweep: Sweep,
+        store: str = "lancedb",
+        llm_api_base: str | None = None,
+        optimized: dict[str, dict[str, str]] | None = None,
+    ) -> Plan:
         """`store`: the vector store of configs that name none; `llm_api_base`: the deployment's LLM
-        endpoint, part of the fingerprint of every partition that calls an LLM."""
+        endpoint, part of the fingerprint of every partition that calls an LLM; `optimized`: the prompts
+        prompt optimizations found (the config key they started from -> component -> text), each a new
+        config after the sweep's own, sharing every partition up to its first optimized stage."""
         if store not in VECTOR_STORES:
             raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
         configs = tuple(_with_store(c, store) for c in sweep.configs)
+        optimized_from: dict[str, str] = {}
+        if optimized and sweep.optimize is not None:
+            by_key = {partition_key(CONFIG_STAGE, c): c for c in configs}
+            extra = []
+            for base_key, texts in optimized.items():
+                if base_key not in by_key:  # a config the sweep no longer has
+                    continue
+                c = by_key[base_key].with_texts(texts)
+                key = partition_key(CONFIG_STAGE, c)
+                if key not in by_key and key not in optimized_from:
+                    optimized_from[key] = base_key
+                    extra.append(c)
+            configs = configs + tuple(extra)
         for c in configs:
             if c.index.bm25_analyzer not in STORE_ANALYZERS[c.index.store]:
                 able = [s for s, names in STORE_ANALYZERS.items() if c.index.bm25_analyzer in names]
@@ -129,12 +152,50 @@ class Plan:
                     )
                     for k, p in selection.items()
                 }
-        plan = cls(sweep=sweep, store=store, configs=configs, partitions=partitions, holdout_partitions=held)
+        plan = cls(
+            sweep=sweep,
+            store=store,
+            configs=configs,
+            partitions=partitions,
+            holdout_partitions=held,
+            optimized_from=optimized_from,
+        )
         if sweep.optimize is not None and isinstance(sweep.optimize.configs, list):
             plan.named_optimization_starts()  # named configs exist and use every component: checked on load
         return plan
 
     # ---- prompt optimization -------------------------------------------------------------------------
+
+    @property
+    def optimizable_keys(self) -> list[str]:
+        """The sweep's own configs an optimization can start from: those that use every component
+        (the partitions of the prompt optimization asset)."""
+        if self.sweep.optimize is None:
+            return []
+        return [
+            self.key_of(c)
+            for c in self.configs
+            if self.key_of(c) not in self.optimized_from
+            and all(component_used(c, name) for name in self.sweep.optimize.components)
+        ]
+
+    def optimization_starts(self, decision: dict) -> list[str]:
+        """The configs to optimize now: those `optimize.configs` names, or the leaderboard's recommendation
+        (`decision`, the leaderboard's decision) or top tier, among the sweep's own configs that can be
+        optimized (an optimized config is never optimized again)."""
+        opt = self.sweep.optimize
+        if opt is None:
+            return []
+        if isinstance(opt.configs, list):
+            return self.named_optimization_starts()
+        able = set(self.optimizable_keys)
+        if opt.configs == "top_tier":
+            wanted = decision.get("top_tier") or []
+        else:
+            wanted = [decision["recommended"]] if decision.get("recommended") else []
+        # an optimized config that won stands for the config it started from
+        wanted = [self.optimized_from.get(k, k) for k in wanted]
+        return [k for k in dict.fromkeys(wanted) if k in able]
 
     def named_optimization_starts(self) -> list[str]:
         """The config keys `optimize.configs` names (keys or labels), each using every component to
@@ -218,7 +279,11 @@ class Plan:
     def labels(self) -> dict[str, str]:
         """config key -> its short label (rag_core/planning/labels.py), worked out once per plan: every evaluation
         and the leaderboard read it."""
-        return short_labels(self.configs)
+        own = [c for c in self.configs if self.key_of(c) not in self.optimized_from]
+        labels = short_labels(own)
+        for key, base in self.optimized_from.items():  # the config it started from, optimized
+            labels[key] = f"{labels[base]}·optimized"
+        return labels
 
     @property
     def config_keys(self) -> list[str]:

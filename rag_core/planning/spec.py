@@ -35,6 +35,13 @@ DEFAULT_WEIGHTS = {
 }
 
 
+# The text components of a pipeline that prompt optimization (`optimize:`, rag_core/optimization) can evolve,
+# each with the config field that holds it. Only the answer prompt is a config setting today; the query
+# transformation, LLM reranking and context compression prompts are fixed in code until they become one.
+PROMPT_COMPONENTS = {"answer_prompt": "generation.prompt_template"}
+LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt", "compress_prompt")
+
+
 class SpecError(ValueError):
     """A sweep spec that cannot be used; the message names the file and the field."""
 
@@ -302,6 +309,19 @@ class RagConfig(_Strict):
             return self.retrieval.top_k
         return max(self.retrieval.top_k, self.rerank.candidates)
 
+    def text(self, component: str) -> str:
+        """The text of a prompt component (PROMPT_COMPONENTS) as this config has it."""
+        stage, name = PROMPT_COMPONENTS[component].split(".")
+        return getattr(getattr(self, stage), name)
+
+    def with_texts(self, texts: dict[str, str]) -> RagConfig:
+        """The config with these texts in place of its own components' (an optimized prompt)."""
+        c = self
+        for component, text in texts.items():
+            stage, name = PROMPT_COMPONENTS[component].split(".")
+            c = c.model_copy(update={stage: getattr(c, stage).model_copy(update={name: text})})
+        return c
+
     def flat_params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for stage in ("chunking", "embedding", "index", "retrieval", "rerank", "generation"):
@@ -394,13 +414,6 @@ class SearchSpec(_Strict):
     def adaptive(self) -> bool:
         """Whether `rag-sweep run` chooses what to evaluate as it goes (the plan holds the whole space)."""
         return self.strategy in ("bayesian", "halving")
-
-
-# The text components of a pipeline that prompt optimization (`optimize:`, rag_core/optimization) can evolve,
-# each with the config field that holds it. Only the answer prompt is a config setting today; the query
-# transformation, LLM reranking and context compression prompts are fixed in code until they become one.
-PROMPT_COMPONENTS = {"answer_prompt": "generation.prompt_template"}
-LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt", "compress_prompt")
 
 
 def component_used(c: RagConfig, component: str) -> bool:

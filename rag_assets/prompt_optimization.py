@@ -1,0 +1,296 @@
+"""Prompt optimization: GEPA evolves the text components of a config (rag_core/optimization), partitioned by
+the config it starts from. It reads that config's rerankings (the contexts, which no optimized component
+changes) and the selection split of the QA set (never the holdout), and writes the candidates it found.
+The best prompts become a new config of the plan (runner/plans.py reads them from the data dir), whose
+answers, evaluations, leaderboard rank, holdout confirmation and MLflow run are those of any config.
+
+MLflow keeps one run per optimization with a child run per GEPA candidate (its prompts and validation
+score) and the best prompts as artifacts. GEPA's state lives beside the data dir's other work, so a killed
+optimization resumes from it; with the call cache, nothing already paid for is paid again."""
+
+from __future__ import annotations
+
+import difflib
+import html
+import json
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from rag_assets.stage_asset import asset_key, forced
+from rag_core.common.fingerprint import fingerprint
+from rag_core.decision.holdout import SELECTION
+from rag_core.planning.plan import Plan
+from resources.artifacts import Artifact, QuestionSplit
+from resources.storage import atomic_write, data_root, is_remote
+
+OPTIMIZATION = "prompt_optimizations"
+VERSION = 1  # bump when the optimization's code changes what it finds for the same inputs
+
+
+def optimized_dir(data_dir, prefix: str) -> Path:
+    """Where a sweep's optimizations say what they found: one `<config key>.json` each."""
+    return data_root(data_dir) / OPTIMIZATION / prefix
+
+
+def optimized_prompts(data_dir, prefix: str) -> dict[str, dict]:
+    """config key it started from -> what its latest optimization found (`best` prompts, scores ...)."""
+    folder = optimized_dir(data_dir, prefix)
+    if not folder.exists():
+        return {}
+    out = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):  # a damaged pointer is not trusted; the optimization runs again
+            continue
+        out[found["config_key"]] = found
+    return out
+
+
+def identity(plan: Plan, key: str) -> dict:
+    """What an optimization's result depends on beside its inputs: the config, the optimize section."""
+    return {
+        "version": VERSION,
+        "config": plan.config(key).model_dump(mode="json"),
+        "optimize": plan.sweep.optimize.model_dump(mode="json"),
+        "weights": plan.sweep.weights,
+    }
+
+
+def optimization_fingerprint(plan: Plan, key: str, rerankings_fp: str, questions_fp: str) -> str:
+    """The fingerprint of config `key`'s optimization on these rerankings and questions (the selection's)."""
+    # (not a stage of the registry: its code version is in its identity)
+    return fingerprint(
+        OPTIMIZATION, identity(plan, key), {"qa_set": questions_fp, "rerankings": rerankings_fp}
+    )
+
+
+def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str]) -> bool:
+    """Whether config `key`'s optimization has no complete artifact for the inputs as last snapshotted
+    (`{'corpus': fp, 'qa_set': fp}`): what the runner asks before launching a run for it."""
+    from resources.artifacts import ArtifactRef
+
+    fps = plan.fingerprints(inputs)
+    rerankings = fps[("rerankings", plan.key_of(plan.config(key), "rerankings"))]
+    questions = plan.qa_fingerprint(inputs["qa_set"], SELECTION if plan.holdout else None)
+    fp = optimization_fingerprint(plan, key, rerankings, questions)
+    return not ArtifactRef(data_root(data), OPTIMIZATION, fp, key).intact()
+
+
+def _gepa_dir(data, fp: str) -> str:
+    """GEPA's state (resumable): beside the artifacts on a local data dir, else in this machine's temp."""
+    root = (
+        Path(tempfile.gettempdir()) / "rag-sweep-gepa" if is_remote(str(data)) else Path(data) / "gepa_state"
+    )
+    path = root / fp
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def _prompt_diff(seed: str, best: str) -> str:
+    lines = difflib.unified_diff(seed.splitlines(), best.splitlines(), "seed", "optimized", lineterm="", n=1)
+    return "\n".join(lines) or "(the same text)"
+
+
+def side_by_side(found: dict, questions: pl.DataFrame) -> str:
+    """The seed and the optimized prompts side by side, with the validation questions the optimized
+    prompts now answer better and those they answer worse (Markdown; the data's HTML escaped)."""
+    esc = html.escape
+    out = []
+    for component, best in found["best"].items():
+        seed = found["seed"][component]
+        out += [
+            f"### {component}",
+            "| seed | optimized |",
+            "|---|---|",
+            f"| {esc(seed).replace(chr(10), '<br>')} | {esc(best).replace(chr(10), '<br>')} |",
+            "",
+            f"```diff\n{_prompt_diff(seed, best)}\n```",
+        ]
+    text = dict(zip(questions["query_id"], questions["question"], strict=True))
+    before, after = found["seed_val_scores"], found["best_val_scores"]
+    won = sorted((q for q in after if after[q] > before.get(q, 0.0)), key=lambda q: before[q] - after[q])
+    lost = sorted((q for q in after if after[q] < before.get(q, 0.0)), key=lambda q: after[q] - before[q])
+    for title, ids in (("Now answered better", won), ("Now answered worse", lost)):
+        out += ["", f"**{title}** ({len(ids)} of {len(after)} validation questions)"]
+        out += [f"- {esc(text.get(q, q))} ({before.get(q, 0.0):.2f} → {after[q]:.2f})" for q in ids[:10]]
+    return "\n".join(out)
+
+
+def _log_to_mlflow(
+    tracking, plan: Plan, key: str, fp: str, found: dict, candidates: pl.DataFrame
+) -> str | None:
+    """One run for the optimization, a child run per candidate, the best prompts as artifacts; logged
+    once per optimization result (found by its fingerprint), so a rerun adds nothing."""
+    if not tracking.enabled:
+        return None
+    client = tracking.client()
+    exp = tracking.experiment_id(plan.sweep.name)
+    done = client.search_runs(
+        [exp], filter_string=f"tags.optimization_fingerprint = '{fp}' and tags.kind = 'prompt_optimization'"
+    )
+    if done:
+        return done[0].info.run_id
+    label = plan.labels.get(key, key)
+    parent = client.create_run(
+        exp,
+        run_name=f"optimize: {label}",
+        tags={
+            "kind": "prompt_optimization",
+            "sweep": plan.sweep.name,
+            "optimization_fingerprint": fp,
+            "started_from": key,
+            "reflection_model": plan.sweep.optimize.reflection_model,
+        },
+    )
+    pid = parent.info.run_id
+    client.log_param(pid, "components", ",".join(plan.sweep.optimize.components))
+    for name in ("seed_val_score", "best_val_score", "metric_calls", "paid_calls", "cost_usd"):
+        client.log_metric(pid, name, float(found[name]))
+    client.set_tag(pid, "stopped_by", found["stopped_by"])
+    for component, text in found["best"].items():
+        client.log_text(pid, text, f"best/{component}.txt")
+        client.log_text(pid, found["seed"][component], f"seed/{component}.txt")
+    for row in candidates.iter_rows(named=True):
+        child = client.create_run(
+            exp,
+            run_name=f"candidate {row['index']}" + (" (seed)" if row["index"] == 0 else ""),
+            tags={
+                "mlflow.parentRunId": pid,
+                "kind": "prompt_candidate",
+                "optimization_fingerprint": fp,
+                "parents": ",".join(map(str, row["parents"])),
+                "best": str(row["index"] == found["best_index"]).lower(),
+            },
+        )
+        client.log_metric(child.info.run_id, "val_score", row["val_score"])
+        client.log_metric(child.info.run_id, "found_after_metric_calls", row["found_after_metric_calls"])
+        for component, text in json.loads(row["prompts"]).items():
+            client.log_text(child.info.run_id, text, f"{component}.txt")
+        client.set_terminated(child.info.run_id)
+    client.set_terminated(pid)
+    return pid
+
+
+def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
+    keys = plan.optimizable_keys
+    rerankings = {}
+    for key in keys:
+        rerankings.setdefault(plan.key_of(plan.config(key), "rerankings"), set()).add(key)
+
+    @dg.asset(
+        key=asset_key(plan, OPTIMIZATION),
+        ins={
+            "rerankings": dg.AssetIn(
+                key=asset_key(plan, "rerankings"), partition_mapping=dg.StaticPartitionMapping(rerankings)
+            ),
+            "qa_set": dg.AssetIn(key=asset_key(plan, "qa_set")),
+        },
+        partitions_def=dg.StaticPartitionsDefinition(keys),
+        io_manager_key="artifacts",
+        required_resource_keys={"artifacts", "llm", "tracking"},
+        group_name=plan.prefix,
+        kinds={"parquet", "mlflow"},
+        pool="llm",
+        automation_condition=None,  # started by the runner for the configs `optimize.configs` names
+        description=(
+            f"GEPA prompt optimization of {', '.join(plan.sweep.optimize.components)} with "
+            f"{plan.sweep.optimize.reflection_model}, partitioned by the config it starts from; the best "
+            "prompts become a new config (labelled ·optimized). Selection questions only."
+        ),
+    )
+    def _optimize(context, rerankings, qa_set):  # an AssetExecutionContext (string annotations are refused)
+        import litellm
+
+        from rag_core.optimization.evolve import optimize
+        from resources.llm import Reasking
+
+        key = context.partition_key
+        config = plan.config(key)
+        d = plan.sweep.decision
+        questions = QuestionSplit.of(qa_set, SELECTION, d.holdout, d.holdout_seed) if plan.holdout else qa_set
+        fp = optimization_fingerprint(plan, key, rerankings.fp, questions.fp)
+        artifacts, tracking = context.resources.artifacts, context.resources.tracking
+        ref = artifacts.ref(OPTIMIZATION, fp, key)
+        pointer = optimized_dir(artifacts.root, plan.prefix) / f"{fingerprint(key)[:16]}.json"
+        qa = questions.read()
+        if ref.intact() and not forced(context):
+            frame, reused = ref.read(), True
+            found = json.loads(ref.read("found")["json"][0])
+        else:
+            llm = Reasking(context.resources.llm) if forced(context) else context.resources.llm
+            result = optimize(
+                config,
+                plan.sweep.optimize,
+                qa,
+                rerankings.read(),
+                plan.sweep.weights,
+                llm,
+                lambda t: litellm.token_counter(model=config.generation.model, text=t),
+                run_dir=_gepa_dir(artifacts.root, fp),
+                say=lambda m: context.log.debug(m),
+            )
+            frame = pl.DataFrame(
+                {
+                    "index": [c.index for c in result.candidates],
+                    "prompts": [json.dumps(c.prompts) for c in result.candidates],
+                    "val_score": [c.val_score for c in result.candidates],
+                    "parents": [c.parents for c in result.candidates],
+                    "found_after_metric_calls": [c.found_after_metric_calls for c in result.candidates],
+                },
+                schema_overrides={"parents": pl.List(pl.Int64)},
+            )
+            found = {
+                "config_key": key,
+                "fingerprint": fp,
+                "seed": result.seed,
+                "best": result.best,
+                "best_index": result.best_index,
+                "improved": result.improved,
+                "seed_val_score": result.candidates[0].val_score,
+                "best_val_score": result.candidates[result.best_index].val_score,
+                "seed_val_scores": result.candidates[0].val_scores,
+                "best_val_scores": result.candidates[result.best_index].val_scores,
+                "train_ids": result.train_ids,
+                "val_ids": result.val_ids,
+                "metric_calls": result.metric_calls,
+                "paid_calls": result.paid_calls,
+                "cost_usd": result.cost_usd,
+                "stopped_by": result.stopped_by,
+            }
+            reused = False
+        run_id = _log_to_mlflow(tracking, plan, key, fp, found, frame)
+        # what the plan reads: the best prompts of this config's latest optimization (self-contained)
+        atomic_write(pointer, lambda tmp: Path(tmp).write_text(json.dumps(found, indent=1)))
+        parts = {"found": pl.DataFrame({"json": [json.dumps(found)]})}
+        new_key = plan.key_of(config.with_texts(found["best"]))
+        context.log.info(
+            f"{plan.labels.get(key, key)}: validation score {found['seed_val_score']:.3f} -> "
+            f"{found['best_val_score']:.3f} ({len(frame)} candidates, {found['metric_calls']} questions "
+            f"scored, {found['paid_calls']} calls paid, ${found['cost_usd']:.4f}; stopped by {found['stopped_by']})"
+        )
+        return dg.Output(
+            Artifact(ref) if reused else Artifact(ref, frame, parts),
+            data_version=dg.DataVersion(fp),
+            metadata={
+                "fingerprint": dg.MetadataValue.text(fp),
+                "reused": reused,
+                "improved": found["improved"],
+                "optimized_config": new_key if found["improved"] else "(none: the seed stayed best)",
+                "seed_val_score": found["seed_val_score"],
+                "best_val_score": found["best_val_score"],
+                "candidates": len(frame),
+                "metric_calls": found["metric_calls"],
+                "paid_calls": found["paid_calls"],
+                "cost_usd": found["cost_usd"],
+                "stopped_by": found["stopped_by"],
+                "validation_questions": len(found["val_ids"]),
+                "prompts": dg.MetadataValue.md(side_by_side(found, qa)),
+                **({"mlflow_run_id": run_id} if run_id else {}),
+            },
+        )
+
+    return _optimize

@@ -1,0 +1,116 @@
+"""Prompt optimization inside a sweep, offline against a local OpenAI-protocol server: the generator
+answers well only when its prompt carries an instruction that the scripted reflection model proposes once
+it has seen failed questions. The sweep optimizes its recommended config, the optimized config joins the
+plan (sharing every partition before the answers), ranks above the seed prompt's config on the selection
+questions, is confirmed on the holdout, which the optimizer never saw; MLflow keeps each candidate; a
+rerun pays for nothing."""
+
+from __future__ import annotations
+
+import re
+
+import mlflow
+import polars as pl
+import pytest
+
+from rag_assets.prompt_optimization import optimized_prompts
+from runner import run_sweep
+from tests.conftest import write_sweep
+from tests.openai_stub import GoldAnswers, OpenAIStub
+
+pytestmark = pytest.mark.slow
+
+INSTRUCTION = "Reply with the exact name or phrase from the context, nothing else."
+
+
+class Scripted:
+    def __init__(self, qa: pl.DataFrame):
+        self.gold = GoldAnswers(qa)
+        self.reflection_prompts: list[str] = []
+
+    def __call__(self, prompt: str, model: str):
+        if model == "reflector":
+            self.reflection_prompts.append(prompt)
+            current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
+            if "exactly one of the gold answers" not in prompt or INSTRUCTION in current:
+                return 200, f"```\n{current}\n```", 0.0
+            return 200, f"```\n{INSTRUCTION}\n{current}\n```", 0.0
+        answer = self.gold.answer[self.gold.question(prompt)]
+        if INSTRUCTION in prompt:
+            return 200, answer, 0.0
+        return 200, f"Judging by the context, perhaps it is {answer}, though I am not sure", 0.0
+
+
+def test_a_sweep_optimizes_its_recommended_prompt_and_ranks_the_optimized_config(
+    slice_data, tmp_path, monkeypatch
+):
+    qa = pl.read_parquet(slice_data["qa"])
+    spec = str(
+        write_sweep(
+            tmp_path / "gepa.yaml",
+            slice_data,
+            name="gepa",
+            chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            retrieval={"mode": "bm25", "top_k": 3},
+            generation={"model": "openai/generator", "max_tokens": 32},
+            decision={"holdout": 0.3},
+            optimize={
+                "components": ["answer_prompt"],
+                "reflection_model": "openai/reflector",
+                "configs": "recommended",
+                "budget": {"max_metric_calls": 60},
+            },
+        )
+    )
+    data = tmp_path / "data"
+    script = Scripted(qa)
+    with OpenAIStub(script, by_model=True) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        run = run_sweep(spec, str(data), progress=False)
+        asked = len(stub.requests)
+        again = run_sweep(spec, str(data), progress=False)
+        assert len(stub.requests) == asked  # a rerun pays for nothing
+    plan, board = run.plan, run.board
+    (optimized,) = plan.optimized_from
+    base = plan.optimized_from[optimized]
+    assert plan.labels[optimized].endswith("·optimized")
+    # the optimized config shares every partition before the answers with the config it started from
+    for stage in ("chunksets", "embeddings", "vector_index", "retrievals", "rerankings"):
+        assert plan.key_of(plan.config(optimized), stage) == plan.key_of(plan.config(base), stage)
+    assert INSTRUCTION in plan.config(optimized).generation.prompt_template
+    rows = {r["config_key"]: r for r in board.iter_rows(named=True)}
+    assert rows[optimized]["rank"] == 1 and rows[optimized]["overall_score"] > rows[base]["overall_score"]
+    assert rows[base]["tier"] != rows[optimized]["tier"]  # significantly better on the selection questions
+    assert rows[optimized]["recommended"]
+    assert rows[optimized]["holdout_overall_score"] is not None  # a finalist, scored on the holdout
+    import json
+
+    decision = json.loads((data / "leaderboards" / "gepa.decision.json").read_text())
+    assert decision["holdout"]["verdict"].startswith("confirmed"), decision["holdout"]
+
+    # the optimizer never saw the holdout: its questions are the selection's, the reflection model's
+    # prompts name no holdout question
+    found = optimized_prompts(data, plan.prefix)[base]
+    held = set(qa["query_id"]) - set(found["train_ids"]) - set(found["val_ids"])
+    from rag_core.decision.holdout import holdout_ids
+
+    holdout = holdout_ids(qa["query_id"].to_list(), 0.3, 0)
+    selection = set(qa["query_id"]) - holdout
+    assert set(found["train_ids"]) | set(found["val_ids"]) == selection and held == holdout
+    holdout_questions = qa.filter(pl.col("query_id").is_in(list(holdout)))["question"].to_list()
+    assert script.reflection_prompts
+    assert not any(q in p for q in holdout_questions for p in script.reflection_prompts)
+
+    # MLflow: the optimization's run, a child run per candidate, the best prompt as an artifact
+    client = mlflow.MlflowClient(f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("gepa").experiment_id
+    (parent,) = client.search_runs([exp], "tags.kind = 'prompt_optimization'")
+    children = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == len(run.artifact("prompt_optimizations", base)) >= 2
+    assert parent.data.metrics["best_val_score"] > parent.data.metrics["seed_val_score"]
+    best = client.download_artifacts(parent.info.run_id, "best/answer_prompt.txt", str(tmp_path))
+    assert INSTRUCTION in open(best).read()
+    # the rerun: the same board, no second optimization run
+    assert again.board["config_key"].to_list() == board["config_key"].to_list()
+    assert len(client.search_runs([exp], "tags.kind = 'prompt_optimization'")) == 1
