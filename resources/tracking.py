@@ -20,13 +20,33 @@ from resources.storage import is_remote
 
 
 @functools.cache
-def _client_for(uri: str):
-    """One client per store and process: each new one set up its store again (~0.1 s, per MLflow call)."""
+def _cached_client(uri: str):
     from mlflow import MlflowClient
 
-    if uri.startswith("sqlite:///"):
-        seed_sqlite_store(Path(uri.removeprefix("sqlite:///")))
     return MlflowClient(tracking_uri=uri)
+
+
+_SQLITE_FILES: dict[str, tuple[int, int]] = {}  # a SQLite store's file as this process last opened it
+
+
+def _client_for(uri: str):
+    """One client per store and process: each new one set up its store again (~0.1 s, per MLflow call).
+    A SQLite store deleted or replaced while this process lives (a user starting MLflow afresh under a
+    deployment's code server) is seeded again, and the connections MLflow pools are closed: they would
+    otherwise go on writing to the deleted file, and every run logged would be lost to other processes."""
+    if not uri.startswith("sqlite:///"):
+        return _cached_client(uri)
+    db = Path(uri.removeprefix("sqlite:///"))
+    seed_sqlite_store(db)
+    client = _cached_client(uri)
+    st = db.stat()
+    if _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
+        _SQLITE_FILES[uri] = (st.st_dev, st.st_ino)
+        # MLflow keeps one store per URI for the process (its tracking and registry stores): close their pools
+        for store in (client._tracking_client.store, client._get_registry_client().store):
+            if (engine := getattr(store, "engine", None)) is not None:
+                engine.dispose()
+    return client
 
 
 def seed_sqlite_store(db: Path) -> None:

@@ -276,6 +276,16 @@ def test_a_deleted_mlflow_store_gets_every_run_back_the_leaderboard_run_too(swee
     assert again.data.tags["board_fingerprint"] == board.data.tags["board_fingerprint"]
     names = {a.path for a in client.list_artifacts(again.info.run_id)}
     assert {"leaderboard.parquet", "leaderboard.md"} <= names
+    # ... in the file on disk, as another process (the MLflow UI) reads it: not in a deleted file's ghost
+    # that this process's pooled connections still held
+    import sqlite3
+
+    with sqlite3.connect(data / "mlflow.db") as db:
+        kinds = dict(
+            db.execute("select value, count(*) from tags where key = 'kind' group by value").fetchall()
+        )
+        configs = db.execute("select count(*) from tags where key = 'config_key'").fetchone()[0]
+    assert kinds.get("leaderboard") == 1 and configs == len(plan.configs)
 
 
 def test_forced_rerun_plans_every_partition(sweep_run):

@@ -163,8 +163,12 @@ def test_mlflow_ui_lists_config_runs_by_label_and_previews_their_questions(sweep
             # the link `rag-sweep run` prints: the runs best first
             ranked = MlflowTracking(default_dir=str(data)).ranked_runs_url("slice")
             page.goto(ranked.replace("http://127.0.0.1:5000", url))
-            for label in board["label"]:
-                page.get_by_text(label, exact=True).first.wait_for(timeout=90_000)
+            try:
+                for label in board["label"]:
+                    page.get_by_text(label, exact=True).first.wait_for(timeout=90_000)
+            except Exception:
+                page.screenshot(path=str(tmp_path / "mlflow_failed.png"))  # what the page showed
+                raise
             text = page.inner_text("body")
             shown = sorted(board["label"], key=text.index)  # the order the page lists them in
             assert shown == board["label"].to_list()
