@@ -113,8 +113,29 @@ def publish_board(
     and its plots); `holdout`: the finalists' confirmation on the holdout (rag_core/decision/holdout.py).
     Returns (the board's path, its Markdown table, its plot, the ship report by MLflow artifact name)."""
     sweep = run.plan.sweep
+    plan = run.plan
+    optimized = [
+        {
+            "key": key,
+            "label": plan.labels[key],
+            "base_key": base,
+            "base_label": plan.labels[base],
+            "seed": {c: plan.config(base).text(c) for c in sweep.optimize.components},
+            "best": {c: plan.config(key).text(c) for c in sweep.optimize.components},
+        }
+        for key, base in plan.optimized_from.items()
+        if key in set(frame["config_key"])
+    ]
     md, page, plots = ship_report(
-        sweep.name, frame, decision, per_query, qa, decision["weights"], sweep.decision.model_dump(), holdout
+        sweep.name,
+        frame,
+        decision,
+        per_query,
+        qa,
+        decision["weights"],
+        sweep.decision.model_dump(),
+        holdout,
+        optimized,
     )
     path = atomic_write_parquet(frame, leaderboard_path(run.resources.artifacts.data_dir, sweep.name))
     png = score_plot_png(frame)

@@ -39,8 +39,9 @@ def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
 def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tuple[Plan, Bill]:
     """What a run would compute for this sweep and data dir, from the files as they are now: nothing is
     materialized."""
-    plan = load_plan(spec, store)
-    sweep, data = plan.sweep, data_root(data_dir or default_data_dir())
+    data = data_root(data_dir or default_data_dir())
+    plan = load_plan(spec, store, data)
+    sweep = plan.sweep
     corpus, qa = load_data(sweep)  # a missing or bad file is an error naming its field
     inputs = snapshot_fingerprints(sweep)
     if qa is not None:
@@ -52,6 +53,14 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         n_queries, inputs["qa_set"] = sweep.qa_generation.questions, "to-be-generated"
     expected = plan.fingerprints(inputs)
     done = {(s, k) for (s, k), fp in expected.items() if ArtifactRef(data, s, fp).intact()}
+    if plan.optimizable_keys:  # optimizations already complete for these inputs
+        from rag_assets.prompt_optimization import optimization_due
+
+        done |= {
+            ("prompt_optimizations", k)
+            for k in plan.optimizable_keys
+            if not optimization_due(plan, k, data, inputs)
+        }
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
 
     def chunks_of(key: str) -> pl.DataFrame:

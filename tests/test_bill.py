@@ -60,3 +60,25 @@ def test_samples_multiply_the_answers_and_the_holdout_is_named():
     )
     assert bill.llm_calls == {"answers": 7 + 7 * 3}
     assert any("finalists on 3 holdout questions" in line for line in bill.lines())
+
+
+def test_a_prompt_optimization_counts_its_budget_and_reflections():
+    raw = {
+        **RAW,
+        "retrieval": {"mode": "vector", "top_k": 2},
+        "rerank": {"method": "none"},
+        "generation": {"model": ["extractive", "gpt-4o-mini"], "max_tokens": 10},
+        "optimize": {"reflection_model": "gpt-4o", "budget": {"max_metric_calls": 40}, "minibatch": 4},
+    }
+    plan = Plan.resolve(sweep_from_dict(raw, Path("/tmp/bill.yaml")))
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})
+    bill = estimate(plan, set(), lambda key: chunks, lambda model: set(), 10, lambda *a: 0.0)
+    # 40 questions scored + 10 answers of the optimized config by the generator, 40 // 8 reflections
+    assert bill.llm_calls["prompt_optimizations"] == 40 + 5 + 10
+    assert any("prompt optimization" in line for line in bill.lines())
+    (start,) = plan.optimizable_keys  # the extractive reader has no answer prompt to optimize
+    done = {("prompt_optimizations", start)}
+    assert (
+        "prompt_optimizations"
+        not in estimate(plan, done, lambda k: chunks, lambda m: set(), 10, lambda *a: 0.0).llm_calls
+    )

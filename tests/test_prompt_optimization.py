@@ -239,3 +239,72 @@ def test_the_optimize_section_is_checked_on_load(tmp_path):
     extractive = next(k for k in Plan.resolve(ok).config_keys if "extractive" in k)
     with pytest.raises(SpecError, match=f"config '{re.escape(extractive)}' does not use answer_prompt"):
         Plan.resolve(_sweep(tmp_path, {"reflection_model": REFLECTOR, "configs": [extractive]}))
+
+
+def _optimize_in_child(api_base: str, folder: str) -> None:
+    import os
+
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    qa = _qa(12)
+    llm = LLMClient(
+        api_base=api_base,
+        api_key="sk-test",
+        max_retries=0,
+        max_concurrency=1,
+        cache_path=f"{folder}/llm_cache.sqlite",
+    )
+    optimize(_config(), _spec(), qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=f"{folder}/gepa")
+
+
+def test_a_killed_optimization_resumes_without_paying_for_a_call_twice(tmp_path):
+    """Killed while waiting for its 15th call (validating its first proposal) (one call at a time), rerun on the same state and call cache:
+    the one call it never got an answer for is the only one asked twice."""
+    import multiprocessing
+    import threading
+    import time
+
+    qa = _qa(12)
+    script, stall = Scripted(qa), threading.Event()
+    arrived = []
+
+    def respond(prompt: str, model: str):
+        arrived.append((model, prompt))
+        if len(arrived) == 15 and not stall.is_set():
+            stall.set()
+            return 200, "late", 20.0  # the killed process never reads this one
+        return script(prompt, model)
+
+    with OpenAIStub(respond, by_model=True) as stub:
+        child = multiprocessing.get_context("spawn").Process(
+            target=_optimize_in_child, args=(stub.api_base, str(tmp_path))
+        )
+        child.start()
+        deadline = time.monotonic() + 180
+        while not stall.is_set() and child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stall.is_set(), f"the optimization ended before its 15th call (exit code {child.exitcode})"
+        child.kill()
+        child.join()
+        assert (tmp_path / "gepa" / "gepa_state.bin").exists()  # GEPA saved its state as it went
+        killed = list(arrived)
+        llm = LLMClient(
+            api_base=stub.api_base,
+            api_key="sk-test",
+            max_retries=0,
+            max_concurrency=1,
+            cache_path=str(tmp_path / "llm_cache.sqlite"),
+        )
+        result = optimize(
+            _config(),
+            _spec(),
+            qa,
+            _reranked(qa),
+            dict(DEFAULT_WEIGHTS),
+            llm,
+            len,
+            run_dir=str(tmp_path / "gepa"),
+        )
+    resumed = arrived[len(killed) :]
+    assert result.improved
+    asked_twice = {r for r in resumed if r in set(killed)}
+    assert asked_twice == {killed[-1]}  # only the call that was in flight when it was killed

@@ -7,6 +7,7 @@ rerun pays for nothing."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import mlflow
@@ -15,7 +16,7 @@ import pytest
 
 from rag_assets.prompt_optimization import optimized_prompts
 from runner import run_sweep
-from tests.conftest import write_sweep
+from tests.conftest import cli, write_sweep
 from tests.openai_stub import GoldAnswers, OpenAIStub
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,9 @@ def test_a_sweep_optimizes_its_recommended_prompt_and_ranks_the_optimized_config
     )
     data = tmp_path / "data"
     script = Scripted(qa)
+    planned = cli("plan", spec, "--data-dir", data)  # what it would cost, before anything runs
+    assert planned.returncode == 0, planned.stderr
+    assert re.search(r"LLM calls, prompt_optimizations: \d+", planned.stdout), planned.stdout
     with OpenAIStub(script, by_model=True) as stub:
         monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -101,6 +105,11 @@ def test_a_sweep_optimizes_its_recommended_prompt_and_ranks_the_optimized_config
     holdout_questions = qa.filter(pl.col("query_id").is_in(list(holdout)))["question"].to_list()
     assert script.reflection_prompts
     assert not any(q in p for q in holdout_questions for p in script.reflection_prompts)
+
+    # the ship report: the seed and the optimized prompt side by side, the questions it now answers
+    report = (data / "leaderboards" / "gepa.report.md").read_text()
+    assert f"## Prompt optimization: {html.escape(plan.labels[optimized])}" in report
+    assert html.escape(INSTRUCTION) in report and "now answers better" in report
 
     # MLflow: the optimization's run, a child run per candidate, the best prompt as an artifact
     client = mlflow.MlflowClient(f"sqlite:///{data / 'mlflow.db'}")

@@ -263,6 +263,52 @@ def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
     ]
 
 
+def prompt_sections(
+    optimized: list[dict], per_query: dict[str, pl.DataFrame], qa: pl.DataFrame, weights: dict[str, float]
+) -> list:
+    """Per optimized config (`{"key", "label", "base_key", "base_label", "seed": {component: text},
+    "best": {...}}`): the seed and the optimized prompts side by side, then the questions it now answers
+    better than the config it started from and those it answers worse (selection questions)."""
+    sections = []
+    for o in optimized:
+        texts = pl.DataFrame(
+            {
+                "component": list(o["best"]),
+                f"seed ({o['base_label']})": [o["seed"][c] for c in o["best"]],
+                f"optimized ({o['label']})": list(o["best"].values()),
+            }
+        )
+        sections.append((f"Prompt optimization: {o['label']}", None, texts))
+        if o["key"] not in per_query or o["base_key"] not in per_query:
+            continue
+        scores = {
+            k: per_query[k].select("query_id").with_columns(query_scores(per_query[k], weights).alias(k))
+            for k in (o["base_key"], o["key"])
+        }
+        both = (
+            scores[o["base_key"]]
+            .join(scores[o["key"]], on="query_id")
+            .join(qa.select("query_id", "question"), on="query_id")
+            .select(
+                "question",
+                pl.col(o["base_key"]).alias("seed score"),
+                pl.col(o["key"]).alias("optimized score"),
+            )
+        )
+        change = pl.col("optimized score") - pl.col("seed score")
+        won = both.filter(change > 0).sort(change, descending=True)
+        lost = both.filter(change < 0).sort(change)
+        sections += [
+            (
+                f"Questions {o['label']} now answers better ({won.height} of {both.height})",
+                None,
+                won.head(10),
+            ),
+            (f"Questions {o['label']} lost ({lost.height} of {both.height})", None, lost.head(10)),
+        ]
+    return sections
+
+
 def ship_report(
     sweep: str,
     board: pl.DataFrame,
@@ -272,9 +318,11 @@ def ship_report(
     weights: dict[str, float],
     constraints: dict,
     holdout: pl.DataFrame | None = None,
+    optimized: list[dict] | None = None,
 ) -> tuple[str, str, dict[str, bytes]]:
     """(markdown, self-contained html, plots by file name). `holdout`: the finalists scored on the holdout
-    (rag_core/decision/holdout.confirm), shown beside their selection scores; its verdict is `decision['holdout']`."""
+    (rag_core/decision/holdout.confirm), shown beside their selection scores; its verdict is `decision['holdout']`.
+    `optimized`: the configs prompt optimization found (prompt_sections)."""
     rec = decision["recommended"]
     plots = {
         "pareto_cost.png": pareto_plot_png(
@@ -321,6 +369,7 @@ def ship_report(
         (f"Questions {rec} misses that another config answers", None, missed),
         (f"Cost and latency per stage of {rec}", None, stages),
         ("The other configs", None, others),
+        *prompt_sections(optimized or [], per_query, qa, weights),
     ]
     if "sampling_share" in board.columns and board["sampling_share"].drop_nulls().len():
         sampled = board.filter(pl.col("sampling_share").is_not_null()).select(

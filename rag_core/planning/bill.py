@@ -46,6 +46,12 @@ class Bill:
             f" + unpriced models {sorted(self.unpriced)}" if self.unpriced else ""
         )
         out.append(f"  estimated LLM cost: up to {cost}")
+        if "prompt_optimizations" in self.llm_calls:
+            out.append(
+                "  prompt optimization: at most the budget's questions scored and a reflection per iteration, "
+                "per config it starts from (optimize.configs: one is counted for the recommendation; the top "
+                "tier may hold more); then the optimized config answers as any config"
+            )
         if self.holdout_questions:
             out.append(
                 f"  then the finalists on {self.holdout_questions} holdout questions (their calls above, "
@@ -136,4 +142,31 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
                     add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)
             elif stage_name == "evaluations" and plan.sweep.judge_model:
                 add(stage_name, plan.sweep.judge_model, n * g.samples, 160 + r.top_k * tokens, 8)
+    opt = plan.sweep.optimize
+    starts = _optimization_starts(plan)
+    for key in starts:
+        if ("prompt_optimizations", key) in done:
+            continue
+        c = plan.config(key)
+        tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
+        r, g = c.retrieval, c.generation
+        calls = opt.budget.max_metric_calls  # questions scored (the seed's are the sweep's answers, cached)
+        add("prompt_optimizations", g.model, calls * g.samples, 96 + r.top_k * tokens, g.max_tokens)
+        # one reflection per iteration (two minibatches): its prompt shows the minibatch's snippets
+        reflections = max(1, calls // (2 * opt.minibatch))
+        add("prompt_optimizations", opt.reflection_model, reflections, 400 + opt.minibatch * 300, 400)
+        # the optimized config then answers the selection questions as any config does
+        add("prompt_optimizations", g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
     return {s: {m: tuple(v) for m, v in models.items()} for s, models in out.items()}
+
+
+def _optimization_starts(plan: Plan) -> list[str]:
+    """The configs an optimization would start from: those named, else one (the recommendation, or each
+    of the top tier: unknown before the leaderboard, so the costliest config that can be optimized)."""
+    if plan.sweep.optimize is None or not plan.optimizable_keys:
+        return []
+    if isinstance(plan.sweep.optimize.configs, list):
+        return plan.named_optimization_starts()
+    able = [plan.config(k) for k in plan.optimizable_keys]
+    costliest = max(able, key=lambda c: (c.generation.samples, c.retrieval.top_k, c.generation.max_tokens))
+    return [plan.key_of(costliest)]
