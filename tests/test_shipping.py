@@ -165,7 +165,10 @@ def test_a_changed_recommendation_registers_a_new_version_and_moves_the_alias(sl
     now = current_champion(client, "ship")
     assert int(now.version) == 2 and now.tags["config_key"] == second.plan.config_keys[0]
     runs = len(second.instance.get_run_records())
-    run_sweep(str(sweep(4)), str(data), progress=False)
+    r = cli("run", sweep(4), "--data-dir", data)  # as a user reruns it: the run ends saying how to ship
+    assert r.returncode == 0, r.stderr
+    assert "Ship the winner (models:/ship@champion, version 2" in r.stdout
+    assert "mlflow models serve -m models:/ship@champion --env-manager local" in r.stdout
     assert len(client.search_model_versions("name = 'ship'")) == 2  # nothing registered again
     assert len(second.instance.get_run_records()) == runs  # nor any run launched for it
 
