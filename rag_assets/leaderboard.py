@@ -274,6 +274,7 @@ class Leaderboard(StageLogic):
                 fingerprint=run.ref.fp,
                 images={"trend.png": trend},
             )
+        tracking.mark_current_board(run.plan.sweep.name, run.ref.fp)  # earlier boards: superseded
         cols = [c for c in TABLE_COLUMNS if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
         table = frame.select(cols).with_columns(pl.selectors.float().round(4))

@@ -401,6 +401,23 @@ class MlflowTracking(dg.ConfigurableResource):
             self._replace(experiment, "board_fingerprint", fingerprint, keep=run.info.run_id)
         return run.info.run_id
 
+    def mark_current_board(self, experiment: str, fingerprint: str) -> None:
+        """Tag the leaderboard run of `fingerprint` `current=true` and every other leaderboard run of the
+        experiment `current=false`, named `leaderboard (superseded)`: an earlier board (another config set,
+        inputs since changed, a prompt optimization's config added since) keeps its history but states no
+        current recommendation. Called on every publish, so a board reinstated by a rerun is current again."""
+        if not self.enabled:
+            return
+        client = self._client()
+        for run in self._search(experiment, "tags.kind = 'leaderboard'"):
+            current = run.data.tags.get("board_fingerprint") == fingerprint
+            if run.data.tags.get("current") == str(current).lower():
+                continue
+            client.set_tag(run.info.run_id, "current", str(current).lower())
+            client.set_tag(
+                run.info.run_id, "mlflow.runName", "leaderboard" if current else "leaderboard (superseded)"
+            )
+
     def log_confirmation(
         self,
         experiment: str,

@@ -213,7 +213,11 @@ def test_one_question_cannot_be_split():
 
 
 def _sweep(tmp_path, optimize: dict, generation=None):
-    raw = {
+    return sweep_from_dict(_raw(optimize, generation), tmp_path / "opt.yaml")
+
+
+def _raw(optimize: dict, generation=None) -> dict:
+    return {
         "name": "opt",
         "data": {"corpus": "c.jsonl", "qa": "q.jsonl"},
         "chunking": {"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
@@ -221,7 +225,6 @@ def _sweep(tmp_path, optimize: dict, generation=None):
         "generation": generation or [{"model": "extractive"}, {"model": GENERATOR}],
         "optimize": optimize,
     }
-    return sweep_from_dict(raw, tmp_path / "opt.yaml")
 
 
 def test_the_optimize_section_is_checked_on_load(tmp_path):
@@ -233,6 +236,10 @@ def test_the_optimize_section_is_checked_on_load(tmp_path):
         _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["rewrite_prompt"]})
     with pytest.raises(SpecError, match="no config of this sweep uses answer_prompt"):
         _sweep(tmp_path, {"reflection_model": REFLECTOR}, generation={"model": "extractive"})
+    with pytest.raises(SpecError, match="field 'optimize': not with search.strategy 'halving'"):
+        sweep_from_dict(
+            {**_raw({"reflection_model": REFLECTOR}), "search": {"strategy": "halving"}}, tmp_path / "o.yaml"
+        )
     named = _sweep(tmp_path, {"reflection_model": REFLECTOR, "configs": ["no-such-config"]})
     with pytest.raises(SpecError, match="no config 'no-such-config'"):
         Plan.resolve(named)
@@ -308,3 +315,33 @@ def test_a_killed_optimization_resumes_without_paying_for_a_call_twice(tmp_path)
     assert result.improved
     asked_twice = {r for r in resumed if r in set(killed)}
     assert asked_twice == {killed[-1]}  # only the call that was in flight when it was killed
+
+
+def test_the_optimized_config_joins_the_plan_and_its_answers_follow_the_optimization(tmp_path):
+    import dagster as dg
+
+    from rag_assets.sweep_assets import stage_assets
+    from rag_core.planning.plan import Plan
+
+    sweep = _sweep(tmp_path, {"reflection_model": REFLECTOR}, generation={"model": GENERATOR})
+    plain = Plan.resolve(sweep)
+    base = plain.config_keys[0]
+    better = {"answer_prompt": f"{INSTRUCTION}\n{DEFAULT_PROMPT}"}
+    plan = Plan.resolve(
+        sweep, optimized={base: better, "gone-config": better}
+    )  # a config since removed: skipped
+    (optimized,) = plan.optimized_from
+    assert (
+        plan.config_keys == [*plain.config_keys, optimized]
+        and plan.labels[optimized] == plan.labels[base] + "·optimized"
+    )
+    assert plan.optimizable_keys == plain.config_keys  # an optimized config is never optimized again
+    assert plan.keys("rerankings") == plain.keys("rerankings")  # nothing before the answers is new
+    assert plan.optimization_starts({"recommended": optimized}) == [base]  # it stands for its start
+    from resources import build_resources
+
+    defs = dg.Definitions(assets=stage_assets(plan), resources=build_resources(str(tmp_path)))
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    answers = dg.AssetKey(["opt", "answers"])
+    assert dg.AssetKey(["opt", "prompt_optimizations"]) in graph.get(answers).parent_keys

@@ -120,6 +120,13 @@ def test_a_sweep_optimizes_its_recommended_prompt_and_ranks_the_optimized_config
     assert parent.data.metrics["best_val_score"] > parent.data.metrics["seed_val_score"]
     best = client.download_artifacts(parent.info.run_id, "best/answer_prompt.txt", str(tmp_path))
     assert INSTRUCTION in open(best).read()
+    # the board before the optimized config joined is superseded: one current board, recommending it
+    (current,) = client.search_runs([exp], "tags.kind = 'leaderboard' and tags.current = 'true'")
+    assert current.data.tags["recommended_config"] == optimized
+    assert {r.info.run_name for r in client.search_runs([exp], "tags.kind = 'leaderboard'")} == {
+        "leaderboard",
+        "leaderboard (superseded)",
+    }
     # the rerun: the same board, no second optimization run
     assert again.board["config_key"].to_list() == board["config_key"].to_list()
     assert len(client.search_runs([exp], "tags.kind = 'prompt_optimization'")) == 1

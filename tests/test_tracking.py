@@ -119,3 +119,23 @@ def test_the_latest_rank_is_the_current_boards_and_a_config_gone_from_it_loses_i
     ]
     assert [r.info.run_id for r in recommended] == [runs["a"]]
     assert [m.value for m in client.get_metric_history(runs["b"], "rank")][:2] == [1, 2]  # its history stays
+
+
+def test_only_the_current_leaderboard_run_states_a_recommendation(tmp_path):
+    """Two boards of a sweep (a config added since, e.g. an optimized prompt): the earlier board's run is
+    tagged current=false and named superseded; a rerun that reinstates it makes it current again."""
+    tracking = MlflowTracking(default_dir=str(tmp_path))
+    client = tracking._client()
+    ids = {}
+    for fp in ("old", "new"):
+        board = _board([("a", 1, fp == "old"), ("b", 2, fp == "new")])
+        ids[fp] = tracking.log_leaderboard(
+            "sweep", board, "|", b"", fingerprint=fp, decision={"recommended": fp}
+        )
+        tracking.mark_current_board("sweep", fp)
+    old, new = (client.get_run(ids[k]) for k in ("old", "new"))
+    assert old.data.tags["current"] == "false" and old.info.run_name == "leaderboard (superseded)"
+    assert new.data.tags["current"] == "true" and new.info.run_name == "leaderboard"
+    tracking.mark_current_board("sweep", "old")
+    assert client.get_run(ids["old"]).data.tags["current"] == "true"
+    assert client.get_run(ids["new"]).data.tags["current"] == "false"

@@ -423,7 +423,7 @@ def ship_report(
 body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #1f2933; }}
 h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #e4e7eb; }}
 table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #e4e7eb; padding: 3px 6px; }}
-th {{ background: #f5f7fa; text-align: left; }} tr.rec td {{ background: #fff4e5; font-weight: 600; }}
+td {{ white-space: pre-wrap; }} th {{ background: #f5f7fa; text-align: left; }} tr.rec td {{ background: #fff4e5; font-weight: 600; }}
 </style></head>
 <body><h1>Ship report: {html.escape(sweep)}</h1>
 {"".join(body)}

@@ -658,6 +658,11 @@ def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) ->
                 f"{c.retrieval.top_k} (retrieval.top_k); use candidates >= top_k"
             )
     if spec.optimize is not None:
+        if spec.search.adaptive:
+            raise SpecError(
+                f"{path}: field 'optimize': not with search.strategy {spec.search.strategy!r} yet (the configs "
+                "an optimization adds would change the space the search replays); use grid or random"
+            )
         _check_optimize(spec.optimize, configs, path)
 
 
