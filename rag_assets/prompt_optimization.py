@@ -144,6 +144,12 @@ def _log_to_mlflow(
             "optimization_fingerprint": fp,
             "started_from": key,
             "reflection_model": plan.sweep.optimize.reflection_model,
+            "mlflow.note.content": (
+                f"GEPA on {label}: validation score {found['seed_val_score']:.3f} (seed) -> "
+                f"{found['best_val_score']:.3f} (candidate {found['best_index']}); {found['metric_calls']} "
+                f"questions scored, {found['paid_calls']} calls paid (${found['cost_usd']:.4f}), stopped by "
+                f"{found['stopped_by']}. Best prompts: artifacts best/, the seed's: seed/."
+            ),
         },
     )
     pid = parent.info.run_id
