@@ -23,7 +23,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from tests.conftest import assert_same_board, write_sweep
+from tests.conftest import TIMED, assert_same_board, write_sweep
 from tests.servers import CeleryWorker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +35,6 @@ compute_logs:
   module: dagster._core.storage.noop_compute_log_manager
   class: NoOpComputeLogManager
 """
-
-# the recommendation takes the fastest config of the top tier: two workers on one 2-core host time their
-# queries while other steps run, so which of two tied configs is faster may change
-TIMED = ("recommended",)
 
 
 @pytest.fixture(scope="module")
