@@ -232,8 +232,10 @@ def test_the_optimize_section_is_checked_on_load(tmp_path):
 
     ok = _sweep(tmp_path, {"reflection_model": REFLECTOR})
     assert ok.optimize.components == ["answer_prompt"] and ok.optimize.configs == "recommended"
-    with pytest.raises(SpecError, match="rewrite_prompt: not a config setting yet"):
+    with pytest.raises(SpecError, match="rewrite_prompt: not a config setting yet"):  # (compress_prompt is)
         _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["rewrite_prompt"]})
+    with pytest.raises(SpecError, match="no config of this sweep uses compress_prompt"):
+        _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["compress_prompt"]})
     with pytest.raises(SpecError, match="no config of this sweep uses answer_prompt"):
         _sweep(tmp_path, {"reflection_model": REFLECTOR}, generation={"model": "extractive"})
     with pytest.raises(SpecError, match="field 'optimize': not with search.strategy 'halving'"):
@@ -345,3 +347,69 @@ def test_the_optimized_config_joins_the_plan_and_its_answers_follow_the_optimiza
     graph = defs.resolve_asset_graph()
     answers = dg.AssetKey(["opt", "answers"])
     assert dg.AssetKey(["opt", "prompt_optimizations"]) in graph.get(answers).parent_keys
+
+
+KEEP = "Keep every sentence that names a city."
+
+
+class ScriptedCompression:
+    """The compression model keeps a passage only when its prompt says to keep sentences naming a city
+    (else NONE); the generator answers the city when the context still holds it; the reflection model adds
+    that instruction to the compression prompt once it sees failed answers."""
+
+    def __init__(self, qa: pl.DataFrame):
+        self.gold = dict(zip(qa["question"], [a[0] for a in qa["answers"]], strict=True))
+
+    def __call__(self, prompt: str, model: str):
+        if model == "reflector":
+            current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
+            if "exactly one of the gold answers" not in prompt or KEEP in current:
+                return 200, f"```\n{current}\n```", 0.0
+            return 200, f"```\n{KEEP}\n{current}\n```", 0.0
+        if model == "compressor":
+            passage = prompt.split("PASSAGE: ", 1)[1].split("\n")[0]
+            return 200, (passage if KEEP in prompt else "NONE"), 0.0
+        question = next(q for q in self.gold if q in prompt)
+        city = self.gold[question]
+        return 200, (city if f"stands in {city}" in prompt else "unknown"), 0.0
+
+
+def test_the_compression_prompt_is_optimized_as_a_component(tmp_path):
+    from rag_core.planning.spec import DEFAULT_COMPRESS_PROMPT
+
+    qa = _qa(12)
+    config = _config().with_texts({})  # the default compression prompt, unset
+    config = config.model_copy(
+        update={
+            "generation": config.generation.model_copy(
+                update={
+                    "context": "compress",
+                    "context_model": "openai/compressor",
+                    "model": "openai/generator",
+                }
+            )
+        }
+    )
+    assert (
+        config.generation.context_prompt is None and config.text("compress_prompt") == DEFAULT_COMPRESS_PROMPT
+    )
+    spec = OptimizeSpec(
+        components=["compress_prompt"], reflection_model="openai/reflector", budget={"max_metric_calls": 60}
+    )
+    with OpenAIStub(ScriptedCompression(qa), by_model=True) as stub:
+        llm = LLMClient(
+            api_base=stub.api_base, api_key="sk-test", max_retries=0, cache_path=str(tmp_path / "c.sqlite")
+        )
+        result = optimize(
+            config, spec, qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=str(tmp_path / "g")
+        )
+    assert result.improved and KEEP in result.best["compress_prompt"]
+    assert result.candidates[result.best_index].val_score > result.candidates[0].val_score + 0.5
+    optimized = config.with_texts(result.best)
+    assert optimized.generation.key != config.generation.key and "-cp" in optimized.generation.key
+    assert optimized.generation.prompt_template == config.generation.prompt_template
+    # the built-in text written back is the unset setting again: the same key as before
+    assert (
+        config.with_texts({"compress_prompt": DEFAULT_COMPRESS_PROMPT}).generation.key
+        == config.generation.key
+    )

@@ -73,7 +73,9 @@ def synthesize(
     if gen.context == "compress":
         kept = []
         for title, text, doc in blocks:
-            out = llm.complete(gen.context_model, compress_prompt(question, text), max_tokens=256)
+            out = llm.complete(
+                gen.context_model, compress_prompt(question, text, gen.context_prompt), max_tokens=256
+            )
             spent = {k: spent[k] + v for k, v in usage(out).items()}
             short = None if out.error else parse_compressed(out.text)
             if short is None:

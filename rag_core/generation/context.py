@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-COMPRESS_PROMPT = """Copy the sentences of the passage that help answer the question, word for word. If no
-sentence helps, reply NONE.
-
-QUESTION: {query}
-PASSAGE: {passage}
-RELEVANT SENTENCES:"""
+from rag_core.planning.spec import DEFAULT_COMPRESS_PROMPT as COMPRESS_PROMPT
 
 
-def compress_prompt(query: str, passage: str) -> str:
-    return COMPRESS_PROMPT.format(query=query, passage=passage)
+def compress_prompt(query: str, passage: str, template: str | None = None) -> str:
+    # str.replace, not str.format: an evolved or user template may hold other braces
+    return (template or COMPRESS_PROMPT).replace("{query}", query).replace("{passage}", passage)
 
 
 def parse_compressed(reply: str) -> str | None:

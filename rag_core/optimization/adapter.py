@@ -26,7 +26,7 @@ from rag_core.metrics import evaluate_queries
 from rag_core.planning.spec import RagConfig
 
 SNIPPET = 240  # characters of each retrieved text the reflection model is shown
-PLACEHOLDERS = {"answer_prompt": ("{query}", "{context}")}
+PLACEHOLDERS = {"answer_prompt": ("{query}", "{context}"), "compress_prompt": ("{query}", "{passage}")}
 
 
 def seed_candidate(c: RagConfig, components: list[str]) -> dict[str, str]:

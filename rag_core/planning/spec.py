@@ -38,8 +38,21 @@ DEFAULT_WEIGHTS = {
 # The text components of a pipeline that prompt optimization (`optimize:`, rag_core/optimization) can evolve,
 # each with the config field that holds it. Only the answer prompt is a config setting today; the query
 # transformation, LLM reranking and context compression prompts are fixed in code until they become one.
-PROMPT_COMPONENTS = {"answer_prompt": "generation.prompt_template"}
-LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt", "compress_prompt")
+PROMPT_COMPONENTS = {
+    "answer_prompt": "generation.prompt_template",
+    "compress_prompt": "generation.context_prompt",
+}
+LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt")
+
+# Context compression's prompt (generation.context: compress): the sentences of one passage that answer
+DEFAULT_COMPRESS_PROMPT = """Copy the sentences of the passage that help answer the question, word for word. If no
+sentence helps, reply NONE.
+
+QUESTION: {query}
+PASSAGE: {passage}
+RELEVANT SENTENCES:"""
+# a component's text when its config field is unset (the built-in prompt)
+DEFAULT_TEXTS = {"compress_prompt": DEFAULT_COMPRESS_PROMPT}
 
 
 class SpecError(ValueError):
@@ -233,6 +246,8 @@ class GenerationConfig(_Strict):
     # for the extractive reader).
     context: Literal["concat", "compress"] = "concat"
     context_model: str | None = None
+    # the compression prompt, with {query} and {passage}; unset: DEFAULT_COMPRESS_PROMPT
+    context_prompt: str | None = None
     context_max_tokens: int | None = Field(default=None, gt=0)
     # Parent/child: retrieve small chunks, give the generator their parent section (markdown heading
     # section, else the whole document) instead; parents shared by several chunks appear once.
@@ -249,6 +264,14 @@ class GenerationConfig(_Strict):
                 raise ValueError(f"prompt_template must contain {name}")
         return v
 
+    @field_validator("context_prompt")
+    @classmethod
+    def _compress_placeholders(cls, v: str | None) -> str | None:
+        for name in ("{query}", "{passage}"):
+            if v is not None and name not in v:
+                raise ValueError(f"context_prompt must contain {name}")
+        return v
+
     @model_validator(mode="after")
     def _model_for_compression(self) -> GenerationConfig:
         if self.context == "compress" and not self.context_model:
@@ -261,6 +284,8 @@ class GenerationConfig(_Strict):
 
     def effective(self) -> GenerationConfig:
         fields = self.model_dump()
+        if self.context == "concat" or fields["context_prompt"] == DEFAULT_COMPRESS_PROMPT:
+            fields.update(context_prompt=None)  # unused, or the built-in one: one key for one prompt
         if self.context == "concat":
             fields.update(context_model=None)
         if self.is_extractive:  # the extractive reader has no prompt, temperature or token limit
@@ -285,6 +310,8 @@ class GenerationConfig(_Strict):
         )
         if self.context == "compress":
             key += f"-cmp-{slug(self.context_model)}"
+            if self.context_prompt is not None:
+                key += f"-cp{short_hash(self.context_prompt, 6)}"
         if self.context_max_tokens:
             key += f"-b{self.context_max_tokens}"
         if self.context_expand == "parent":
@@ -312,14 +339,16 @@ class RagConfig(_Strict):
     def text(self, component: str) -> str:
         """The text of a prompt component (PROMPT_COMPONENTS) as this config has it."""
         stage, name = PROMPT_COMPONENTS[component].split(".")
-        return getattr(getattr(self, stage), name)
+        value = getattr(getattr(self, stage), name)
+        return DEFAULT_TEXTS[component] if value is None else value
 
     def with_texts(self, texts: dict[str, str]) -> RagConfig:
         """The config with these texts in place of its own components' (an optimized prompt)."""
         c = self
         for component, text in texts.items():
             stage, name = PROMPT_COMPONENTS[component].split(".")
-            c = c.model_copy(update={stage: getattr(c, stage).model_copy(update={name: text})})
+            section = getattr(c, stage).model_copy(update={name: text})
+            c = c.model_copy(update={stage: section.effective()})  # the built-in text is stored as unset
         return c
 
     def flat_params(self) -> dict[str, Any]:
@@ -420,6 +449,8 @@ def component_used(c: RagConfig, component: str) -> bool:
     """Whether config `c` reads the text component (an extractive reader has no answer prompt)."""
     if component == "answer_prompt":
         return not c.generation.is_extractive
+    if component == "compress_prompt":
+        return c.generation.context == "compress"
     return False
 
 
@@ -673,7 +704,8 @@ def _check_optimize(opt: OptimizeSpec, configs: list[RagConfig], path: Path) -> 
         if not any(component_used(c, component) for c in configs):
             raise SpecError(
                 f"{path}: field 'optimize.components': no config of this sweep uses {component} "
-                f"({PROMPT_COMPONENTS[component]}; an extractive reader has no answer prompt)"
+                f"({PROMPT_COMPONENTS[component]}; an extractive reader has no answer prompt, only "
+                "generation.context: compress compresses)"
             )
 
 

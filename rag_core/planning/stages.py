@@ -130,8 +130,13 @@ STAGES: tuple[Stage, ...] = (
         6,  # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`
         key=lambda c: c.generation.key,
         # one sample keeps the fingerprints answers had before samples existed
+        # (an unset compression prompt likewise, as before it was a setting)
         settings=lambda c, j: c.generation.model_dump(
-            exclude={"samples"} if c.generation.samples == 1 else None
+            exclude={
+                *(["samples"] if c.generation.samples == 1 else []),
+                *(["context_prompt"] if c.generation.context_prompt is None else []),
+            }
+            or None
         ),
         failures="error",
         calls_llm=lambda c, j: not c.generation.is_extractive or c.generation.context == "compress",
