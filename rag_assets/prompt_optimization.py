@@ -68,12 +68,12 @@ def optimization_fingerprint(plan: Plan, key: str, rerankings_fp: str, questions
     )
 
 
-def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str]) -> bool:
+def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str], fps: dict) -> bool:
     """Whether config `key`'s optimization has no complete artifact for the inputs as last snapshotted
-    (`{'corpus': fp, 'qa_set': fp}`): what the runner asks before launching a run for it."""
+    (`{'corpus': fp, 'qa_set': fp}`; `fps`: `plan.fingerprints(inputs)`, worked out once by the caller):
+    what the runner asks before launching a run for it."""
     from resources.artifacts import ArtifactRef
 
-    fps = plan.fingerprints(inputs)
     rerankings = fps[("rerankings", plan.key_of(plan.config(key), "rerankings"))]
     questions = plan.qa_fingerprint(inputs["qa_set"], SELECTION if plan.holdout else None)
     fp = optimization_fingerprint(plan, key, rerankings, questions)

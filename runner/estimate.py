@@ -59,7 +59,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         done |= {
             ("prompt_optimizations", k)
             for k in plan.optimizable_keys
-            if not optimization_due(plan, k, data, inputs)
+            if not optimization_due(plan, k, data, inputs, expected)
         }
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
 

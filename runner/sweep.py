@@ -182,7 +182,8 @@ def optimize_prompts(plan, instance, data: Path, materialize) -> bool:
 
     inputs = {s: latest_fingerprint(instance, asset_key(plan, s), None) for s in ("corpus", "qa_set")}
     starts = plan.optimization_starts(read_decision(data, plan.sweep.name))
-    due = [k for k in starts if optimization_due(plan, k, data, inputs)]
+    fps = plan.fingerprints(inputs) if starts else {}
+    due = [k for k in starts if optimization_due(plan, k, data, inputs, fps)]
     for key in due:
         tqdm.write(f"optimizing the prompts of {plan.labels.get(key, key)} (GEPA)", file=sys.stderr)
         materialize(OPTIMIZATION, key)

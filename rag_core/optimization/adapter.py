@@ -12,7 +12,6 @@ call cache and ledger, rate limit, redaction).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +20,10 @@ from gepa import EvaluationBatch, GEPAAdapter
 
 from rag_core.common.completion import Completer
 from rag_core.generation.answering import answer
-from rag_core.generation.generate import build_prompt, format_context
+from rag_core.generation.generate import format_context
 from rag_core.metrics import evaluate_queries
 from rag_core.planning.spec import RagConfig
+from rag_core.search.halving import question_scores
 
 SNIPPET = 240  # characters of each retrieved text the reflection model is shown
 PLACEHOLDERS = {"answer_prompt": ("{query}", "{context}"), "compress_prompt": ("{query}", "{passage}")}
@@ -42,17 +42,6 @@ def missing_placeholders(candidate: dict[str, str]) -> list[str]:
         for p in PLACEHOLDERS.get(component, ())
         if p not in text
     ]
-
-
-def question_scores(per_query: pl.DataFrame, weights: dict[str, float]) -> list[float]:
-    """Each question's overall score (the weighted mean of the metrics defined for it, as the leaderboard's
-    per-question score); a question with no defined metric scores 0, never NaN (GEPA sums scores)."""
-    out = []
-    for row in per_query.iter_rows(named=True):
-        defined = {m: w for m, w in weights.items() if row.get(m) is not None and not math.isnan(row[m])}
-        total = sum(defined.values())
-        out.append(sum(row[m] * w for m, w in defined.items()) / total if total > 0 else 0.0)
-    return out
 
 
 def _feedback(row: dict, score: float, weights: dict[str, float]) -> str:
@@ -111,7 +100,9 @@ class PromptAdapter(GEPAAdapter):
         for sample in sorted(set(answers["sample"].to_list())):  # a random generator's samples: their mean
             ans = answers.filter(pl.col("sample") == sample).drop("sample")
             scored = evaluate_queries(qa, reranked, ans, c.retrieval.top_k)
-            frames.append(scored.with_columns(pl.Series("score", question_scores(scored, self.weights))))
+            # a question's overall score (0 when no weighted metric is defined for it: GEPA sums scores)
+            scores = question_scores(scored, self.weights)
+            frames.append(scored.with_columns(pl.Series("score", [scores[q] for q in scored["query_id"]])))
         rows = frames[0]
         if len(frames) > 1:
             mean = pl.concat(frames).group_by("query_id").agg(pl.col("score").mean())
@@ -164,8 +155,3 @@ class PromptAdapter(GEPAAdapter):
                 }
             )
         return {component: records for component in components_to_update}
-
-
-def rendered_example(c: RagConfig, question: str, titles: list[str], texts: list[str]) -> str:
-    """The answer prompt as the generator receives it for one question (the ship report's example)."""
-    return build_prompt(c.generation.prompt_template, question, format_context(texts, titles))
