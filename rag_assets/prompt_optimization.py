@@ -1,6 +1,8 @@
 """Prompt optimization: GEPA evolves the text components of a config (rag_core/optimization), partitioned by
-the config it starts from. It reads that config's rerankings (the contexts, which no optimized component
-changes) and the selection split of the QA set (never the holdout), and writes the candidates it found.
+the config it starts from. It reads what the config's first optimized stage reads (`optimize.first_stage`:
+the rerankings for answer-side prompts, the retrievals for the reranking prompt, the vector index for the
+query transformation prompt) and the selection split of the QA set (never the holdout), runs the config's
+stages from there with each candidate's texts, and writes the candidates it found.
 The best prompts become a new config of the plan (runner/plans.py reads them from the data dir), whose
 answers, evaluations, leaderboard rank, holdout confirmation and MLflow run are those of any config.
 
@@ -22,7 +24,9 @@ import polars as pl
 from rag_assets.stage_asset import asset_key, forced
 from rag_core.common.fingerprint import fingerprint
 from rag_core.decision.holdout import SELECTION
+from rag_core.optimization.contexts import Contexts
 from rag_core.planning.plan import Plan
+from rag_core.planning.stages import stage
 from resources.artifacts import Artifact, QuestionSplit
 from resources.storage import atomic_write, data_root, is_remote
 
@@ -60,11 +64,17 @@ def identity(plan: Plan, key: str) -> dict:
     }
 
 
-def optimization_fingerprint(plan: Plan, key: str, rerankings_fp: str, questions_fp: str) -> str:
-    """The fingerprint of config `key`'s optimization on these rerankings and questions (the selection's)."""
+def upstream_stage(plan: Plan) -> str:
+    """The stage whose artifact the optimization starts from: the one before its first optimized stage."""
+    return stage(plan.sweep.optimize.first_stage).upstream
+
+
+def optimization_fingerprint(plan: Plan, key: str, upstream_fp: str, questions_fp: str) -> str:
+    """The fingerprint of config `key`'s optimization on this upstream artifact (upstream_stage) and these
+    questions (the selection's)."""
     # (not a stage of the registry: its code version is in its identity)
     return fingerprint(
-        OPTIMIZATION, identity(plan, key), {"qa_set": questions_fp, "rerankings": rerankings_fp}
+        OPTIMIZATION, identity(plan, key), {"qa_set": questions_fp, upstream_stage(plan): upstream_fp}
     )
 
 
@@ -74,9 +84,10 @@ def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str], fps: di
     what the runner asks before launching a run for it."""
     from resources.artifacts import ArtifactRef
 
-    rerankings = fps[("rerankings", plan.key_of(plan.config(key), "rerankings"))]
+    up = upstream_stage(plan)
+    upstream = fps[(up, plan.key_of(plan.config(key), up))]
     questions = plan.qa_fingerprint(inputs["qa_set"], SELECTION if plan.holdout else None)
-    fp = optimization_fingerprint(plan, key, rerankings, questions)
+    fp = optimization_fingerprint(plan, key, upstream, questions)
     return not ArtifactRef(data_root(data), OPTIMIZATION, fp, key).intact()
 
 
@@ -181,23 +192,82 @@ def _log_to_mlflow(
     return pid
 
 
+# what the optimization reads, by its first optimized stage: what that stage's reruns need (beside the
+# QA set), and the chunks and corpus a parent/child context expansion reads
+READS = {
+    "answers": ("rerankings",),
+    "rerankings": ("retrievals", "embeddings"),
+    "retrievals": ("vector_index", "embeddings"),
+}
+
+
+def _contexts(context, plan: Plan, config, inputs: dict) -> Contexts:
+    """The config's stages before the answers, as the optimization runs them (rag_core/optimization/contexts.py):
+    bound to this deployment's embedder and vector store."""
+    first = plan.sweep.optimize.first_stage
+    if first == "answers":
+        return Contexts(reranked=inputs["rerankings"].read())
+    import functools
+
+    from rag_core.retrieval.rerank import rerank
+    from rag_core.retrieval.retrieve import retrieve
+    from resources.embedders import chunk_vectors
+
+    embedder = context.resources.embedder
+    vectors = functools.cache(lambda: chunk_vectors(inputs["embeddings"].read()))
+
+    def embed_for(c):
+        return lambda texts: embedder.embed(c.embedding.model, texts)[0]
+
+    def rerank_(c, retrieved, qa, llm):
+        return rerank(c, retrieved, qa, llm, chunk_vectors=vectors, embed=embed_for(c))
+
+    if first == "rerankings":
+        return Contexts("rerankings", retrieved=inputs["retrievals"].read(), rerank=rerank_)
+    store = context.resources.vector_stores.get(config.index.store)
+    collection = inputs["vector_index"].read()["collection"][0]
+    if not store.info(collection)["exists"]:
+        raise dg.Failure(
+            f"the vector index {collection!r} is gone from {config.index.store}: materialize vector_index "
+            f"partition {plan.key_of(config, 'vector_index')!r} again"
+        )
+    chunks = inputs["chunksets"].read()
+
+    def retrieve_(c, qa, llm):
+        return retrieve(c, qa, chunks, store, collection, embed_for(c), llm)
+
+    return Contexts("retrievals", retrieve=retrieve_, rerank=rerank_)
+
+
 def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
     keys = plan.optimizable_keys
-    rerankings = {}
-    for key in keys:
-        rerankings.setdefault(plan.key_of(plan.config(key), "rerankings"), set()).add(key)
+    first = plan.sweep.optimize.first_stage
+    ins = {
+        "qa_set": dg.AssetIn(key=asset_key(plan, "qa_set")),
+        "corpus": dg.AssetIn(key=asset_key(plan, "corpus")),
+    }
+    for name in (*READS[first], "chunksets"):
+        mapping: dict[str, set[str]] = {}
+        for key in keys:
+            mapping.setdefault(plan.key_of(plan.config(key), name), set()).add(key)
+        ins[name] = dg.AssetIn(
+            key=asset_key(plan, name), partition_mapping=dg.StaticPartitionMapping(mapping)
+        )
+    # a reranking or retrieval run again embeds (MMR, a query's vector) and searches the store
+    stores = (
+        {"embedder", "vector_stores"}
+        if first == "retrievals"
+        else {"embedder"}
+        if first == "rerankings"
+        else set()
+    )
 
     @dg.asset(
         key=asset_key(plan, OPTIMIZATION),
-        ins={
-            "rerankings": dg.AssetIn(
-                key=asset_key(plan, "rerankings"), partition_mapping=dg.StaticPartitionMapping(rerankings)
-            ),
-            "qa_set": dg.AssetIn(key=asset_key(plan, "qa_set")),
-        },
+        ins=ins,
         partitions_def=dg.StaticPartitionsDefinition(keys),
         io_manager_key="artifacts",
-        required_resource_keys={"artifacts", "llm", "tracking"},
+        required_resource_keys={"artifacts", "llm", "tracking", *stores},
         group_name=plan.prefix,
         kinds={"parquet", "mlflow"},
         pool="llm",
@@ -208,7 +278,7 @@ def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
             "prompts become a new config (labelled ·optimized). Selection questions only."
         ),
     )
-    def _optimize(context, rerankings, qa_set):  # an AssetExecutionContext (string annotations are refused)
+    def _optimize(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
         import litellm
 
         from rag_core.optimization.evolve import optimize
@@ -217,8 +287,9 @@ def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
         key = context.partition_key
         config = plan.config(key)
         d = plan.sweep.decision
+        qa_set = inputs["qa_set"]
         questions = QuestionSplit.of(qa_set, SELECTION, d.holdout, d.holdout_seed) if plan.holdout else qa_set
-        fp = optimization_fingerprint(plan, key, rerankings.fp, questions.fp)
+        fp = optimization_fingerprint(plan, key, inputs[upstream_stage(plan)].fp, questions.fp)
         artifacts, tracking = context.resources.artifacts, context.resources.tracking
         ref = artifacts.ref(OPTIMIZATION, fp, key)
         pointer = optimized_dir(artifacts.root, plan.prefix) / f"{fingerprint(key)[:16]}.json"
@@ -232,11 +303,12 @@ def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
                 config,
                 plan.sweep.optimize,
                 qa,
-                rerankings.read(),
+                _contexts(context, plan, config, inputs),
                 plan.sweep.weights,
                 llm,
                 lambda t: litellm.token_counter(model=config.generation.model, text=t),
                 run_dir=_gepa_dir(artifacts.root, fp),
+                parents=lambda: (inputs["chunksets"].read(), inputs["corpus"].read()),
                 say=lambda m: context.log.debug(m),
             )
             frame = pl.DataFrame(

@@ -1,4 +1,4 @@
-"""Prompt optimization (GEPA over the answer prompt), offline against a local OpenAI-protocol server: the
+"""Prompt optimization (GEPA over the answer, compression, query transformation and reranking prompts), offline against a local OpenAI-protocol server: the
 generator answers well only when its prompt carries an instruction that the scripted reflection model
 proposes once it has seen failed questions. The optimized prompt beats the seed on the questions it
 trained on and on questions it never saw; the budget stops it with the best so far; a rerun pays nothing;
@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rag_core.optimization.adapter import PromptAdapter
+from rag_core.optimization.contexts import Contexts
 from rag_core.optimization.evolve import OptimizationError, optimize, train_val_split
 from rag_core.planning.spec import (
     DEFAULT_PROMPT,
@@ -40,6 +41,10 @@ def _qa(n: int) -> pl.DataFrame:
             "relevant_doc_ids": [[f"d{i}"] for i in range(n)],
         }
     )
+
+
+def _contexts(qa: pl.DataFrame) -> Contexts:
+    return Contexts(reranked=_reranked(qa))
 
 
 def _reranked(qa: pl.DataFrame) -> pl.DataFrame:
@@ -107,7 +112,7 @@ def _run(stub, tmp_path, qa, spec, cache="llm_cache.sqlite"):
         _config(),
         spec,
         qa,
-        _reranked(qa),
+        _contexts(qa),
         dict(DEFAULT_WEIGHTS),
         llm,
         lambda t: len(t.split()),
@@ -136,7 +141,7 @@ def test_the_optimized_prompt_answers_better_on_questions_it_never_saw_and_a_rer
         llm = LLMClient(
             api_base=stub.api_base, api_key="sk-test", cache_path=str(tmp_path / "llm_cache.sqlite")
         )
-        adapter = PromptAdapter(_config(), holdout, _reranked(holdout), dict(DEFAULT_WEIGHTS), llm, len)
+        adapter = PromptAdapter(_config(), holdout, _contexts(holdout), dict(DEFAULT_WEIGHTS), llm, len)
         ids = holdout["query_id"].to_list()
         _, before = adapter.scored(ids, result.seed)
         _, after = adapter.scored(ids, result.best)
@@ -166,7 +171,7 @@ def test_a_prompt_without_its_placeholders_scores_zero_and_says_why(tmp_path):
     qa = _qa(3)
     with OpenAIStub(Scripted(qa), by_model=True) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="sk-test")
-        adapter = PromptAdapter(_config(), qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len)
+        adapter = PromptAdapter(_config(), qa, _contexts(qa), dict(DEFAULT_WEIGHTS), llm, len)
         batch = adapter.evaluate(qa["query_id"].to_list(), {"answer_prompt": "Answer: {query}"}, True)
         assert not stub.requests  # nothing is asked of a prompt that cannot carry the context
     assert batch.scores == [0.0] * 3
@@ -178,7 +183,7 @@ def test_the_reflective_dataset_shows_what_went_wrong(tmp_path):
     qa = _qa(2)
     with OpenAIStub(Scripted(qa), by_model=True) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="sk-test")
-        adapter = PromptAdapter(_config(), qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len)
+        adapter = PromptAdapter(_config(), qa, _contexts(qa), dict(DEFAULT_WEIGHTS), llm, len)
         batch = adapter.evaluate(qa["query_id"].to_list(), {"answer_prompt": DEFAULT_PROMPT}, True)
     (first, _) = adapter.make_reflective_dataset({}, batch, ["answer_prompt"])["answer_prompt"]
     assert first["Inputs"]["question"] == qa["question"][0]
@@ -232,8 +237,16 @@ def test_the_optimize_section_is_checked_on_load(tmp_path):
 
     ok = _sweep(tmp_path, {"reflection_model": REFLECTOR})
     assert ok.optimize.components == ["answer_prompt"] and ok.optimize.configs == "recommended"
-    with pytest.raises(SpecError, match="rewrite_prompt: not a config setting yet"):  # (compress_prompt is)
+    with pytest.raises(
+        SpecError, match=r"no config of this sweep uses rewrite_prompt \(retrieval.query_prompt"
+    ):
         _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["rewrite_prompt"]})
+    with pytest.raises(
+        SpecError, match=r"uses rerank_prompt \(rerank.prompt: read only with rerank.method llm"
+    ):
+        _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["rerank_prompt"]})
+    with pytest.raises(SpecError, match="unknown component"):
+        _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["summary_prompt"]})
     with pytest.raises(SpecError, match="no config of this sweep uses compress_prompt"):
         _sweep(tmp_path, {"reflection_model": REFLECTOR, "components": ["compress_prompt"]})
     with pytest.raises(SpecError, match="no config of this sweep uses answer_prompt"):
@@ -262,7 +275,7 @@ def _optimize_in_child(api_base: str, folder: str) -> None:
         max_concurrency=1,
         cache_path=f"{folder}/llm_cache.sqlite",
     )
-    optimize(_config(), _spec(), qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=f"{folder}/gepa")
+    optimize(_config(), _spec(), qa, _contexts(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=f"{folder}/gepa")
 
 
 def test_a_killed_optimization_resumes_without_paying_for_a_call_twice(tmp_path):
@@ -307,7 +320,7 @@ def test_a_killed_optimization_resumes_without_paying_for_a_call_twice(tmp_path)
             _config(),
             _spec(),
             qa,
-            _reranked(qa),
+            _contexts(qa),
             dict(DEFAULT_WEIGHTS),
             llm,
             len,
@@ -401,7 +414,7 @@ def test_the_compression_prompt_is_optimized_as_a_component(tmp_path):
             api_base=stub.api_base, api_key="sk-test", max_retries=0, cache_path=str(tmp_path / "c.sqlite")
         )
         result = optimize(
-            config, spec, qa, _reranked(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=str(tmp_path / "g")
+            config, spec, qa, _contexts(qa), dict(DEFAULT_WEIGHTS), llm, len, run_dir=str(tmp_path / "g")
         )
     assert result.improved and KEEP in result.best["compress_prompt"]
     assert result.candidates[result.best_index].val_score > result.candidates[0].val_score + 0.5
@@ -413,3 +426,228 @@ def test_the_compression_prompt_is_optimized_as_a_component(tmp_path):
         config.with_texts({"compress_prompt": DEFAULT_COMPRESS_PROMPT}).generation.key
         == config.generation.key
     )
+
+
+# ---- the prompts before the answers: query transformation and LLM reranking -----------------------------
+
+HINT = "Search for the tower's code: Kx, then its number, then q."
+RANK = "Put first the passage whose tower code holds the question's number."
+
+
+def _towers(n: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(qa, chunks): question i asks for tower number i, whose passage names it only by its code Kx{i}q,
+    so a keyword search for the question itself cannot tell the towers apart."""
+    qa = pl.DataFrame(
+        {
+            "query_id": [f"q{i:02d}" for i in range(n)],
+            "question": [f"Which city hosts tower number {i}?" for i in range(n)],
+            "answers": [[CITIES[i % len(CITIES)]] for i in range(n)],
+            "relevant_doc_ids": [[f"d{i:02d}"] for i in range(n)],
+        }
+    )
+    chunks = pl.DataFrame(
+        {
+            "chunk_id": [f"d{i:02d}#0" for i in range(n)],
+            "doc_id": [f"d{i:02d}" for i in range(n)],
+            "title": [f"Tower {chr(65 + i)}" for i in range(n)],
+            "text": [f"The tower Kx{i}q stands in {CITIES[i % len(CITIES)]}." for i in range(n)],
+        }
+    )
+    return qa, chunks
+
+
+class ScriptedTowers:
+    """The query writer searches for the tower's code only when its prompt says so (else the question as it
+    is); the reranker puts the passage with the question's code first only when its prompt says so (else it
+    keeps the order); the generator answers the city of the first passage it is shown; the reflection
+    model adds the hint of the component it is shown (HINT when no gold document was retrieved, RANK when
+    the reranking dropped the gold one)."""
+
+    def __call__(self, prompt: str, model: str):
+        if model == "reflector":
+            current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
+            if "of the 1 kept, 0 of 1 gold" in prompt and RANK not in current:
+                return 200, f"```\n{RANK}\n{current}\n```", 0.0
+            if "## Retrieval\n0 of 1 gold" in prompt and HINT not in current:
+                return 200, f"```\n{HINT}\n{current}\n```", 0.0
+            return 200, f"```\n{current}\n```", 0.0
+        number = re.search(r"tower number (\d+)", prompt).group(1)
+        if model == "writer":
+            return (
+                200,
+                (f"Kx{number}q" if HINT in prompt else f"Which city hosts tower number {number}?"),
+                0.0,
+            )
+        if model == "reranker":
+            passages = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.M)
+            first = [p for p, text in passages if f"Kx{number}q" in text] if RANK in prompt else []
+            return 200, ", ".join([*first, *(p for p, _ in passages if p not in first)]), 0.0
+        city = re.search(r"stands in (\w+)", prompt)
+        return 200, city.group(1) if city else "unknown", 0.0
+
+
+def _tower_config(**sections) -> RagConfig:
+    raw = _config().model_dump()
+    raw["generation"].update(model="openai/generator")
+    for name, update in sections.items():
+        raw[name].update(update)
+    return RagConfig.model_validate(raw)
+
+
+def _search_store(tmp_path, chunks: pl.DataFrame):
+    import numpy as np
+
+    from resources.vector_stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(uri=str(tmp_path / "lance"))
+    rows = [
+        {"chunk_id": r["chunk_id"], "doc_id": r["doc_id"], "text": r["text"], "metadata": "{}"}
+        for r in chunks.iter_rows(named=True)
+    ]
+    store.upsert("towers", rows, np.random.default_rng(0).random((chunks.height, 4), dtype=np.float32))
+    return store
+
+
+def _rerank(c, retrieved, qa, llm):
+    from rag_core.retrieval.rerank import rerank
+
+    return rerank(c, retrieved, qa, llm, chunk_vectors=dict, embed=None)
+
+
+def _optimize_towers(tmp_path, config, component, contexts, qa):
+    spec = OptimizeSpec(
+        components=[component], reflection_model="openai/reflector", budget={"max_metric_calls": 60}
+    )
+    with OpenAIStub(ScriptedTowers(), by_model=True) as stub:
+        llm = LLMClient(
+            api_base=stub.api_base, api_key="sk-test", max_retries=0, cache_path=str(tmp_path / "c.sqlite")
+        )
+        result = optimize(
+            config, spec, qa, contexts, dict(DEFAULT_WEIGHTS), llm, len, run_dir=str(tmp_path / "g")
+        )
+        asked = len(stub.requests)
+        again = optimize(
+            config, spec, qa, contexts, dict(DEFAULT_WEIGHTS), llm, len, run_dir=str(tmp_path / "g")
+        )
+        assert len(stub.requests) == asked and again.paid_calls == 0 and again.best == result.best
+    return result
+
+
+def test_the_query_rewrite_prompt_is_optimized_by_searching_again(tmp_path):
+    """The query transformation prompt is evolved by running the config's retrieval (a real LanceDB
+    keyword search) and reranking again with each candidate's prompt, then its answers."""
+    from rag_core.optimization.contexts import Contexts
+    from rag_core.planning.prompts import QUERY_PROMPTS
+    from rag_core.retrieval.retrieve import retrieve
+
+    qa, chunks = _towers(12)
+    store = _search_store(tmp_path, chunks)
+    config = _tower_config(retrieval={"query_transform": "rewrite", "query_model": "openai/writer"})
+    assert config.retrieval.query_prompt is None and config.text("rewrite_prompt") == QUERY_PROMPTS["rewrite"]
+
+    def search(c, questions, llm):
+        return retrieve(c, questions, chunks, store, "towers", None, llm)
+
+    contexts = Contexts("retrievals", retrieve=search, rerank=_rerank)
+    result = _optimize_towers(tmp_path, config, "rewrite_prompt", contexts, qa)
+    assert (
+        result.improved
+        and HINT in result.best["rewrite_prompt"]
+        and "{query}" in result.best["rewrite_prompt"]
+    )
+    seed, best = result.candidates[0], result.candidates[result.best_index]
+    assert seed.val_score < 0.5 < best.val_score
+    optimized = config.with_texts(result.best)
+    assert optimized.retrieval.key != config.retrieval.key and "-qp" in optimized.retrieval.key
+    assert (optimized.chunking, optimized.embedding, optimized.index) == (
+        config.chunking,
+        config.embedding,
+        config.index,
+    )
+
+
+def test_the_llm_rerank_prompt_is_optimized_on_the_configs_own_candidates(tmp_path):
+    """The reranking prompt is evolved by reranking the config's retrieved candidates again with each
+    candidate prompt; the reflection model is shown where the gold passage was and whether it was kept."""
+    from rag_core.optimization.contexts import Contexts
+    from rag_core.planning.prompts import RERANK_PROMPT
+
+    qa, chunks = _towers(12)
+    n = qa.height
+    order = [[(i + j) % n for j in (1, 2, 0)] for i in range(n)]  # the gold passage third of three
+    retrieved = pl.DataFrame(
+        {
+            "query_id": qa["query_id"],
+            "chunk_ids": [[chunks["chunk_id"][j] for j in o] for o in order],
+            "doc_ids": [[chunks["doc_id"][j] for j in o] for o in order],
+            "scores": [[3.0, 2.0, 1.0]] * n,
+            "titles": [[chunks["title"][j] for j in o] for o in order],
+            "texts": [[chunks["text"][j] for j in o] for o in order],
+            "latency_ms": [1.0] * n,
+        }
+    )
+    config = _tower_config(rerank={"method": "llm", "model": "openai/reranker", "candidates": 3})
+    assert config.text("rerank_prompt") == RERANK_PROMPT and "-rp" not in config.rerank.key
+    contexts = Contexts("rerankings", retrieved=retrieved, rerank=_rerank)
+    result = _optimize_towers(tmp_path, config, "rerank_prompt", contexts, qa)
+    assert result.improved and RANK in result.best["rerank_prompt"]
+    assert result.candidates[0].val_score < 0.5 < result.candidates[result.best_index].val_score
+    optimized = config.with_texts(result.best)
+    assert "-rp" in optimized.rerank.key and optimized.retrieval == config.retrieval
+
+
+def test_an_unset_prompt_setting_keeps_every_fingerprint_and_key():
+    """The query and rerank prompts became settings: unset (or set to the built-in text) they leave the
+    retrievals' and rerankings' keys and fingerprints as they were, so no artifact or cached call is lost."""
+    from rag_core.planning.prompts import QUERY_PROMPTS, RERANK_PROMPT
+    from rag_core.planning.stages import stage
+
+    c = _tower_config(
+        retrieval={"query_transform": "hyde", "query_model": "openai/writer"},
+        rerank={"method": "llm", "model": "openai/reranker"},
+    )
+    assert "query_prompt" not in stage("retrievals").own(c, None)
+    assert "prompt" not in stage("rerankings").own(c, None)
+    same = c.with_texts({"rewrite_prompt": QUERY_PROMPTS["hyde"], "rerank_prompt": RERANK_PROMPT})
+    assert same == c
+    other = c.with_texts(
+        {"rewrite_prompt": "Describe {query}", "rerank_prompt": "{query}\n{passages}\nOrder:"}
+    )
+    assert stage("retrievals").own(other, None)["query_prompt"] == "Describe {query}"
+    assert other.retrieval.key != c.retrieval.key and other.rerank.key != c.rerank.key
+    with pytest.raises(ValueError, match=r"prompt must contain \{passages\}"):
+        _tower_config(rerank={"method": "llm", "model": "m", "prompt": "Rank for {query}"})
+    # a prompt the transformation does not use is dropped, not a new key
+    plain = _tower_config(retrieval={"query_prompt": "Search {query}"}).retrieval.effective()
+    assert plain.query_prompt is None
+
+
+def test_a_rewrite_optimization_reads_the_index_and_feeds_the_optimized_retrievals(tmp_path):
+    import dagster as dg
+
+    from rag_assets.sweep_assets import stage_assets
+    from rag_core.planning.plan import Plan
+    from resources import build_resources
+
+    raw = _raw(
+        {"reflection_model": REFLECTOR, "components": ["rewrite_prompt", "answer_prompt"]},
+        generation={"model": GENERATOR},
+    )
+    raw["retrieval"] = {"mode": "bm25", "top_k": 1, "query_transform": "rewrite", "query_model": GENERATOR}
+    sweep = sweep_from_dict(raw, tmp_path / "opt.yaml")
+    assert sweep.optimize.first_stage == "retrievals"
+    (base,) = Plan.resolve(sweep).config_keys
+    plan = Plan.resolve(sweep, optimized={base: {"rewrite_prompt": f"{HINT}\n{{query}}"}})
+    (optimized,) = plan.optimized_from
+    c, o = plan.config(base), plan.config(optimized)
+    for shared in ("chunksets", "embeddings", "vector_index"):
+        assert plan.key_of(o, shared) == plan.key_of(c, shared)
+    assert plan.key_of(o, "retrievals") != plan.key_of(c, "retrievals")
+    defs = dg.Definitions(assets=stage_assets(plan), resources=build_resources(str(tmp_path)))
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    optimization = dg.AssetKey(["opt", "prompt_optimizations"])
+    assert dg.AssetKey(["opt", "vector_index"]) in graph.get(optimization).parent_keys
+    assert dg.AssetKey(["opt", "retrievals"]) not in graph.get(optimization).parent_keys
+    assert optimization in graph.get(dg.AssetKey(["opt", "retrievals"])).parent_keys
+    assert optimization not in graph.get(dg.AssetKey(["opt", "answers"])).parent_keys  # via retrievals

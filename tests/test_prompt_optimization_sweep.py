@@ -130,3 +130,93 @@ def test_a_sweep_optimizes_its_recommended_prompt_and_ranks_the_optimized_config
     # the rerun: the same board, no second optimization run
     assert again.board["config_key"].to_list() == board["config_key"].to_list()
     assert len(client.search_runs([exp], "tags.kind = 'prompt_optimization'")) == 1
+
+
+HINT = "Search with the question's own words."
+
+
+class ScriptedSearch:
+    """The query writer searches for a useless word unless its prompt carries HINT (then the question
+    itself); the LLM reranker keeps the retrieval order; the generator answers the gold answer only when
+    its context holds it; the reflection model adds HINT to the query prompt once it sees that no gold
+    document was retrieved."""
+
+    def __init__(self, qa: pl.DataFrame):
+        self.gold = GoldAnswers(qa)
+        self.reflected: list[str] = []
+
+    def __call__(self, prompt: str, model: str):
+        if model == "reflector":
+            current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
+            self.reflected.append(current)
+            if "## Retrieval\n0 of" in prompt and "{query}" in current and HINT not in current:
+                return 200, f"```\n{HINT}\n{current}\n```", 0.0
+            return 200, f"```\n{current}\n```", 0.0
+        question = self.gold.question(prompt)
+        if model == "writer":
+            return 200, (question if HINT in prompt else "information"), 0.0
+        if model == "reranker":
+            return 200, "1, 2, 3, 4, 5", 0.0
+        answer = self.gold.answer[question]
+        return 200, (answer if answer.lower() in prompt.split("Question:")[0].lower() else "unknown"), 0.0
+
+
+def test_a_sweep_optimizes_its_query_and_rerank_prompts_from_the_retrieval_on(
+    slice_data, tmp_path, monkeypatch
+):
+    """The query transformation and LLM reranking prompts: the optimization reads the config's vector
+    index, searches the real store again with each candidate's prompt, and the optimized config shares
+    every partition before its retrievals."""
+    qa = pl.read_parquet(slice_data["qa"])
+    spec = str(
+        write_sweep(
+            tmp_path / "search.yaml",
+            slice_data,
+            name="gepa_search",
+            chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            retrieval={
+                "mode": "bm25",
+                "top_k": 3,
+                "query_transform": "rewrite",
+                "query_model": "openai/writer",
+            },
+            rerank={"method": "llm", "model": "openai/reranker", "candidates": 5},
+            generation={"model": "openai/generator", "max_tokens": 32},
+            decision={"holdout": 0.3},
+            optimize={
+                "components": ["rewrite_prompt", "rerank_prompt"],
+                "reflection_model": "openai/reflector",
+                "budget": {"max_metric_calls": 60},
+            },
+        )
+    )
+    data = tmp_path / "data"
+    script = ScriptedSearch(qa)
+    with OpenAIStub(script, by_model=True) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        run = run_sweep(spec, str(data), progress=False)
+        asked = len(stub.requests)
+        run_sweep(spec, str(data), progress=False)
+        assert len(stub.requests) == asked  # a rerun pays for nothing
+    plan, board = run.plan, run.board
+    (optimized,) = plan.optimized_from
+    base = plan.optimized_from[optimized]
+    o, c = plan.config(optimized), plan.config(base)
+    assert HINT in o.retrieval.query_prompt and o.rerank == c.rerank  # the reranking prompt stayed the seed's
+    for stage in ("chunksets", "embeddings", "vector_index"):
+        assert plan.key_of(o, stage) == plan.key_of(c, stage)
+    assert "-qp" in plan.key_of(o, "retrievals") and plan.key_of(o, "retrievals") != plan.key_of(
+        c, "retrievals"
+    )
+    rows = {r["config_key"]: r for r in board.iter_rows(named=True)}
+    assert rows[optimized]["rank"] == 1 and rows[optimized]["recall_at_k"] > rows[base]["recall_at_k"]
+    assert rows[optimized]["overall_score"] > rows[base]["overall_score"]
+    found = optimized_prompts(data, plan.prefix)[base]
+    assert set(found["best"]) == {"rewrite_prompt", "rerank_prompt"} and found["improved"]
+    assert any("QUESTION: {query}" in text for text in script.reflected)  # it was shown the query prompt
+    client = mlflow.MlflowClient(f"sqlite:///{data / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("gepa_search").experiment_id
+    (parent,) = client.search_runs([exp], "tags.kind = 'prompt_optimization'")
+    best = client.download_artifacts(parent.info.run_id, "best/rewrite_prompt.txt", str(tmp_path))
+    assert HINT in open(best).read()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rag_core.planning.spec import DEFAULT_COMPRESS_PROMPT as COMPRESS_PROMPT
+from rag_core.planning.prompts import COMPRESS_PROMPT
 
 
 def compress_prompt(query: str, passage: str, template: str | None = None) -> str:

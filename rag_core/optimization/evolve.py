@@ -14,6 +14,7 @@ import polars as pl
 from rag_core.common.completion import Completer, Completion
 from rag_core.common.fingerprint import fingerprint
 from rag_core.optimization.adapter import PromptAdapter, seed_candidate
+from rag_core.optimization.contexts import Contexts
 from rag_core.planning.spec import OptimizeSpec, RagConfig
 
 
@@ -128,7 +129,7 @@ def optimize(
     config: RagConfig,
     spec: OptimizeSpec,
     qa: pl.DataFrame,
-    reranked: pl.DataFrame,
+    contexts: Contexts,
     weights: dict[str, float],
     llm: Completer,
     count_tokens: Callable[[str], int],
@@ -138,14 +139,15 @@ def optimize(
     callbacks: list | None = None,
 ) -> Optimized:
     """Evolve `spec.components` of `config` on `qa` (the selection split: the caller never passes the
-    holdout), answering with the config's `reranked` contexts. `llm`: the project's client (call cache and
+    holdout), running the config's stages from the first one an optimized component changes (`contexts`:
+    the config's rerankings, else its retrieval and reranking run again), then its answers. `llm`: the project's client (call cache and
     ledger, rate limit); `run_dir`: GEPA's state, from which a killed run resumes."""
     import gepa
 
     ids = qa["query_id"].to_list()
     train, val = train_val_split(ids, spec.val_share, spec.seed)
     metered = Metered(llm)
-    adapter = PromptAdapter(config, qa, reranked, weights, metered, count_tokens, parents)
+    adapter = PromptAdapter(config, qa, contexts, weights, metered, count_tokens, parents)
     seed = seed_candidate(config, spec.components)
     cost = _CostStopper(metered, spec.budget.max_cost_usd)
     # GEPA checks its budget between iterations, and an iteration scores two minibatches and, when its

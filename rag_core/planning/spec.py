@@ -19,11 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rag_core.common.fingerprint import fingerprint, short_hash, slug
 from rag_core.data.qa.generation import QAGeneration
+from rag_core.planning.prompts import ANSWER_PROMPT, COMPRESS_PROMPT, QUERY_PROMPTS, RERANK_PROMPT, missing
 
-DEFAULT_PROMPT = (
-    "Answer the question using only the context. Reply with a short answer (a few words), no explanation.\n\n"
-    "Context:\n{context}\n\nQuestion: {query}\nAnswer:"
-)
+DEFAULT_PROMPT = ANSWER_PROMPT
+DEFAULT_COMPRESS_PROMPT = COMPRESS_PROMPT
 
 # Default weights: 0.3 on retrieval, 0.7 on generation (see docs in README "Score weights").
 DEFAULT_WEIGHTS = {
@@ -36,23 +35,26 @@ DEFAULT_WEIGHTS = {
 
 
 # The text components of a pipeline that prompt optimization (`optimize:`, rag_core/optimization) can evolve,
-# each with the config field that holds it. Only the answer prompt is a config setting today; the query
-# transformation, LLM reranking and context compression prompts are fixed in code until they become one.
+# each with the config field that holds it (rag_core/planning/prompts.py has their built-in texts), and
+# the first stage whose output it changes: nothing before that stage is recomputed for an optimized config.
 PROMPT_COMPONENTS = {
+    "rewrite_prompt": "retrieval.query_prompt",
+    "rerank_prompt": "rerank.prompt",
     "answer_prompt": "generation.prompt_template",
     "compress_prompt": "generation.context_prompt",
 }
-LATER_COMPONENTS = ("rewrite_prompt", "rerank_prompt")
-
-# Context compression's prompt (generation.context: compress): the sentences of one passage that answer
-DEFAULT_COMPRESS_PROMPT = """Copy the sentences of the passage that help answer the question, word for word. If no
-sentence helps, reply NONE.
-
-QUESTION: {query}
-PASSAGE: {passage}
-RELEVANT SENTENCES:"""
-# a component's text when its config field is unset (the built-in prompt)
-DEFAULT_TEXTS = {"compress_prompt": DEFAULT_COMPRESS_PROMPT}
+COMPONENT_USE = {  # which configs read each component (component_used)
+    "rewrite_prompt": "read only with retrieval.query_transform rewrite, multi_query or hyde",
+    "rerank_prompt": "read only with rerank.method llm",
+    "answer_prompt": "an extractive reader has no answer prompt",
+    "compress_prompt": "read only with generation.context compress",
+}
+COMPONENT_STAGES = {
+    "rewrite_prompt": "retrievals",
+    "rerank_prompt": "rerankings",
+    "answer_prompt": "answers",
+    "compress_prompt": "answers",
+}
 
 
 class SpecError(ValueError):
@@ -154,6 +156,8 @@ class RetrievalConfig(_Strict):
     query_transform: Literal["none", "rewrite", "multi_query", "hyde"] = "none"
     query_model: str | None = None
     n_queries: int = Field(default=3, ge=1, le=10)
+    # the transformation's prompt, with {query} (and, for multi_query, {n}); unset: its built-in prompt
+    query_prompt: str | None = None
     # A metadata filter applied to every search, in the seeds' format (rag_core/data/filters.py).
     filter: dict[str, Any] | None = None
     # What k counts: chunks (default), or documents (retrieve until k distinct documents, so chunkings are
@@ -168,11 +172,23 @@ class RetrievalConfig(_Strict):
         parse_filter(v)  # raises FilterError (a ValueError) naming the field and operator
         return v or None
 
+    @field_validator("query_prompt")
+    @classmethod
+    def _query_placeholders(cls, v: str | None) -> str | None:
+        if v is not None and (lacks := missing("query_prompt", v)):
+            raise ValueError(f"query_prompt must contain {lacks[0]}")
+        return v
+
     @model_validator(mode="after")
     def _model_for_transform(self) -> RetrievalConfig:
         if self.query_transform != "none" and not self.query_model:
             raise ValueError(f"query_transform {self.query_transform!r} needs query_model (a litellm model)")
         return self
+
+    @property
+    def query_template(self) -> str:
+        """The query transformation's prompt: the config's, else the built-in one of its transformation."""
+        return self.query_prompt or QUERY_PROMPTS[self.query_transform]
 
     @property
     def key(self) -> str:
@@ -184,6 +200,8 @@ class RetrievalConfig(_Strict):
             base += f"-mq{self.n_queries}-{slug(self.query_model)}"
         elif self.query_transform == "hyde":
             base += f"-hyde-{slug(self.query_model)}"
+        if self.query_prompt is not None:
+            base += f"-qp{short_hash(self.query_prompt, 6)}"
         if self.filter:
             base += f"-f{short_hash(fingerprint(self.filter), 6)}"
         if self.k_unit == "documents":
@@ -197,6 +215,8 @@ class RetrievalConfig(_Strict):
             fields.update(hybrid_alpha=0.5, fusion="rrf")
         if self.query_transform == "none":
             fields.update(query_model=None)
+        if self.query_transform == "none" or fields["query_prompt"] == QUERY_PROMPTS[self.query_transform]:
+            fields.update(query_prompt=None)  # unused, or the built-in one: one key for one prompt
         if self.query_transform != "multi_query":
             fields.update(n_queries=3)
         return RetrievalConfig(**fields)
@@ -209,6 +229,15 @@ class RerankConfig(_Strict):
     candidates: int = Field(default=20, gt=0, le=200)
     mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
     model: str | None = None  # llm: a litellm model; cross_encoder: a sentence-transformers CrossEncoder path
+    # the LLM reranker's prompt, with {query} and {passages}; unset: the built-in one
+    prompt: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _rerank_placeholders(cls, v: str | None) -> str | None:
+        if v is not None and (lacks := missing("prompt", v)):
+            raise ValueError(f"prompt must contain {lacks[0]}")
+        return v
 
     @model_validator(mode="after")
     def _model_when_needed(self) -> RerankConfig:
@@ -216,12 +245,19 @@ class RerankConfig(_Strict):
             raise ValueError(f"rerank method {self.method!r} needs model")
         return self
 
+    @property
+    def template(self) -> str:
+        """The LLM reranker's prompt: the config's, else the built-in one."""
+        return self.prompt or RERANK_PROMPT
+
     def effective(self) -> RerankConfig:
         if self.method == "none":
             return RerankConfig()
         fields = self.model_dump()
         if self.method != "mmr":
             fields.update(mmr_lambda=0.5)
+        if self.method != "llm" or fields["prompt"] == RERANK_PROMPT:
+            fields.update(prompt=None)  # unused, or the built-in one: one key for one prompt
         if self.method == "mmr":
             fields.update(model=None)
         return RerankConfig(**fields)
@@ -233,7 +269,8 @@ class RerankConfig(_Strict):
         if self.method == "mmr":
             return f"mmr-l{self.mmr_lambda:g}-c{self.candidates}"
         name = "llm" if self.method == "llm" else "ce"
-        return f"{name}-{slug(self.model.rstrip('/').split('/')[-1])}-c{self.candidates}"
+        key = f"{name}-{slug(self.model.rstrip('/').split('/')[-1])}-c{self.candidates}"
+        return key + (f"-rp{short_hash(self.prompt, 6)}" if self.prompt is not None else "")
 
 
 class GenerationConfig(_Strict):
@@ -259,17 +296,15 @@ class GenerationConfig(_Strict):
     @field_validator("prompt_template")
     @classmethod
     def _has_placeholders(cls, v: str) -> str:
-        for name in ("{query}", "{context}"):
-            if name not in v:
-                raise ValueError(f"prompt_template must contain {name}")
+        if lacks := missing("prompt_template", v):
+            raise ValueError(f"prompt_template must contain {lacks[0]}")
         return v
 
     @field_validator("context_prompt")
     @classmethod
     def _compress_placeholders(cls, v: str | None) -> str | None:
-        for name in ("{query}", "{passage}"):
-            if v is not None and name not in v:
-                raise ValueError(f"context_prompt must contain {name}")
+        if v is not None and (lacks := missing("context_prompt", v)):
+            raise ValueError(f"context_prompt must contain {lacks[0]}")
         return v
 
     @model_validator(mode="after")
@@ -337,10 +372,15 @@ class RagConfig(_Strict):
         return max(self.retrieval.top_k, self.rerank.candidates)
 
     def text(self, component: str) -> str:
-        """The text of a prompt component (PROMPT_COMPONENTS) as this config has it."""
-        stage, name = PROMPT_COMPONENTS[component].split(".")
-        value = getattr(getattr(self, stage), name)
-        return DEFAULT_TEXTS[component] if value is None else value
+        """The text of a prompt component (PROMPT_COMPONENTS) as this config has it (unset: the built-in one;
+        asked only of a component the config uses)."""
+        if component == "rewrite_prompt":
+            return self.retrieval.query_template
+        if component == "rerank_prompt":
+            return self.rerank.template
+        if component == "compress_prompt":
+            return self.generation.context_prompt or COMPRESS_PROMPT
+        return self.generation.prompt_template
 
     def with_texts(self, texts: dict[str, str]) -> RagConfig:
         """The config with these texts in place of its own components' (an optimized prompt)."""
@@ -447,6 +487,10 @@ class SearchSpec(_Strict):
 
 def component_used(c: RagConfig, component: str) -> bool:
     """Whether config `c` reads the text component (an extractive reader has no answer prompt)."""
+    if component == "rewrite_prompt":
+        return c.retrieval.query_transform != "none"
+    if component == "rerank_prompt":
+        return c.rerank.method == "llm"
     if component == "answer_prompt":
         return not c.generation.is_extractive
     if component == "compress_prompt":
@@ -481,12 +525,6 @@ class OptimizeSpec(_Strict):
     @field_validator("components")
     @classmethod
     def _known_components(cls, v: list[str]) -> list[str]:
-        later = [c for c in v if c in LATER_COMPONENTS]
-        if later:
-            raise ValueError(
-                f"{', '.join(later)}: not a config setting yet (fixed in code), so not optimizable; "
-                f"optimizable: {', '.join(PROMPT_COMPONENTS)}"
-            )
         unknown = [c for c in v if c not in PROMPT_COMPONENTS]
         if unknown:
             raise ValueError(f"unknown component(s) {unknown}; choose from {sorted(PROMPT_COMPONENTS)}")
@@ -500,6 +538,13 @@ class OptimizeSpec(_Strict):
         if isinstance(v, list) and not v:
             raise ValueError("an empty list optimizes nothing: name config keys, 'recommended' or 'top_tier'")
         return v
+
+    @property
+    def first_stage(self) -> str:
+        """The earliest stage an optimized component changes: an optimization reruns the config's stages from
+        there on each question it scores, and an optimized config shares every partition before it."""
+        order = list(dict.fromkeys(COMPONENT_STAGES.values()))
+        return min((COMPONENT_STAGES[c] for c in self.components), key=order.index)
 
 
 class SweepFile(_Strict):
@@ -704,8 +749,7 @@ def _check_optimize(opt: OptimizeSpec, configs: list[RagConfig], path: Path) -> 
         if not any(component_used(c, component) for c in configs):
             raise SpecError(
                 f"{path}: field 'optimize.components': no config of this sweep uses {component} "
-                f"({PROMPT_COMPONENTS[component]}; an extractive reader has no answer prompt, only "
-                "generation.context: compress compresses)"
+                f"({PROMPT_COMPONENTS[component]}: {COMPONENT_USE[component]})"
             )
 
 

@@ -67,7 +67,14 @@ def _retrieval_key(c: RagConfig) -> str:
 
 
 def _retrieval_settings(c: RagConfig, judge) -> dict:
-    return {**c.retrieval.model_dump(exclude={"top_k"}), "fetch_k": c.fetch_k}
+    # an unset query prompt (the built-in one) keeps the fingerprints retrievals had before it was a setting
+    unset = {"query_prompt"} if c.retrieval.query_prompt is None else set()
+    return {**c.retrieval.model_dump(exclude={"top_k", *unset}), "fetch_k": c.fetch_k}
+
+
+def _rerank_settings(c: RagConfig, judge) -> dict:
+    unset = {"prompt"} if c.rerank.prompt is None else set()  # as the query prompt's
+    return {**c.rerank.model_dump(exclude=unset), "top_k": c.retrieval.top_k}
 
 
 def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
@@ -119,7 +126,7 @@ STAGES: tuple[Stage, ...] = (
         ("retrievals", "embeddings", "qa_set"),
         2,
         key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
-        settings=lambda c, j: {**c.rerank.model_dump(), "top_k": c.retrieval.top_k},
+        settings=_rerank_settings,
         models=lambda c: (c.rerank.model,) if c.rerank.method == "cross_encoder" else (),
         calls_llm=lambda c, j: c.rerank.method == "llm",
     ),

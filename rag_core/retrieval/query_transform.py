@@ -4,6 +4,7 @@
 - multi_query: n alternative phrasings; each is retrieved and the rankings are fused (RRF) with the
                original question's.
 - hyde:        a hypothetical answer passage (Gao et al., 2022) whose embedding replaces the question's.
+Their built-in prompts are in rag_core/planning/prompts.py (retrieval.query_prompt replaces them).
 A reply that parses to nothing falls back to the original question (the caller counts it).
 """
 
@@ -11,30 +12,14 @@ from __future__ import annotations
 
 import re
 
-REWRITE_PROMPT = """Rewrite the question into a short, specific search query for a keyword and vector search
-engine over Wikipedia paragraphs. Keep all names. Reply with the query only.
-
-QUESTION: {query}
-QUERY:"""
-
-MULTI_QUERY_PROMPT = """Write {n} different search queries that together find the information needed to answer
-the question (one query per line, no numbering, no commentary).
-
-QUESTION: {query}
-QUERIES:"""
-
-HYDE_PROMPT = """Write a short encyclopedic paragraph (2-3 sentences) that answers the question. If you are
-unsure, write what such a paragraph would plausibly say.
-
-QUESTION: {query}
-PARAGRAPH:"""
+from rag_core.planning.prompts import fill
 
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|q\d+[:.)])\s*", re.IGNORECASE)
 
 
-def prompt_for(transform: str, query: str, n: int = 3) -> str:
-    template = {"rewrite": REWRITE_PROMPT, "multi_query": MULTI_QUERY_PROMPT, "hyde": HYDE_PROMPT}[transform]
-    return template.format(query=query, n=n)
+def prompt_for(template: str, query: str, n: int = 3) -> str:
+    """The transformation's prompt (retrieval.query_template: the config's, else the built-in one) for a question."""
+    return fill(template, query=query, n=n)
 
 
 def parse_reply(transform: str, reply: str, n: int = 3) -> list[str]:

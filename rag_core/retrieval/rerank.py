@@ -19,6 +19,7 @@ import polars as pl
 from rag_core.common.completion import NO_USAGE, Completer, usage
 from rag_core.common.concurrency import map_concurrently
 from rag_core.common.local_models import model_version
+from rag_core.planning.prompts import RERANK_PROMPT, fill
 from rag_core.planning.spec import RagConfig
 from rag_core.retrieval.retrieve import first_documents
 
@@ -44,19 +45,10 @@ def mmr(query: np.ndarray, candidates: np.ndarray, k: int, lam: float = 0.5) -> 
     return chosen
 
 
-LLM_RERANK_PROMPT = """Rank the passages by how useful they are to answer the question.
-Reply with the passage numbers, most useful first, separated by commas (for example: 3, 1, 2).
-
-QUESTION: {query}
-
-{passages}
-
-RANKING:"""
-
-
-def llm_rerank_prompt(query: str, texts: Sequence[str]) -> str:
+def llm_rerank_prompt(query: str, texts: Sequence[str], template: str = RERANK_PROMPT) -> str:
+    """The LLM reranker's prompt (rerank.template: the config's, else the built-in one) for a question."""
     passages = "\n\n".join(f"[{i}] {t}" for i, t in enumerate(texts, start=1))
-    return LLM_RERANK_PROMPT.format(query=query, passages=passages)
+    return fill(template, query=query, passages=passages)
 
 
 def parse_ordering(reply: str, n: int) -> list[int] | None:
@@ -122,7 +114,9 @@ def orders(
             order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
         else:  # llm
             reply = llm.complete(
-                c.rerank.model, llm_rerank_prompt(questions[r["query_id"]], r["texts"]), max_tokens=128
+                c.rerank.model,
+                llm_rerank_prompt(questions[r["query_id"]], r["texts"], c.rerank.template),
+                max_tokens=128,
             )
             parsed = None if reply.error else parse_ordering(reply.text, n)
             return (

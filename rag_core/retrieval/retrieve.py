@@ -84,7 +84,7 @@ def transform_queries(
 
     def one(q: str) -> tuple[list[str], bool, dict]:
         out = llm.complete(
-            r.query_model, prompt_for(r.query_transform, q, r.n_queries), temperature=0.0, max_tokens=256
+            r.query_model, prompt_for(r.query_template, q, r.n_queries), temperature=0.0, max_tokens=256
         )
         parsed = [] if out.error else parse_reply(r.query_transform, out.text, r.n_queries)
         return (parsed, False, usage(out)) if parsed else ([q], True, usage(out))
