@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import html
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -78,17 +79,22 @@ def optimization_fingerprint(plan: Plan, key: str, upstream_fp: str, questions_f
     )
 
 
-def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str], fps: dict) -> bool:
-    """Whether config `key`'s optimization has no complete artifact for the inputs as last snapshotted
-    (`{'corpus': fp, 'qa_set': fp}`; `fps`: `plan.fingerprints(inputs)`, worked out once by the caller):
-    what the runner asks before launching a run for it."""
+def optimization_ref(plan: Plan, key: str, data, inputs: dict[str, str], fps: dict):
+    """The artifact config `key`'s optimization makes from the inputs as last snapshotted (`{'corpus': fp,
+    'qa_set': fp}`; `fps`: `plan.fingerprints(inputs)`, worked out once by the caller)."""
     from resources.artifacts import ArtifactRef
 
     up = upstream_stage(plan)
     upstream = fps[(up, plan.key_of(plan.config(key), up))]
     questions = plan.qa_fingerprint(inputs["qa_set"], SELECTION if plan.holdout else None)
     fp = optimization_fingerprint(plan, key, upstream, questions)
-    return not ArtifactRef(data_root(data), OPTIMIZATION, fp, key).intact()
+    return ArtifactRef(data_root(data), OPTIMIZATION, fp, key)
+
+
+def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str], fps: dict) -> bool:
+    """Whether config `key`'s optimization has no complete artifact for these inputs (optimization_ref):
+    what the runner and the deployment's sensor ask before requesting it."""
+    return not optimization_ref(plan, key, data, inputs, fps).intact()
 
 
 def _gepa_dir(data, fp: str) -> str:
@@ -103,24 +109,29 @@ def _gepa_dir(data, fp: str) -> str:
 
 def _prompt_diff(seed: str, best: str) -> str:
     lines = difflib.unified_diff(seed.splitlines(), best.splitlines(), "seed", "optimized", lineterm="", n=1)
-    return "\n".join(lines) or "(the same text)"
+    return "\n".join(lines)
+
+
+def _fenced(text: str, lang: str = "text") -> str:
+    """A Markdown code block that keeps the text's line breaks as they are, whatever backticks it holds."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}{lang}\n{text}\n{fence}"
 
 
 def side_by_side(found: dict, questions: pl.DataFrame) -> str:
-    """The seed and the optimized prompts side by side, with the validation questions the optimized
-    prompts now answer better and those they answer worse (Markdown; the data's HTML escaped)."""
+    """The seed and the optimized prompts, one above the other with their line breaks and a diff, with the
+    validation questions the optimized prompts now answer better and those they answer worse (Markdown;
+    the questions' HTML escaped)."""
     esc = html.escape
     out = []
     for component, best in found["best"].items():
         seed = found["seed"][component]
-        out += [
-            f"### {component}",
-            "| seed | optimized |",
-            "|---|---|",
-            f"| {esc(seed).replace(chr(10), '<br>')} | {esc(best).replace(chr(10), '<br>')} |",
-            "",
-            f"```diff\n{_prompt_diff(seed, best)}\n```",
-        ]
+        if best == seed:
+            out += [f"### {component}", "(unchanged: the seed's text)", ""]
+            continue
+        diff = _prompt_diff(seed, best)
+        out += [f"### {component}", "**seed**", _fenced(seed), "**optimized**", _fenced(best), "**diff**"]
+        out += [_fenced(diff, "diff"), ""]
     text = dict(zip(questions["query_id"], questions["question"], strict=True))
     before, after = found["seed_val_scores"], found["best_val_scores"]
     won = sorted((q for q in after if after[q] > before.get(q, 0.0)), key=lambda q: before[q] - after[q])

@@ -220,3 +220,68 @@ def test_a_sweep_optimizes_its_query_and_rerank_prompts_from_the_retrieval_on(
     (parent,) = client.search_runs([exp], "tags.kind = 'prompt_optimization'")
     best = client.download_artifacts(parent.info.run_id, "best/rewrite_prompt.txt", str(tmp_path))
     assert HINT in open(best).read()
+
+
+def test_a_deployment_optimizes_after_its_leaderboard_and_requests_the_optimized_config(
+    slice_data, tmp_path, monkeypatch
+):
+    """On a deployment the sensor `<sweep>__prompt_optimization` does what `rag-sweep run` does after the
+    leaderboard: it requests the recommended config's optimization once the leaderboard has decided, and,
+    once the code location has loaded what it found, the optimized config's first optimized stage (its
+    later stages follow through the automation sensor); what is complete is never requested again."""
+    import dagster as dg
+
+    from rag_sweep.sweep_defs import sweep_definitions
+    from resources import build_resources
+    from runner.plans import load_plan
+    from runner.step_runs import StepRunner
+
+    qa = pl.read_parquet(slice_data["qa"])
+    sections = dict(
+        name="gepa_deploy",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation={"model": "openai/generator", "max_tokens": 32},
+    )
+    plain = str(write_sweep(tmp_path / "plain.yaml", slice_data, **sections))
+    spec = str(
+        write_sweep(
+            tmp_path / "deploy.yaml",
+            slice_data,
+            **sections,
+            optimize={"reflection_model": "openai/reflector", "budget": {"max_metric_calls": 40}},
+        )
+    )
+    data = tmp_path / "data"
+    with OpenAIStub(Scripted(qa), by_model=True) as stub:
+        monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        run = run_sweep(plain, str(data), progress=False)  # the sweep's own configs, ranked
+
+        def tick(plan):
+            defs = dg.Definitions.merge(
+                sweep_definitions(plan, None, str(data)), dg.Definitions(resources=build_resources(str(data)))
+            )
+            sensor = defs.get_sensor_def(f"{plan.prefix}__prompt_optimization")
+            result = sensor.evaluate_tick(dg.build_sensor_context(instance=run.instance, definitions=defs))
+            step = StepRunner(defs, run.instance, {}, False, plan)
+            return result, step
+
+        loaded = load_plan(spec, data_dir=data)  # the code location as it loads before any optimization
+        (recommended,) = loaded.optimization_starts({"recommended": run.board["config_key"][0]})
+        result, step = tick(loaded)
+        (request,) = result.run_requests
+        assert (request.job_name, request.partition_key) == ("gepa_deploy__optimize", recommended)
+        step("prompt_optimizations", request.partition_key)  # the run the daemon would launch
+        result, _ = tick(loaded)
+        assert not result.run_requests and "·optimized found" in result.skip_message
+
+        reloaded = load_plan(spec, data_dir=data)  # the code location loaded again
+        (optimized,) = reloaded.optimized_from
+        result, step = tick(reloaded)
+        (request,) = result.run_requests
+        answers = reloaded.key_of(reloaded.config(optimized), "answers")
+        assert (request.job_name, request.partition_key) == ("gepa_deploy__optimized_answers", answers)
+        step("answers", answers)
+        result, _ = tick(reloaded)
+        assert not result.run_requests and "complete" in result.skip_message
