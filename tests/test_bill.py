@@ -82,3 +82,25 @@ def test_a_prompt_optimization_counts_its_budget_and_reflections():
         "prompt_optimizations"
         not in estimate(plan, done, lambda k: chunks, lambda m: set(), 10, lambda *a: 0.0).llm_calls
     )
+
+
+def test_a_query_and_rerank_prompt_optimization_counts_the_calls_of_the_stages_it_reruns():
+    raw = {
+        **RAW,
+        "retrieval": {"mode": "bm25", "top_k": 2, "query_transform": "rewrite", "query_model": "gpt-4o-mini"},
+        "rerank": {"method": "llm", "model": "gpt-4o-mini", "candidates": 5},
+        "generation": {"model": "gpt-4o-mini", "max_tokens": 10},
+        "optimize": {
+            "reflection_model": "gpt-4o",
+            "components": ["rewrite_prompt"],
+            "budget": {"max_metric_calls": 40},
+            "minibatch": 4,
+        },
+    }
+    plan = Plan.resolve(sweep_from_dict(raw, Path("/tmp/bill.yaml")))
+    assert plan.sweep.optimize.first_stage == "retrievals"
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})
+    bill = estimate(plan, set(), lambda key: chunks, lambda model: set(), 10, lambda *a: 0.0)
+    # per question scored (40) and per question of the optimized config (10): a query transformation and a
+    # reranking; then the answers (40 + 10) and 40 // 8 reflections
+    assert bill.llm_calls["prompt_optimizations"] == (40 + 10) * 2 + (40 + 10) + 5
