@@ -24,6 +24,7 @@ import polars as pl
 
 from rag_assets.stage_asset import asset_key, forced
 from rag_core.common.fingerprint import fingerprint
+from rag_core.common.local_models import model_version
 from rag_core.decision.holdout import SELECTION
 from rag_core.optimization.contexts import Contexts
 from rag_core.planning.plan import Plan
@@ -56,13 +57,23 @@ def optimized_prompts(data_dir, prefix: str) -> dict[str, dict]:
 
 
 def identity(plan: Plan, key: str) -> dict:
-    """What an optimization's result depends on beside its inputs: the config, the optimize section."""
-    return {
+    """What an optimization's result depends on beside its inputs: the config, the optimize section, and
+    the version of a cross-encoder it reranks with again (a reranking it reruns is not among its inputs)."""
+    c = plan.config(key)
+    config = c.model_dump(mode="json")
+    # settings added since the first optimizations: unset, they leave those optimizations' fingerprints be
+    for section, name in (("retrieval", "query_prompt"), ("rerank", "prompt")):
+        if config[section][name] is None:
+            del config[section][name]
+    out = {
         "version": VERSION,
-        "config": plan.config(key).model_dump(mode="json"),
+        "config": config,
         "optimize": plan.sweep.optimize.model_dump(mode="json"),
         "weights": plan.sweep.weights,
     }
+    if plan.sweep.optimize.first_stage != "answers" and c.rerank.method == "cross_encoder":
+        out["reranker_version"] = model_version(c.rerank.model)
+    return out
 
 
 def upstream_stage(plan: Plan) -> str:

@@ -216,16 +216,18 @@ def queue_tags(plan: Plan, name: str) -> dict[str, str]:
 
 
 def optimized_prompts_dep(plan: Plan, name: str) -> list[dg.AssetDep]:
-    """An optimized config's first optimized stage (the answers, rerankings or retrievals: the first its
+    """An optimized config's first changed stage (the retrievals, rerankings or answers: the first its
     prompts change) follows the prompt optimization that found them (its config, in its key, carries them):
     lineage from each optimization to the partitions it feeds, the later ones following those."""
-    if not plan.optimized_from or name != plan.sweep.optimize.first_stage:
-        return []
     mapping: dict[str, set[str]] = {}
     for key, base in plan.optimized_from.items():
+        if plan.first_changed_stage(key) != name:
+            continue
         own = plan.key_of(plan.config(key), name)
         held = [k for k in plan.holdout_partitions.get(name, {}) if k.startswith(own + "~")]
         mapping.setdefault(base, set()).update([own, *held])
+    if not mapping:
+        return []
     return [
         dg.AssetDep(
             asset_key(plan, "prompt_optimizations"), partition_mapping=dg.StaticPartitionMapping(mapping)

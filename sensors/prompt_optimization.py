@@ -7,17 +7,18 @@
   fingerprint, so an optimization is requested once per inputs (a failed one: launch it again by hand).
 - What an optimization finds joins the plan when the code location loads again (the plan reads it from the
   data dir): the daemon loads its code locations again every minute, the UI on "Reload definitions". Then
-  the sensor requests the optimized config's first optimized stage (`optimize.first_stage`), and its later
-  stages, the leaderboard and the confirmation follow through the automation sensor, as any config's.
+  the sensor requests the optimized config's first changed stage (the first its prompts change), and its
+  later stages, the leaderboard and the confirmation follow through the automation sensor, as any config's.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from rag_assets.leaderboard import read_decision
+from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.prompt_optimization import OPTIMIZATION, optimization_ref, optimized_prompts
 from rag_core.planning.plan import Plan
+from rag_core.planning.spec import OPTIMIZABLE_STAGES
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from runner.plans import asset_key
@@ -25,19 +26,24 @@ from runner.todo import completed, input_fingerprints
 
 
 def optimization_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
-    """The optimization's job and the job of the optimized configs' first optimized stage."""
+    """The optimization's job, and a job per stage an optimized config's own work can begin at (the first
+    its prompts change: `optimize.first_stage` or, when GEPA kept a component's seed text, a later one)."""
     first = plan.sweep.optimize.first_stage
+    later = OPTIMIZABLE_STAGES[OPTIMIZABLE_STAGES.index(first) :]
     return {
         OPTIMIZATION: dg.define_asset_job(
             f"{plan.prefix}__optimize",
             selection=[asset_key(plan, OPTIMIZATION)],
             description=f"GEPA prompt optimization of a config of sweep {plan.sweep.name} (its partition).",
         ),
-        first: dg.define_asset_job(
-            f"{plan.prefix}__optimized_{first}",
-            selection=[asset_key(plan, first)],
-            description=f"The {first} of a config of sweep {plan.sweep.name} that prompt optimization found.",
-        ),
+        **{
+            stage: dg.define_asset_job(
+                f"{plan.prefix}__optimized_{stage}",
+                selection=[asset_key(plan, stage)],
+                description=f"The {stage} of a config of sweep {plan.sweep.name} that prompt optimization found.",
+            )
+            for stage in later
+        },
     }
 
 
@@ -54,9 +60,9 @@ def pending_configs(plan: Plan, data) -> list[str]:
 
 def next_requests(plan: Plan, data, instance, jobs: dict) -> tuple[list[dg.RunRequest], str]:
     """(the runs to request now, what the sensor waits for when there is none)."""
-    decision = read_decision(data, plan.sweep.name)
-    if not decision:
+    if not leaderboard_path(data, plan.sweep.name).with_suffix(".decision.json").exists():
         return [], "no leaderboard decision yet: the optimization starts after the leaderboard"
+    decision = read_decision(data, plan.sweep.name)
     inputs = input_fingerprints(plan, instance)
     if not all(inputs.values()):
         return [], "the input snapshots are not materialized"
@@ -73,9 +79,9 @@ def next_requests(plan: Plan, data, instance, jobs: dict) -> tuple[list[dg.RunRe
                     tags={"sweep": plan.sweep.name},
                 )
             )
-    first = plan.sweep.optimize.first_stage
     complete = completed(plan, instance, data)
     for key in plan.optimized_from:
+        first = plan.first_changed_stage(key)
         part = plan.key_of(plan.config(key), first)
         if complete(first, part) is None:
             requests.append(

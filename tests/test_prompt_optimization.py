@@ -468,7 +468,7 @@ class ScriptedTowers:
             current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
             if "of the 1 kept, 0 of 1 gold" in prompt and RANK not in current:
                 return 200, f"```\n{RANK}\n{current}\n```", 0.0
-            if "## Retrieval\n0 of 1 gold" in prompt and HINT not in current:
+            if "## Retrieval\nof the 1 retrieved, 0 of 1 gold" in prompt and HINT not in current:
                 return 200, f"```\n{HINT}\n{current}\n```", 0.0
             return 200, f"```\n{current}\n```", 0.0
         number = re.search(r"tower number (\d+)", prompt).group(1)
@@ -651,3 +651,40 @@ def test_a_rewrite_optimization_reads_the_index_and_feeds_the_optimized_retrieva
     assert dg.AssetKey(["opt", "retrievals"]) not in graph.get(optimization).parent_keys
     assert optimization in graph.get(dg.AssetKey(["opt", "retrievals"])).parent_keys
     assert optimization not in graph.get(dg.AssetKey(["opt", "answers"])).parent_keys  # via retrievals
+
+
+def test_an_optimized_config_begins_its_own_work_where_its_prompts_first_differ(tmp_path):
+    """GEPA may keep a component's seed text: an optimized config whose rerank prompt stayed the seed's
+    shares the rerankings, and its answers (not the shared rerankings) follow the optimization. A pointer
+    left by an earlier `optimize:` section with other components adds nothing."""
+    import dagster as dg
+
+    from rag_assets.prompt_optimization import identity
+    from rag_assets.sweep_assets import stage_assets
+    from rag_core.planning.plan import Plan
+    from resources import build_resources
+
+    raw = _raw(
+        {"reflection_model": REFLECTOR, "components": ["rerank_prompt", "answer_prompt"]},
+        generation={"model": GENERATOR},
+    )
+    raw["retrieval"] = {"mode": "bm25", "top_k": 1}
+    raw["rerank"] = {"method": "llm", "model": GENERATOR, "candidates": 3}
+    sweep = sweep_from_dict(raw, tmp_path / "opt.yaml")
+    assert sweep.optimize.first_stage == "rerankings"
+    (base,) = Plan.resolve(sweep).config_keys
+    seed = Plan.resolve(sweep).config(base)
+    assert "prompt" not in identity(Plan.resolve(sweep), base)["config"]["rerank"]  # unset: as before
+    found = {"rerank_prompt": seed.text("rerank_prompt"), "answer_prompt": f"{INSTRUCTION}\n{DEFAULT_PROMPT}"}
+    plan = Plan.resolve(sweep, optimized={base: found})
+    (optimized,) = plan.optimized_from
+    assert plan.key_of(plan.config(optimized), "rerankings") == plan.key_of(seed, "rerankings")
+    assert plan.first_changed_stage(optimized) == "answers"
+    defs = dg.Definitions(assets=stage_assets(plan), resources=build_resources(str(tmp_path)))
+    graph = defs.resolve_asset_graph()
+    optimization = dg.AssetKey(["opt", "prompt_optimizations"])
+    assert dg.AssetKey(["opt", "retrievals"]) in graph.get(optimization).parent_keys
+    assert optimization in graph.get(dg.AssetKey(["opt", "answers"])).parent_keys
+    assert optimization not in graph.get(dg.AssetKey(["opt", "rerankings"])).parent_keys
+    stale = Plan.resolve(sweep, optimized={base: {"rewrite_prompt": "Search {query}"}})
+    assert not stale.optimized_from

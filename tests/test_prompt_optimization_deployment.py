@@ -65,6 +65,12 @@ def test_a_deployment_optimizes_after_its_leaderboard_and_requests_the_optimized
     with OpenAIStub(Scripted(qa), by_model=True) as stub:
         monkeypatch.setenv("RAG_LLM_API_BASE", stub.api_base)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        before = load_plan(spec, data_dir=data)  # a new deployment: no leaderboard yet, nothing to ask
+        with dg.instance_for_test() as fresh:
+            from sensors.prompt_optimization import next_requests, optimization_jobs
+
+            requests, why = next_requests(before, data, fresh, optimization_jobs(before))
+            assert not requests and why.startswith("no leaderboard decision yet")
         run = run_sweep(plain, str(data), progress=False)  # the sweep's own configs, ranked
 
         def tick(plan):

@@ -149,7 +149,11 @@ class ScriptedSearch:
         if model == "reflector":
             current = re.search(r"```\n(.*?)\n```", prompt, re.S).group(1)
             self.reflected.append(current)
-            if "## Retrieval\n0 of" in prompt and "{query}" in current and HINT not in current:
+            if (
+                re.search(r"## Retrieval\nof the \d+ retrieved, 0 of", prompt)
+                and "{query}" in current
+                and HINT not in current
+            ):
                 return 200, f"```\n{HINT}\n{current}\n```", 0.0
             return 200, f"```\n{current}\n```", 0.0
         question = self.gold.question(prompt)

@@ -28,6 +28,7 @@ from rag_core.planning.spec import COMPONENT_STAGES, PROMPT_COMPONENTS, RagConfi
 from rag_core.search.halving import question_scores
 
 SNIPPET = 240  # characters of each retrieved text the reflection model is shown
+MAX_TITLES = 10  # retrieved titles the reflection model is shown for a query prompt
 
 
 def seed_candidate(c: RagConfig, components: list[str]) -> dict[str, str]:
@@ -44,8 +45,9 @@ def missing_placeholders(candidate: dict[str, str]) -> list[str]:
     ]
 
 
-def _feedback(row: dict, score: float, weights: dict[str, float]) -> str:
-    """What went wrong with one answer, in words the reflection model can act on."""
+def _feedback(row: dict, score: float, weights: dict[str, float], answer_side: bool = True) -> str:
+    """What went wrong with one answer, in words the reflection model can act on (`answer_side`: shown to
+    a prompt that reads the retrieved contexts, which it cannot change)."""
     notes = []
     if row.get("error"):
         notes.append(f"the generator's call failed ({row['error'][:200]})")
@@ -61,7 +63,9 @@ def _feedback(row: dict, score: float, weights: dict[str, float]) -> str:
         )
     if row.get("recall_at_k") == 0:
         notes.append(
-            "no gold document was retrieved, so the context may not hold the answer (no answer prompt fixes that)"
+            "no gold document was retrieved, so the context may not hold the answer (no prompt fixes that)"
+            if answer_side
+            else "no gold document is in the final context, so it may not hold the answer"
         )
     metrics = ", ".join(f"{m} {row[m]:.2f}" for m in weights if row.get(m) is not None)
     verdict = "; ".join(notes) if notes else "correct"
@@ -102,26 +106,43 @@ class PromptAdapter(GEPAAdapter):
     ):
         self.config, self.qa, self.contexts, self.weights, self.llm = config, qa, contexts, weights, llm
         self.count_tokens, self.parents = count_tokens, parents
-        # (query id, texts of the components before the answers) -> (retrieved row or None, reranked row):
-        # a candidate that changes only answer-side texts never retrieves or reranks again
-        self._memo: dict[tuple, tuple[dict | None, dict]] = {}
-        self._schemas: tuple[Any, Any] = (None, None)
+        # what the stages before the answers gave each question, per text of the prompts they read: a
+        # candidate that changes only answer-side texts never retrieves or reranks again, one that changes
+        # only the rerank prompt never searches again
+        self._retrieved: dict[tuple, dict | None] = {}  # (query id, query prompt) -> retrieved row
+        self._reranked: dict[tuple, dict] = {}  # (query id, query prompt, rerank prompt) -> reranked row
+        self._schema: Any = None
+        self._retrieved_schema: Any = None
 
-    def _upstream(self, candidate: dict[str, str]) -> tuple:
-        return tuple(sorted((k, v) for k, v in candidate.items() if COMPONENT_STAGES[k] != "answers"))
+    def _of(self, ids: list[str]) -> pl.DataFrame:
+        return self.qa.filter(pl.col("query_id").is_in(ids))
 
     def context_rows(self, ids: list[str], c: RagConfig, candidate: dict[str, str]) -> pl.DataFrame:
         """The reranked rows of config `c` (the candidate's) on questions `ids`, in their order."""
-        up = self._upstream(candidate)
-        todo = [q for q in ids if (q, up) not in self._memo]
+        rw, rr = candidate.get("rewrite_prompt"), candidate.get("rerank_prompt")
+        todo = [q for q in ids if (q, rw, rr) not in self._reranked]
         if todo:
-            retrieved, reranked = self.contexts(c, self.qa.filter(pl.col("query_id").is_in(todo)), self.llm)
-            self._schemas = (None if retrieved is None else retrieved.schema, reranked.schema)
-            before = {} if retrieved is None else {r["query_id"]: r for r in retrieved.iter_rows(named=True)}
-            for r in reranked.iter_rows(named=True):
-                self._memo[(r["query_id"], up)] = (before.get(r["query_id"]), r)
-        rows = [self._memo[(q, up)][1] for q in ids if (q, up) in self._memo]
-        return pl.DataFrame(rows, schema=self._schemas[1])
+            search = [q for q in todo if (q, rw) not in self._retrieved]
+            if search:
+                found = self.contexts.retrieval(c, self._of(search), self.llm)
+                rows = {} if found is None else {r["query_id"]: r for r in found.iter_rows(named=True)}
+                self._retrieved.update({(q, rw): rows.get(q) for q in search})
+                self._retrieved_schema = None if found is None else found.schema
+            before = [self._retrieved[(q, rw)] for q in todo]
+            retrieved = (
+                None
+                if any(r is None for r in before)
+                else pl.DataFrame(before, schema=self._retrieved_schema)
+            )
+            reranked = self.contexts.reranking(c, retrieved, self._of(todo), self.llm)
+            self._schema = reranked.schema
+            self._reranked.update({(r["query_id"], rw, rr): r for r in reranked.iter_rows(named=True)})
+        return pl.DataFrame([self._reranked[(q, rw, rr)] for q in ids], schema=self._schema)
+
+    def _contexts_of(self, q: str, candidate: dict[str, str]) -> tuple[dict | None, dict]:
+        """(the retrieved row, or None when retrieval is reused; the reranked row) of question `q`."""
+        rw, rr = candidate.get("rewrite_prompt"), candidate.get("rerank_prompt")
+        return self._retrieved.get((q, rw)), self._reranked.get((q, rw, rr), {})
 
     def scored(self, ids: list[str], candidate: dict[str, str]) -> tuple[pl.DataFrame, list[float]]:
         """(per-question rows: the answer, its metrics, the contexts; scores) of the candidate on `ids`."""
@@ -158,13 +179,12 @@ class PromptAdapter(GEPAAdapter):
         rows, scores = self.scored(batch, candidate)
         records = list(rows.iter_rows(named=True))
         outputs = [{"query_id": r["query_id"], "answer": r["answer"], "error": r["error"]} for r in records]
-        up = self._upstream(candidate)
         traces = [
             {
                 "query_id": r["query_id"],
                 "row": r,
                 "score": s,
-                "contexts": self._memo.get((r["query_id"], up), (None, {})),
+                "contexts": self._contexts_of(r["query_id"], candidate),
             }
             for r, s in zip(records, scores, strict=True)
         ]
@@ -176,7 +196,6 @@ class PromptAdapter(GEPAAdapter):
         self, candidate: dict[str, str], eval_batch, components_to_update: list[str]
     ) -> dict[str, list[dict[str, Any]]]:
         questions = {r["query_id"]: r for r in self.qa.iter_rows(named=True)}
-        top_k = self.config.retrieval.top_k
         out: dict[str, list[dict[str, Any]]] = {}
         for component in components_to_update:
             records = []
@@ -184,10 +203,11 @@ class PromptAdapter(GEPAAdapter):
                 q, row = questions[trace["query_id"]], trace["row"]
                 retrieved, ctx = trace.get("contexts") or (None, {})
                 gold = list(q.get("relevant_doc_ids") or [])
+                answer_side = COMPONENT_STAGES[component] == "answers"
                 feedback = (
                     f"score 0.00: {row['unusable']}"
                     if "unusable" in row
-                    else _feedback(row, trace["score"], self.weights)
+                    else _feedback(row, trace["score"], self.weights, answer_side)
                 )
                 snippets = [t[:SNIPPET] for t in ctx.get("texts") or []]
                 context = format_context(snippets, ctx.get("titles") or None)
@@ -196,14 +216,23 @@ class PromptAdapter(GEPAAdapter):
                     "Generated Outputs": row.get("answer") or "",
                 }
                 if component == "rewrite_prompt":
-                    searched = " | ".join(ctx.get("queries") or [])
+                    found = retrieved or ctx  # what the search found, before any reranking
+                    searched = " | ".join(found.get("queries") or [])
                     fell_back = " (the reply was unusable: the question itself was searched)"
+                    titles = list(found.get("titles") or [])
+                    shown = ", ".join(titles[:MAX_TITLES]) + (
+                        f" … ({len(titles)} in all)" if len(titles) > MAX_TITLES else ""
+                    )
+                    retrieval = f"of the {len(titles)} retrieved, {_gold_found(list(found.get('doc_ids') or []), gold)}"
+                    if self.config.rerank.method != "none":
+                        kept = list(ctx.get("doc_ids") or [])
+                        retrieval += f"; of the {len(kept)} kept after reranking, {_gold_found(kept, gold)}"
                     record = {
                         "Inputs": {"question": q["question"]},
-                        "Generated Outputs": searched + (fell_back if ctx.get("transform_fallback") else ""),
-                        "Retrieved (titles, in rank order)": ", ".join(ctx.get("titles") or [])
-                        or "(nothing)",
-                        "Retrieval": _gold_found(list(ctx.get("doc_ids") or []), gold),
+                        "Generated Outputs": searched
+                        + (fell_back if found.get("transform_fallback") else ""),
+                        "Retrieved (titles, in rank order)": shown or "(nothing)",
+                        "Retrieval": retrieval,
                         "Answer": row.get("answer") or "",
                     }
                 elif component == "rerank_prompt" and retrieved is not None:
@@ -222,7 +251,7 @@ class PromptAdapter(GEPAAdapter):
                             )
                         ),
                         "Reranking": f"of the candidates, {_gold_found(list(retrieved['doc_ids']), gold)}; "
-                        f"of the {top_k} kept, {_gold_found(list(ctx.get('doc_ids') or []), gold)}",
+                        f"of the {len(kept)} kept, {_gold_found(list(ctx.get('doc_ids') or []), gold)}",
                         "Answer": row.get("answer") or "",
                     }
                 elif component == "compress_prompt":

@@ -46,12 +46,18 @@ class Contexts:
         if lacking := [n for n in needs[self.first_stage] if getattr(self, n) is None]:
             raise ValueError(f"contexts from {self.first_stage} need {', '.join(lacking)}")
 
-    def __call__(
-        self, c: RagConfig, qa: pl.DataFrame, llm: Completer
-    ) -> tuple[pl.DataFrame | None, pl.DataFrame]:
-        """(the retrieved candidates, or None when retrieval and reranking are reused; the reranked rows) of
-        config `c` on the questions of `qa`."""
+    def retrieval(self, c: RagConfig, qa: pl.DataFrame, llm: Completer) -> pl.DataFrame | None:
+        """The retrieved candidates of config `c` on the questions of `qa`: searched again (first stage
+        `retrievals`), the config's own (`rerankings`), or None (`answers`: retrieval and reranking reused)."""
+        if self.first_stage == "retrievals":
+            return self.retrieve(c, qa, llm)
+        return _of(self.retrieved, qa) if self.first_stage == "rerankings" else None
+
+    def reranking(
+        self, c: RagConfig, retrieved: pl.DataFrame | None, qa: pl.DataFrame, llm: Completer
+    ) -> pl.DataFrame:
+        """The final contexts of config `c` on the questions of `qa`: `retrieved` reranked again, or the
+        config's own rerankings (first stage `answers`)."""
         if self.first_stage == "answers":
-            return None, _of(self.reranked, qa)
-        retrieved = self.retrieve(c, qa, llm) if self.first_stage == "retrievals" else _of(self.retrieved, qa)
-        return retrieved, self.rerank(c, retrieved, qa, llm)
+            return _of(self.reranked, qa)
+        return self.rerank(c, retrieved, qa, llm)

@@ -20,6 +20,7 @@ from rag_core.common.local_models import model_version
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
 from rag_core.planning.labels import short_labels
 from rag_core.planning.spec import (
+    OPTIMIZABLE_STAGES,
     PROMPT_COMPONENTS,
     STORE_ANALYZERS,
     VECTOR_STORES,
@@ -99,7 +100,10 @@ class Plan:
             by_key = {partition_key(CONFIG_STAGE, c): c for c in configs}
             extra = []
             for base_key, texts in optimized.items():
-                if base_key not in by_key:  # a config the sweep no longer has
+                # only the components the sweep optimizes now (a pointer left from an earlier `optimize:`
+                # section may hold others: their stages would come before what the optimization reads)
+                texts = {k: v for k, v in texts.items() if k in sweep.optimize.components}
+                if base_key not in by_key or not texts:  # a config the sweep no longer has
                     continue
                 c = by_key[base_key].with_texts(texts)
                 key = partition_key(CONFIG_STAGE, c)
@@ -178,6 +182,16 @@ class Plan:
             if self.key_of(c) not in self.optimized_from
             and all(component_used(c, name) for name in self.sweep.optimize.components)
         ]
+
+    def first_changed_stage(self, key: str) -> str:
+        """Optimized config `key`'s first stage whose partition is not the one of the config it started
+        from: where its own work begins (a component GEPA left at the seed's text changes nothing, so this
+        may come after `optimize.first_stage`)."""
+        c, base = self.config(key), self.config(self.optimized_from[key])
+        for name in OPTIMIZABLE_STAGES:
+            if self.key_of(c, name) != self.key_of(base, name):
+                return name
+        raise ValueError(f"optimized config {key!r} shares every partition with the config it started from")
 
     def optimization_starts(self, decision: dict) -> list[str]:
         """The configs to optimize now: those `optimize.configs` names, or the leaderboard's recommendation

@@ -1,9 +1,11 @@
-"""The built-in text of every prompt of the pipeline, and how a prompt template is filled in.
+"""The built-in text of each prompt a config setting holds, and how the query transformation and reranking
+prompts are filled in.
 
-Each prompt is a config setting (unset: the built-in text here), so a user can write their own and prompt
-optimization (`optimize:`) can evolve it: the answer prompt (generation.prompt_template), the context
-compression prompt (generation.context_prompt), the query transformation prompt (retrieval.query_prompt:
-rewrite, multi_query or hyde) and the LLM reranking prompt (rerank.prompt).
+Each of these prompts is a config setting (unset: the built-in text here), so a user can write their own
+and prompt optimization (`optimize:`) can evolve it: the answer prompt (generation.prompt_template), the
+context compression prompt (generation.context_prompt), the query transformation prompt
+(retrieval.query_prompt: rewrite, multi_query or hyde) and the LLM reranking prompt (rerank.prompt). The
+judge's prompt is the metric's, not a pipeline setting (rag_core/metrics/judge.py).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ PLACEHOLDERS = {
 
 def fill(template: str, **values: object) -> str:
     """The template with each `{name}` replaced by its value, in one pass (a value holding `{name}` stays as
-    it is), as str.format would; other braces stay too (a user's or an evolved template may hold JSON)."""
+    it is); every other brace stays as it is (a user's or an evolved template may hold JSON), where
+    str.format would read `{{` as an escape. The built-in prompts come out as str.format made them."""
     names = "|".join(re.escape(n) for n in values)
     return re.sub(r"\{(" + names + r")\}", lambda m: str(values[m.group(1)]), template)
 

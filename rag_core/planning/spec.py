@@ -55,6 +55,7 @@ COMPONENT_STAGES = {
     "answer_prompt": "answers",
     "compress_prompt": "answers",
 }
+OPTIMIZABLE_STAGES = tuple(dict.fromkeys(COMPONENT_STAGES.values()))  # in pipeline order
 
 
 class SpecError(ValueError):
@@ -372,8 +373,9 @@ class RagConfig(_Strict):
         return max(self.retrieval.top_k, self.rerank.candidates)
 
     def text(self, component: str) -> str:
-        """The text of a prompt component (PROMPT_COMPONENTS) as this config has it (unset: the built-in one;
-        asked only of a component the config uses)."""
+        """The text of a prompt component (PROMPT_COMPONENTS) as this config has it (unset: the built-in one)."""
+        if not component_used(self, component):
+            raise ValueError(f"this config does not use {component} ({PROMPT_COMPONENTS[component]})")
         if component == "rewrite_prompt":
             return self.retrieval.query_template
         if component == "rerank_prompt":
@@ -543,8 +545,7 @@ class OptimizeSpec(_Strict):
     def first_stage(self) -> str:
         """The earliest stage an optimized component changes: an optimization reruns the config's stages from
         there on each question it scores, and an optimized config shares every partition before it."""
-        order = list(dict.fromkeys(COMPONENT_STAGES.values()))
-        return min((COMPONENT_STAGES[c] for c in self.components), key=order.index)
+        return min((COMPONENT_STAGES[c] for c in self.components), key=OPTIMIZABLE_STAGES.index)
 
 
 class SweepFile(_Strict):
