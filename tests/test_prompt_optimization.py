@@ -688,3 +688,29 @@ def test_an_optimized_config_begins_its_own_work_where_its_prompts_first_differ(
     assert optimization not in graph.get(dg.AssetKey(["opt", "rerankings"])).parent_keys
     stale = Plan.resolve(sweep, optimized={base: {"rewrite_prompt": "Search {query}"}})
     assert not stale.optimized_from
+
+
+def test_a_custom_query_prompt_serves_every_transformation():
+    """multi_query's `{n}` is filled when the prompt has it and optional when not; a brace that is not a
+    placeholder (a JSON example) stays as it is; the built-in prompts come out as str.format made them."""
+    from rag_core.planning.prompts import QUERY_PROMPTS, RERANK_PROMPT
+    from rag_core.retrieval.query_transform import prompt_for
+    from rag_core.retrieval.rerank import llm_rerank_prompt
+
+    assert prompt_for("List {n} searches for {query}", "Who?", 4) == "List 4 searches for Who?"
+    assert prompt_for("Searches for {query}", "Who?", 4) == "Searches for Who?"
+    assert prompt_for('Reply {"q": "..."} for {query}', "{passages}?") == 'Reply {"q": "..."} for {passages}?'
+    for transform, template in QUERY_PROMPTS.items():
+        assert prompt_for(template, "Who?", 3) == template.format(query="Who?", n=3), transform
+    assert llm_rerank_prompt("Who?", ["a", "b"]) == RERANK_PROMPT.format(
+        query="Who?", passages="[1] a\n\n[2] b"
+    )
+    hyde = _tower_config(
+        retrieval={"query_transform": "hyde", "query_model": "m", "query_prompt": "Imagine {query}"}
+    )
+    assert (
+        hyde.retrieval.query_template == "Imagine {query}"
+        and hyde.text("rewrite_prompt") == "Imagine {query}"
+    )
+    with pytest.raises(ValueError, match="does not use rewrite_prompt"):
+        _tower_config().text("rewrite_prompt")
