@@ -22,6 +22,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_assets.retrievals import live_index
 from rag_assets.stage_asset import asset_key, forced
 from rag_core.common.fingerprint import fingerprint
 from rag_core.common.local_models import model_version
@@ -221,6 +222,9 @@ READS = {
     "rerankings": ("retrievals", "embeddings"),
     "retrievals": ("vector_index", "embeddings"),
 }
+# the resources beside the LLM's it needs, likewise: a reranking or retrieval run again embeds (MMR, a
+# query's vector) and searches the store
+RESOURCES = {"answers": set(), "rerankings": {"embedder"}, "retrievals": {"embedder", "vector_stores"}}
 
 
 def _contexts(context, plan: Plan, config, inputs: dict) -> Contexts:
@@ -235,28 +239,24 @@ def _contexts(context, plan: Plan, config, inputs: dict) -> Contexts:
     from rag_core.retrieval.retrieve import retrieve
     from resources.embedders import chunk_vectors
 
-    embedder = context.resources.embedder
+    embed = context.resources.embedder.vectors_of(config.embedding.model)  # no component changes it
     vectors = functools.cache(lambda: chunk_vectors(inputs["embeddings"].read()))
 
-    def embed_for(c):
-        return lambda texts: embedder.embed(c.embedding.model, texts)[0]
-
     def rerank_(c, retrieved, qa, llm):
-        return rerank(c, retrieved, qa, llm, chunk_vectors=vectors, embed=embed_for(c))
+        return rerank(c, retrieved, qa, llm, chunk_vectors=vectors, embed=embed)
 
     if first == "rerankings":
         return Contexts("rerankings", retrieved=inputs["retrievals"].read(), rerank=rerank_)
-    store = context.resources.vector_stores.get(config.index.store)
-    collection = inputs["vector_index"].read()["collection"][0]
-    if not store.info(collection)["exists"]:
-        raise dg.Failure(
-            f"the vector index {collection!r} is gone from {config.index.store}: materialize vector_index "
-            f"partition {plan.key_of(config, 'vector_index')!r} again"
-        )
+    store, collection = live_index(
+        context.resources.vector_stores,
+        config,
+        inputs["vector_index"].read(),
+        plan.key_of(config, "vector_index"),
+    )
     chunks = inputs["chunksets"].read()
 
     def retrieve_(c, qa, llm):
-        return retrieve(c, qa, chunks, store, collection, embed_for(c), llm)
+        return retrieve(c, qa, chunks, store, collection, embed, llm)
 
     return Contexts("retrievals", retrieve=retrieve_, rerank=rerank_)
 
@@ -275,14 +275,7 @@ def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
         ins[name] = dg.AssetIn(
             key=asset_key(plan, name), partition_mapping=dg.StaticPartitionMapping(mapping)
         )
-    # a reranking or retrieval run again embeds (MMR, a query's vector) and searches the store
-    stores = (
-        {"embedder", "vector_stores"}
-        if first == "retrievals"
-        else {"embedder"}
-        if first == "rerankings"
-        else set()
-    )
+    stores = RESOURCES[first]
 
     @dg.asset(
         key=asset_key(plan, OPTIMIZATION),

@@ -16,14 +16,14 @@ class Rerankings(StageLogic):
     resources = ("embedder", "llm")
 
     def compute(self, run: StageRun) -> pl.DataFrame:
-        c, embedder = run.config, run.resources.embedder
+        c = run.config
         return rerank(
             c,
             run.read("retrievals"),
             run.read("qa_set"),
             run.llm,
             chunk_vectors=lambda: chunk_vectors(run.read("embeddings")),
-            embed=lambda texts: embedder.embed(c.embedding.model, texts)[0],
+            embed=run.resources.embedder.vectors_of(c.embedding.model),
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:

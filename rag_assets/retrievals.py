@@ -11,6 +11,18 @@ from rag_core.metrics import percentile
 from rag_core.retrieval.retrieve import retrieve
 
 
+def live_index(stores, c, marker: pl.DataFrame, partition: str):
+    """(the store, the collection) of config `c`'s vector index, whose marker artifact is `marker`; a
+    Failure naming the vector_index `partition` to materialize again when the store no longer holds it."""
+    store, collection = stores.get(c.index.store), marker["collection"][0]
+    if not store.info(collection)["exists"]:
+        raise dg.Failure(
+            f"the vector index {collection!r} is gone from {c.index.store} (its files or server were "
+            f"reset): materialize vector_index partition {partition!r} again"
+        )
+    return store, collection
+
+
 class Retrievals(StageLogic):
     description = (
         "Per query: searched queries, ranked chunk ids, doc ids, scores and texts, and the search latency "
@@ -20,23 +32,16 @@ class Retrievals(StageLogic):
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         c = run.config
-        embedder = run.resources.embedder
-        store, collection = (
-            run.resources.vector_stores.get(c.index.store),
-            run.read("vector_index")["collection"][0],
+        store, collection = live_index(
+            run.resources.vector_stores, c, run.read("vector_index"), run.partition.reads["vector_index"]
         )
-        if not store.info(collection)["exists"]:
-            raise dg.Failure(
-                f"the vector index {collection!r} is gone from {c.index.store} (its files or server were "
-                f"reset): materialize vector_index partition {run.partition.reads['vector_index']!r} again"
-            )
         return retrieve(
             c,
             run.read("qa_set"),
             run.read("chunksets"),
             store,
             collection,
-            lambda texts: embedder.embed(c.embedding.model, texts)[0],
+            run.resources.embedder.vectors_of(c.embedding.model),
             run.llm,
         )
 

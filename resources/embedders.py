@@ -169,6 +169,10 @@ class EmbeddingService(dg.ConfigurableResource):
         except Exception:  # a model litellm does not know
             return None
 
+    def vectors_of(self, model: str):
+        """`embed` with one model, as the stage functions take it: texts in, their vectors out."""
+        return lambda texts: self.embed(model, texts)[0]
+
     def embed(self, model: str, texts: list[str], progress=None) -> tuple[np.ndarray, EmbedStats]:
         """Vectors (L2-normalized float32, one row per text) and what it cost."""
         t0 = time.perf_counter()

@@ -18,7 +18,6 @@ import dagster as dg
 from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.prompt_optimization import OPTIMIZATION, optimization_ref, optimized_prompts
 from rag_core.planning.plan import Plan
-from rag_core.planning.spec import OPTIMIZABLE_STAGES
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from runner.plans import asset_key
@@ -28,8 +27,6 @@ from runner.todo import completed, input_fingerprints
 def optimization_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
     """The optimization's job, and a job per stage an optimized config's own work can begin at (the first
     its prompts change: `optimize.first_stage` or, when GEPA kept a component's seed text, a later one)."""
-    first = plan.sweep.optimize.first_stage
-    later = OPTIMIZABLE_STAGES[OPTIMIZABLE_STAGES.index(first) :]
     return {
         OPTIMIZATION: dg.define_asset_job(
             f"{plan.prefix}__optimize",
@@ -42,7 +39,7 @@ def optimization_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
                 selection=[asset_key(plan, stage)],
                 description=f"The {stage} of a config of sweep {plan.sweep.name} that prompt optimization found.",
             )
-            for stage in later
+            for stage in plan.sweep.optimize.rerun_stages
         },
     }
 
@@ -67,31 +64,27 @@ def next_requests(plan: Plan, data, instance, jobs: dict) -> tuple[list[dg.RunRe
     if not all(inputs.values()):
         return [], "the input snapshots are not materialized"
     fps = plan.fingerprints(inputs)
+
+    def request(stage: str, partition: str, fp: str) -> dg.RunRequest:
+        # keyed by what the run makes: requested once per artifact, again when its inputs change
+        return dg.RunRequest(
+            run_key=f"{stage}:{partition}:{fp}",
+            job_name=jobs[stage].name,
+            partition_key=partition,
+            tags={"sweep": plan.sweep.name},
+        )
+
     requests = []
     for key in plan.optimization_starts(decision):
         ref = optimization_ref(plan, key, data, inputs, fps)
         if not ref.intact():
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"optimize:{key}:{ref.fp}",
-                    job_name=jobs[OPTIMIZATION].name,
-                    partition_key=key,
-                    tags={"sweep": plan.sweep.name},
-                )
-            )
+            requests.append(request(OPTIMIZATION, key, ref.fp))
     complete = completed(plan, instance, data)
     for key in plan.optimized_from:
         first = plan.first_changed_stage(key)
         part = plan.key_of(plan.config(key), first)
         if complete(first, part) is None:
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"optimized:{first}:{part}:{fps[(first, part)]}",
-                    job_name=jobs[first].name,
-                    partition_key=part,
-                    tags={"sweep": plan.sweep.name},
-                )
-            )
+            requests.append(request(first, part, fps[(first, part)]))
     if requests:
         return requests, ""
     if pending := pending_configs(plan, data):

@@ -147,7 +147,7 @@ class PromptAdapter(GEPAAdapter):
     def scored(self, ids: list[str], candidate: dict[str, str]) -> tuple[pl.DataFrame, list[float]]:
         """(per-question rows: the answer, its metrics, the contexts; scores) of the candidate on `ids`."""
         c = self.config.with_texts(candidate)
-        qa = self.qa.filter(pl.col("query_id").is_in(ids))
+        qa = self._of(ids)
         reranked = self.context_rows(ids, c, candidate)
         answers = answer(c, qa, reranked, self.llm, self.count_tokens, self.parents)
         frames = []
@@ -202,66 +202,81 @@ class PromptAdapter(GEPAAdapter):
             for trace in eval_batch.trajectories or []:
                 q, row = questions[trace["query_id"]], trace["row"]
                 retrieved, ctx = trace.get("contexts") or (None, {})
-                gold = list(q.get("relevant_doc_ids") or [])
+                if component == "rewrite_prompt":
+                    record = self._search_record(q, row, retrieved, ctx)
+                elif component == "rerank_prompt" and retrieved is not None:
+                    record = _rerank_record(q, row, retrieved, ctx)
+                else:
+                    record = _answer_record(q, row, ctx, component)
                 answer_side = COMPONENT_STAGES[component] == "answers"
-                feedback = (
+                record["Gold answers"] = ", ".join(q["answers"] or []) or "(none)"
+                record["Feedback"] = (
                     f"score 0.00: {row['unusable']}"
                     if "unusable" in row
                     else _feedback(row, trace["score"], self.weights, answer_side)
                 )
-                snippets = [t[:SNIPPET] for t in ctx.get("texts") or []]
-                context = format_context(snippets, ctx.get("titles") or None)
-                record: dict[str, Any] = {
-                    "Inputs": {"question": q["question"], "retrieved context (titles and snippets)": context},
-                    "Generated Outputs": row.get("answer") or "",
-                }
-                if component == "rewrite_prompt":
-                    found = retrieved or ctx  # what the search found, before any reranking
-                    searched = " | ".join(found.get("queries") or [])
-                    fell_back = " (the reply was unusable: the question itself was searched)"
-                    titles = list(found.get("titles") or [])
-                    shown = ", ".join(titles[:MAX_TITLES]) + (
-                        f" … ({len(titles)} in all)" if len(titles) > MAX_TITLES else ""
-                    )
-                    retrieval = f"of the {len(titles)} retrieved, {_gold_found(list(found.get('doc_ids') or []), gold)}"
-                    if self.config.rerank.method != "none":
-                        kept = list(ctx.get("doc_ids") or [])
-                        retrieval += f"; of the {len(kept)} kept after reranking, {_gold_found(kept, gold)}"
-                    record = {
-                        "Inputs": {"question": q["question"]},
-                        "Generated Outputs": searched
-                        + (fell_back if found.get("transform_fallback") else ""),
-                        "Retrieved (titles, in rank order)": shown or "(nothing)",
-                        "Retrieval": retrieval,
-                        "Answer": row.get("answer") or "",
-                    }
-                elif component == "rerank_prompt" and retrieved is not None:
-                    kept = [retrieved["chunk_ids"].index(x) + 1 for x in ctx.get("chunk_ids") or []]
-                    record = {
-                        "Inputs": {
-                            "question": q["question"],
-                            "candidate passages": _numbered(retrieved["titles"], retrieved["texts"]),
-                        },
-                        "Generated Outputs": (
-                            f"kept, in this order: {', '.join(map(str, kept))}"
-                            + (
-                                " (the reply was unusable: the retrieval order was kept)"
-                                if ctx.get("rerank_fallback")
-                                else ""
-                            )
-                        ),
-                        "Reranking": f"of the candidates, {_gold_found(list(retrieved['doc_ids']), gold)}; "
-                        f"of the {len(kept)} kept, {_gold_found(list(ctx.get('doc_ids') or []), gold)}",
-                        "Answer": row.get("answer") or "",
-                    }
-                elif component == "compress_prompt":
-                    kept = row.get("context_texts") or []
-                    record["Generated Outputs"] = (
-                        "\n".join(f"[{i}] {t}" for i, t in enumerate(kept, 1)) or "(nothing kept)"
-                    )
-                    record["Answer"] = row.get("answer") or ""
-                record["Gold answers"] = ", ".join(q["answers"] or []) or "(none)"
-                record["Feedback"] = feedback
                 records.append(record)
             out[component] = records
         return out
+
+    def _search_record(self, q: dict, row: dict, retrieved: dict | None, ctx: dict) -> dict[str, Any]:
+        """What the query prompt read and wrote for one question: the queries searched, what they found
+        before any reranking and where the gold documents are."""
+        found = retrieved or ctx
+        fell_back = " (the reply was unusable: the question itself was searched)"
+        titles = list(found.get("titles") or [])
+        shown = ", ".join(titles[:MAX_TITLES])
+        shown += f" … ({len(titles)} in all)" if len(titles) > MAX_TITLES else ""
+        gold = list(q.get("relevant_doc_ids") or [])
+        retrieval = f"of the {len(titles)} retrieved, {_gold_found(list(found.get('doc_ids') or []), gold)}"
+        if self.config.rerank.method != "none":
+            kept = list(ctx.get("doc_ids") or [])
+            retrieval += f"; of the {len(kept)} kept after reranking, {_gold_found(kept, gold)}"
+        return {
+            "Inputs": {"question": q["question"]},
+            "Generated Outputs": " | ".join(found.get("queries") or [])
+            + (fell_back if found.get("transform_fallback") else ""),
+            "Retrieved (titles, in rank order)": shown or "(nothing)",
+            "Retrieval": retrieval,
+            "Answer": row.get("answer") or "",
+        }
+
+
+def _rerank_record(q: dict, row: dict, retrieved: dict, ctx: dict) -> dict[str, Any]:
+    """What the rerank prompt read and wrote for one question: the numbered candidates, the order it kept
+    and where the gold documents are before and after."""
+    kept = [retrieved["chunk_ids"].index(x) + 1 for x in ctx.get("chunk_ids") or []]
+    gold = list(q.get("relevant_doc_ids") or [])
+    fell_back = (
+        " (the reply was unusable: the retrieval order was kept)" if ctx.get("rerank_fallback") else ""
+    )
+    return {
+        "Inputs": {
+            "question": q["question"],
+            "candidate passages": _numbered(retrieved["titles"], retrieved["texts"]),
+        },
+        "Generated Outputs": f"kept, in this order: {', '.join(map(str, kept))}{fell_back}",
+        "Reranking": f"of the candidates, {_gold_found(list(retrieved['doc_ids']), gold)}; "
+        f"of the {len(kept)} kept, {_gold_found(list(ctx.get('doc_ids') or []), gold)}",
+        "Answer": row.get("answer") or "",
+    }
+
+
+def _answer_record(q: dict, row: dict, ctx: dict, component: str) -> dict[str, Any]:
+    """What an answer-side prompt read and wrote for one question: the question, the retrieved titles and
+    snippets, the answer (the compression prompt: the passages it kept, then the answer)."""
+    snippets = [t[:SNIPPET] for t in ctx.get("texts") or []]
+    record: dict[str, Any] = {
+        "Inputs": {
+            "question": q["question"],
+            "retrieved context (titles and snippets)": format_context(snippets, ctx.get("titles") or None),
+        },
+        "Generated Outputs": row.get("answer") or "",
+    }
+    if component == "compress_prompt":
+        kept = row.get("context_texts") or []
+        record["Generated Outputs"] = (
+            "\n".join(f"[{i}] {t}" for i, t in enumerate(kept, 1)) or "(nothing kept)"
+        )
+        record["Answer"] = row.get("answer") or ""
+    return record

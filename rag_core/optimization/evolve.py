@@ -140,8 +140,9 @@ def optimize(
 ) -> Optimized:
     """Evolve `spec.components` of `config` on `qa` (the selection split: the caller never passes the
     holdout), running the config's stages from the first one an optimized component changes (`contexts`:
-    the config's rerankings, else its retrieval and reranking run again), then its answers. `llm`: the project's client (call cache and
-    ledger, rate limit); `run_dir`: GEPA's state, from which a killed run resumes."""
+    the config's rerankings, else its retrieval and reranking run again), then its answers. `llm`: the
+    project's client (call cache and ledger, rate limit); `run_dir`: GEPA's state, from which a killed run
+    resumes."""
     import gepa
 
     ids = qa["query_id"].to_list()

@@ -151,11 +151,11 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
         tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
         r, g = c.retrieval, c.generation
         calls = opt.budget.max_metric_calls  # questions scored (the seed's are the sweep's answers, cached)
-        rr, rerun = c.rerank, {"retrievals": 2, "rerankings": 1, "answers": 0}[opt.first_stage]
+        rr, rerun = c.rerank, opt.rerun_stages
         for questions in (calls, n):  # the optimization's, then the optimized config's own stages
-            if rerun >= 2 and r.query_transform != "none":
+            if "retrievals" in rerun and r.query_transform != "none":
                 add("prompt_optimizations", r.query_model, questions, 64, 128)
-            if rerun >= 1 and rr.method == "llm":
+            if "rerankings" in rerun and rr.method == "llm":
                 add("prompt_optimizations", rr.model, questions, 64 + rr.candidates * tokens, 64)
         add("prompt_optimizations", g.model, calls * g.samples, 96 + r.top_k * tokens, g.max_tokens)
         # one reflection per iteration (two minibatches): its prompt shows the minibatch's snippets

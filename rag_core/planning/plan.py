@@ -103,7 +103,7 @@ class Plan:
                 # only the components the sweep optimizes now (a pointer left from an earlier `optimize:`
                 # section may hold others: their stages would come before what the optimization reads)
                 texts = {k: v for k, v in texts.items() if k in sweep.optimize.components}
-                if base_key not in by_key or not texts:  # a config the sweep no longer has
+                if base_key not in by_key or not texts:  # a config the sweep no longer has, or nothing
                     continue
                 c = by_key[base_key].with_texts(texts)
                 key = partition_key(CONFIG_STAGE, c)

@@ -547,6 +547,11 @@ class OptimizeSpec(_Strict):
         there on each question it scores, and an optimized config shares every partition before it."""
         return min((COMPONENT_STAGES[c] for c in self.components), key=OPTIMIZABLE_STAGES.index)
 
+    @property
+    def rerun_stages(self) -> tuple[str, ...]:
+        """The stages an optimization runs again on each question it scores: the first one on."""
+        return OPTIMIZABLE_STAGES[OPTIMIZABLE_STAGES.index(self.first_stage) :]
+
 
 class SweepFile(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
