@@ -8,6 +8,7 @@ import polars as pl
 
 from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.stage_asset import FOLLOWS_INPUTS, asset_key
+from rag_core.decision.holdout import unsupported_claim
 from rag_core.planning.plan import Plan
 from resources.storage import read_parquet
 
@@ -22,8 +23,9 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     board_file = leaderboard_path(data, plan.sweep.name)
     if not tracking.enabled or not board_file.exists():
         return False
-    recommended = read_decision(data, plan.sweep.name).get("recommended")
-    if not recommended:
+    decision = read_decision(data, plan.sweep.name)
+    recommended = decision.get("recommended")
+    if unsupported_claim(decision):
         return False
     board = read_parquet(board_file)
     row = board.filter(pl.col("config_key") == recommended)
@@ -56,8 +58,9 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
             return dg.MaterializeResult(metadata={"registered": False, "why": "MLflow tracking is off"})
         decision = read_decision(data, plan.sweep.name)
         key = decision.get("recommended")
-        if not key:
-            return dg.MaterializeResult(metadata={"registered": False, "why": "no config is recommended"})
+        if why := unsupported_claim(decision):
+            context.log.warning(f"no champion registered: {why}")
+            return dg.MaterializeResult(metadata={"registered": False, "why": why})
         board = read_parquet(leaderboard_path(data, plan.sweep.name))
         bundle = collect(plan, data, context.instance, board, decision, key)
         held = register_champion(tracking, bundle)

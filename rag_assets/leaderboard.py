@@ -16,7 +16,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision.drift import findings
-from rag_core.decision.holdout import SELECTION, finalists, holdout_ids, is_holdout_key
+from rag_core.decision.holdout import SELECTION, finalists, holdout_ids, holdout_share, is_holdout_key
 from rag_core.decision.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
@@ -217,9 +217,15 @@ class Leaderboard(StageLogic):
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
         if run.plan.holdout:  # confirmed afterwards on the questions no selection step saw
             everything = run.inputs["qa_set"].source.read()["query_id"].to_list()
-            if holdout_ids(everything, spec.holdout, spec.holdout_seed):
+            if held := holdout_ids(everything, spec.holdout, spec.holdout_seed):
                 decision["finalists"] = finalists(board, decision)
-                decision["holdout"] = {"share": spec.holdout, "pending": True}
+                decision["holdout"] = {"share": spec.holdout, "questions": len(held), "pending": True}
+                if not decision["finalists"]:
+                    decision["holdout"] = {
+                        "share": spec.holdout,
+                        "questions": len(held),
+                        "verdict": "nothing to confirm: no config qualifies",
+                    }
             else:
                 decision["finalists"] = []
                 decision["holdout"] = {
@@ -293,8 +299,7 @@ class Leaderboard(StageLogic):
                 {
                     "holdout": dg.MetadataValue.md(
                         f"pending: {len(decision['finalists'])} finalists are confirmed on the holdout "
-                        f"({decision['holdout']['share']:.0%} of the QA set, never seen here) by the "
-                        "confirmation asset"
+                        f"({holdout_share(decision)}, never seen here) by the confirmation asset"
                     )
                 }
                 if decision.get("finalists")

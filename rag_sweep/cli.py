@@ -30,6 +30,7 @@ from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.qa_generation import estimate_line, generate_qa_command
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.data.datasets import DatasetError, DataWarning
+from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.planning.spec import SpecError
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
@@ -91,7 +92,7 @@ def _print_recommendation(data: Path, sweep: str) -> None:
         print(f"  {decision['advice']}")
     if held := decision.get("holdout"):
         print(
-            f"  Holdout ({held['share']:.0%} of the QA set): "
+            f"  Holdout ({holdout_share(decision)}): "
             + ("pending" if held.get("pending") else held["verdict"])
         )
     if decision.get("undefined_metrics"):
@@ -218,8 +219,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "run" and not args.verbose:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
         return 2 if not isinstance(e, StepFailed) else 1
-    _print_run(run, args, time.perf_counter() - t0)
-    return 0
+    return _print_run(run, args, time.perf_counter() - t0)
 
 
 def _validate(spec: str) -> int:
@@ -284,11 +284,23 @@ def _export(args) -> int:
     return 0
 
 
-def _print_champion(tracking, sweep: str) -> None:
-    """How to load and serve the registered winner, when the registry holds one."""
+def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
+    """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
+    supports it (`unsupported`: why it does not)."""
     from shipping.registry import ALIAS, current_champion
 
-    if not tracking.enabled or (version := current_champion(tracking.client(), sweep)) is None:
+    if not tracking.enabled:
+        return
+    version = current_champion(tracking.client(), sweep)
+    if unsupported:
+        print(f"\nNo champion registered: {unsupported}")
+        if version is not None:
+            print(
+                f"  models:/{sweep}@{ALIAS} is still version {version.version} "
+                f"({version.tags.get('config_key')}), from an earlier leaderboard"
+            )
+        return
+    if version is None:
         return
     uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
     print(
@@ -302,7 +314,7 @@ def _print_champion(tracking, sweep: str) -> None:
     )
 
 
-def _print_run(run, args, seconds: float) -> None:
+def _print_run(run, args, seconds: float) -> int:
     board, plan, data, search = run.board, run.plan, run.data, run.search
     sweep = plan.sweep
     print(f"\nLeaderboard of sweep {sweep.name} ({board.height} configs, {seconds:.0f} s):\n")
@@ -335,7 +347,12 @@ def _print_run(run, args, seconds: float) -> None:
         f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep.name}, best first"
         + (")" if store.startswith("sqlite:") else "")
     )
-    _print_champion(tracking, sweep.name)
+    unsupported = unsupported_claim(read_decision(data, sweep.name))
+    _print_champion(tracking, sweep.name, unsupported)
+    if unsupported:
+        print(f"error: the sweep recommends nothing it can support: {unsupported}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

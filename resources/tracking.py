@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_core.decision.leaderboard import qualified
 from resources.environment import mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
 from resources.storage import is_remote
 
@@ -377,8 +378,8 @@ class MlflowTracking(dg.ConfigurableResource):
                 "sweep": experiment,
                 "kind": "leaderboard",
                 **({"board_fingerprint": fingerprint} if fingerprint else {}),
-                "recommended_config": str(decision.get("recommended")),
-                "mlflow.note.content": f"**Recommended: {decision.get('recommended')}**\n\n{decision.get('why', '')}",
+                "recommended_config": str(decision.get("recommended") or "none"),
+                "mlflow.note.content": f"**Recommended: {decision.get('recommended') or 'none'}**\n\n{decision.get('why', '')}",
             },
         )
         with tempfile.TemporaryDirectory() as tmp:
@@ -391,7 +392,9 @@ class MlflowTracking(dg.ConfigurableResource):
                 (Path(tmp) / name).write_bytes(data)
             for path in sorted(Path(tmp).iterdir()):
                 client.log_artifact(run.info.run_id, str(path))
-        client.log_metric(run.info.run_id, "best_overall_score", float(board["overall_score"][0]))
+        ranked = qualified(board)  # a config over the error threshold or without a score is no "best"
+        if ranked.height:
+            client.log_metric(run.info.run_id, "best_overall_score", float(ranked["overall_score"][0]))
         if decision.get("min_detectable_difference") is not None:
             client.log_metric(
                 run.info.run_id, "min_detectable_difference", float(decision["min_detectable_difference"])
@@ -438,15 +441,23 @@ class MlflowTracking(dg.ConfigurableResource):
         client = self._client()
         runs = self._config_runs(experiment)
         updated = 0
-        names = ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
+        # a failed holdout's scores measure the outage, not the config: only its failed calls are stated
+        failed = summary.get("status") == "failed"
+        names = () if failed else ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
         for row in board.filter(pl.col("holdout_overall_score").is_not_null()).iter_rows(named=True):
             run_id = runs.get(row.get("fingerprint"))
             if run_id is None:
                 continue
             client.log_batch(
                 run_id,
-                metrics=[Metric(k, float(row[k]), 0, 0) for k in names],
-                tags=[RunTag("holdout_tied_with_best", str(bool(row["holdout_tied_with_best"])).lower())],
+                metrics=[Metric(k, float(row[k]), 0, 0) for k in names]
+                + [Metric("holdout_errors", float(row.get("n_holdout_errors") or 0), 0, 0)],
+                tags=[
+                    RunTag(
+                        "holdout_tied_with_best",
+                        "unknown" if failed else str(bool(row["holdout_tied_with_best"])).lower(),
+                    )
+                ],
             )
             updated += 1
         boards = self._search(experiment, f"tags.board_fingerprint = '{board_fingerprint}'", max_results=1)
@@ -458,10 +469,11 @@ class MlflowTracking(dg.ConfigurableResource):
                 metrics=[
                     Metric(k, float(summary[v]), 0, 0)
                     for k, v in (("holdout_score", "holdout_score"), ("winners_curse_drop", "drop"))
-                    if summary.get(v) is not None
+                    if summary.get(v) is not None and not failed
                 ],
                 tags=[
                     RunTag("holdout_confirmed", str(summary["confirmed"]).lower()),
+                    RunTag("holdout_status", summary.get("status", "decided")),
                     RunTag("holdout_instead", str(summary.get("instead") or "")),
                     RunTag("mlflow.note.content", f"{note}\n\n**Holdout**: {summary['verdict']}"),
                 ],

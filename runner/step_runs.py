@@ -30,11 +30,29 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _warnings(instance, run_id: str, where: str) -> list[str]:
-    return [
-        f"warning: {where}: {entry.user_message}"
-        for entry in instance.all_logs(run_id)
-        if entry.level >= logging.WARNING and not entry.is_dagster_event
-    ]
+    """The step's warning logs and its failed checks (a WARN check, such as nightly_drift, stops nothing
+    but says something the user must see), one line each."""
+    lines = []
+    for entry in instance.all_logs(run_id):
+        if entry.level >= logging.WARNING and not entry.is_dagster_event:
+            lines.append(f"warning: {where}: {entry.user_message}")
+        elif (
+            entry.is_dagster_event
+            and entry.dagster_event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ):
+            check = entry.dagster_event.event_specific_data
+            if not check.passed:
+                lines.append(f"warning: {where}: check {check.check_name!r} failed: {_check_says(check)}")
+    return lines
+
+
+def _check_says(check) -> str:
+    """What a failed check's metadata says, in a line: its message or verdict, else every entry."""
+    meta = {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+    for key in ("message", "verdict"):
+        if meta.get(key):
+            return str(meta[key])
+    return ", ".join(f"{k}={v}" for k, v in meta.items())
 
 
 def _raise_failed_checks(result, where: str) -> None:

@@ -192,7 +192,73 @@ def test_one_question_and_identical_scores_give_advice_not_a_crash():
     board = _board(runs, {"a": 0.0, "b": 0.0})
     out, summary = decide(board, runs, W, Constraints())
     assert out["tier"].to_list() == [1, 1] and summary["recommended"] in {"a", "b"}
-    assert "would not change the choice" in summary["advice"]
+    # one question supports no claim about more questions either: it says how many a claim takes
+    assert "would not change the choice" not in summary["advice"]
+    assert "at least 6 questions" in summary["advice"] and summary["min_detectable_difference"] is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_too_few_questions_for_any_test_claim_nothing(n):
+    """Right on every question against wrong on every one: on fewer than 6 questions even that cannot
+    reach p < 0.05 in a paired test (its smallest p is 2/2^n), so no config is 'worse', no power figure
+    is stated and no p-value of 0 from a bootstrap of identical resamples is shown."""
+    runs = {"right": per_query([1] * n), "wrong": per_query([0] * n)}
+    board = _board(runs, {"right": 0.0, "wrong": 0.0})
+    out, summary = decide(board.with_columns(pl.lit("x").alias("vs_leader")), runs, W, Constraints())
+    assert out["tier"].to_list() == [1, 1] and "worse" not in out["vs_leader"].to_list()
+    assert summary["min_detectable_difference"] is None and not summary["enough_questions"]
+    assert f"with {n} question(s)" in summary["advice"] and "at least 6 questions" in summary["advice"]
+    assert "detects overall-score differences" not in summary["advice"]
+
+
+def test_six_questions_are_enough_to_call_a_config_worse():
+    runs = {"right": per_query([1] * 6), "wrong": per_query([0] * 6)}
+    out, summary = decide(_board(runs, {"right": 0.0, "wrong": 0.0}), runs, W, Constraints())
+    assert out["tier"].to_list() == [1, 2] and summary["enough_questions"]
+
+
+def test_min_questions_follow_the_smallest_paired_p_value():
+    from rag_core.metrics.stats import min_questions_for_claim, smallest_paired_p
+
+    assert smallest_paired_p(5) == 2 / 32 and smallest_paired_p(6) == 2 / 64
+    assert [min_questions_for_claim(a) for a in (0.05, 0.01, 0.1)] == [6, 8, 5]
+
+
+def test_no_config_is_recommended_when_every_config_failed():
+    """Every LLM call failed: each config is over the error threshold. None is tiered or recommended
+    (today's board ranked them anyway and recommended one), and the summary says why."""
+    runs = {"a": per_query([0] * 20), "b": per_query([0] * 20)}
+    board = _board(runs, {"a": 0.0, "b": 0.0}).with_columns(pl.lit(True).alias("too_many_errors"))
+    out, summary = decide(board, runs, W, Constraints())
+    assert summary["recommended"] is None and summary["top_tier"] == []
+    assert out["tier"].to_list() == [None, None] and not out["recommended"].any()
+    assert summary["why"].startswith("no config qualifies: of 2 configs, 2 had LLM calls fail")
+
+
+def test_a_config_without_a_score_never_ranks_or_is_recommended():
+    """A NaN overall score (an undefined metric that slipped through) sorts above every number in a
+    descending sort: it must instead rank last, untiered, and never be recommended."""
+    from rag_core.decision.leaderboard import compare_to_leader, rank_configs
+
+    runs = {"nan": per_query(wrong_on(10)), "ok": per_query(wrong_on(30))}
+    summaries = pl.DataFrame(
+        {
+            "config_key": ["nan", "ok"],
+            "token_f1": [float("nan"), 0.7],
+            "cost_usd": [0.0, 0.0],
+            "n_queries": [100.0, 100.0],
+            "n_generation_errors": [0.0, 0.0],
+            "retrieval_p50_ms": [1.0, 1.0],
+            "generation_p50_ms": [0.0, 0.0],
+        }
+    )
+    board = compare_to_leader(rank_configs(summaries, W), runs, W)
+    assert board["config_key"].to_list() == ["ok", "nan"] and board["vs_leader"].to_list() == [
+        "leader",
+        "no score",
+    ]
+    out, summary = decide(board, runs, W, Constraints())
+    assert summary["recommended"] == "ok" and out["tier"].to_list() == [1, None]
 
 
 def test_latency_noise_within_the_band_does_not_decide_between_free_configs():

@@ -15,9 +15,11 @@ from rag_core.decision.holdout import (
     confirm,
     finalists,
     holdout_ids,
+    holdout_share,
     is_holdout_key,
     selection_key,
     split_rows,
+    unsupported_claim,
 )
 from rag_core.decision.recommendation import Constraints, decide
 from rag_core.planning.plan import Plan
@@ -83,6 +85,78 @@ def test_a_recommendation_tied_on_the_holdout_is_confirmed():
     assert summary["confirmed"] is True and summary["instead"] is None
     assert table["holdout_tied_with_best"].to_list() == [True, True]
     assert summary["verdict"].startswith("confirmed:")
+
+
+def _failing(per: pl.DataFrame, k: int) -> pl.DataFrame:
+    """The per-query frame with the first k questions' LLM calls failed (scored 0, error kept)."""
+    errors = [f"AuthenticationError: 401 #{i}" if i < k else None for i in range(per.height)]
+    return per.with_columns(
+        pl.Series("error", errors, pl.String),
+        pl.when(pl.Series(errors).is_not_null()).then(0.0).otherwise(pl.col("token_f1")).alias("token_f1"),
+    )
+
+
+def test_a_holdout_with_failed_calls_confirms_nothing_and_says_so():
+    """Every holdout call of the recommended config failed: its 0.0 is an outage, not a score. Today the
+    verdict read 'confirmed … (drop +0.6290, the winner's curse)'; it must confirm nothing, count the
+    failures, and block shipping."""
+    runs = {"a": per_query(wrong_on(20)), "b": per_query(wrong_on(21, offset=1))}
+    board, decision = _decided(runs)
+    rec = decision["recommended"]
+    holdout = {k: per_query(wrong_on(10, n=40)) for k in runs}
+    holdout[rec] = _failing(holdout[rec], 40)
+    table, summary = confirm(board, holdout, W, rec)
+    assert summary["confirmed"] is None and summary["status"] == "failed"
+    assert summary["failed_calls"] == {rec: 40}
+    assert table.filter(pl.col("config_key") == rec)["n_holdout_errors"][0] == 40
+    assert "confirmed:" not in summary["verdict"] and "winner's curse" not in summary["verdict"]
+    assert (
+        "40 LLM call(s)" in summary["verdict"] and "rerun asks the failed calls again" in summary["verdict"]
+    )
+    assert unsupported_claim({**decision, "holdout": summary}) == summary["verdict"]
+    # one failed call of another finalist is enough: the comparison is not of quality
+    holdout = {k: per_query(wrong_on(10, n=40)) for k in runs}
+    other = next(k for k in runs if k != rec)
+    holdout[other] = _failing(holdout[other], 1)
+    assert confirm(board, holdout, W, rec)[1]["status"] == "failed"
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_a_holdout_too_small_for_any_paired_test_confirms_nothing(n):
+    runs = {"a": per_query(wrong_on(20)), "b": per_query(wrong_on(21, offset=1))}
+    board, decision = _decided(runs)
+    holdout = {k: per_query([1] * n) for k in runs}
+    _, summary = confirm(board, holdout, W, decision["recommended"])
+    assert summary["confirmed"] is None and summary["status"] == "too few questions"
+    assert (
+        f"on {n} question(s)" in summary["verdict"] and "at least 6 holdout questions" in summary["verdict"]
+    )
+    assert not summary["verdict"].startswith("confirmed")
+    assert unsupported_claim({**decision, "holdout": summary}) is None  # inconclusive is no failure
+
+
+def test_a_config_better_on_the_holdout_is_no_winners_curse():
+    runs = {"a": per_query(wrong_on(50)), "b": per_query(wrong_on(51, offset=1))}
+    board, decision = _decided(runs)
+    holdout = {k: per_query(wrong_on(4, n=40)) for k in runs}
+    _, summary = confirm(board, holdout, W, decision["recommended"])
+    assert summary["drop"] < 0 and summary["confirmed"] is True
+    assert "winner's curse" not in summary["verdict"] and "higher on the holdout" in summary["verdict"]
+
+
+def test_the_printed_holdout_size_is_the_split_not_the_setting():
+    """`holdout: 0.99` on 3 questions holds out 2 (one stays to choose on): '2 of 3', not '99%'."""
+    held = holdout_ids(["q1", "q2", "q3"], 0.99, 0)
+    assert len(held) == 2
+    assert holdout_share({"questions": 1, "holdout": {"share": 0.99, "questions": 2}}) == "2 of 3 questions"
+
+
+def test_no_finalist_and_nothing_to_ship_when_no_config_qualifies():
+    runs = {"a": per_query([0] * 20), "b": per_query([0] * 20)}
+    board = _board(runs, {"a": 0.0, "b": 0.0}).with_columns(pl.lit(True).alias("too_many_errors"))
+    board, decision = decide(board, runs, W, Constraints())
+    assert finalists(board, decision) == []
+    assert unsupported_claim(decision).startswith("no config qualifies")
 
 
 def test_the_finalists_add_the_best_config_that_meets_the_constraints():

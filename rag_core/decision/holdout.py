@@ -49,13 +49,27 @@ def split_fingerprint(qa_fp: str, split: str, share: float, seed: int) -> str:
     return fingerprint("qa-split", qa_fp, split, float(share), int(seed))
 
 
+def holdout_share(decision: dict) -> str:
+    """The holdout's real size, e.g. "2 of 3 questions" (a share rounds: 0.99 of 3 questions is 2)."""
+    state = decision.get("holdout") or {}
+    held = state.get("questions", state.get("n_questions"))
+    if held is None or decision.get("questions") is None:
+        return f"{state.get('share', 0):.0%} of the QA set"
+    return f"{held} of {int(decision['questions']) + int(held)} questions"
+
+
 def finalists(board: pl.DataFrame, decision: dict) -> list[str]:
     """The configs confirmed on the holdout, in board order: the top tier, the recommended config, and the
-    best-ranked config that meets the constraints when it is neither."""
+    best-ranked config that meets the constraints when it is neither; never a config that does not
+    qualify (too many failed calls, no score)."""
+    from rag_core.decision.leaderboard import qualified
+
+    if not decision.get("recommended") and not decision.get("top_tier"):
+        return []
     keys = set(decision.get("top_tier") or [])
     if decision.get("recommended"):
         keys.add(decision["recommended"])
-    ok = board.filter(pl.col("meets_constraints") & ~pl.col("too_many_errors"))
+    ok = qualified(board).filter(pl.col("meets_constraints"))
     if ok.height:
         keys.add(ok["config_key"][0])
     return [k for k in board["config_key"] if k in keys]
@@ -72,10 +86,14 @@ def confirm(
     """Score the finalists (`holdout`: config key -> its per-query metrics on the holdout) and confirm the
     recommendation. Returns one row per finalist (holdout score, its 95% interval, the drop from the
     selection score, the Holm-adjusted paired p-value against the best finalist on the holdout, tied or
-    not) and a summary: `confirmed` when the recommended config is still statistically tied with the best
-    finalist on the holdout (a paired sign-flip test over the holdout's questions, Holm over the finalists); otherwise `instead`, the best finalist on the holdout that meets the
-    constraints."""
+    not, its failed LLM calls) and a summary: `confirmed` when the recommended config is still
+    statistically tied with the best finalist on the holdout (a paired sign-flip test over the holdout's
+    questions, Holm over the finalists); otherwise `instead`, the best finalist on the holdout that meets
+    the constraints. `confirmed` is None, and `status` says why, when the holdout cannot confirm anything:
+    a finalist's LLM call failed on it (its score is an outage, not quality: a rerun asks again), or it has
+    fewer questions than any paired test needs to reach alpha."""
     from rag_core.decision.recommendation import bootstrap_scores, holm
+    from rag_core.metrics.stats import min_questions_for_claim
     from rag_core.search.halving import question_scores, sign_flip_p
 
     keys = [k for k in board["config_key"] if k in holdout]
@@ -96,6 +114,7 @@ def confirm(
     )
     selection = dict(zip(rows["config_key"], rows["overall_score"], strict=True))
     meets = dict(zip(rows["config_key"], rows["meets_constraints"], strict=True))
+    errors = {k: _failed_calls(holdout[k]) for k in keys}
     lo, hi = np.percentile(scores.samples, [2.5, 97.5], axis=0)
     table = pl.DataFrame(
         {
@@ -110,11 +129,16 @@ def confirm(
             "holdout_p_holm_vs_best": p_adj,
             "holdout_tied_with_best": [bool(i == best or p_adj[i] >= alpha) for i in range(len(keys))],
             "n_holdout_questions": [int(holdout[k].height) for k in keys],
+            "n_holdout_errors": [errors[k] for k in keys],
         }
     )
+    n = int(holdout[keys[0]].height)
+    need = min_questions_for_claim(alpha)
+    failed = {k: e for k, e in errors.items() if e}
+    status = "failed" if failed else "too few questions" if n < need else "decided"
     confirmed = None
     instead = None
-    if recommended in keys:
+    if recommended in keys and status == "decided":
         confirmed = bool(table.filter(pl.col("config_key") == recommended)["holdout_tied_with_best"][0])
         if not confirmed:
             pool = table.filter(pl.col("config_key").is_in([k for k in keys if meets[k]]))
@@ -126,9 +150,12 @@ def confirm(
         "finalists": keys,
         "recommended": recommended,
         "confirmed": confirmed,
+        "status": status,
         "instead": instead,
         "holdout_best": keys[best],
-        "n_questions": int(holdout[keys[0]].height),
+        "n_questions": n,
+        "min_questions": need,
+        "failed_calls": failed,
         "alpha": alpha,
     }
     if recommended in keys:
@@ -143,16 +170,44 @@ def confirm(
     return table, summary
 
 
+def _failed_calls(per_query: pl.DataFrame) -> int:
+    """The questions whose LLM call failed after retries (the evaluation's `error` column)."""
+    return int(per_query["error"].drop_nulls().len()) if "error" in per_query.columns else 0
+
+
 def verdict(s: dict) -> str:
     """One sentence on the holdout confirmation, for the terminal, the report and the metadata."""
     n = s["n_questions"]
     if s["recommended"] is None:
-        return f"nothing to confirm: no config meets the constraints ({len(s['finalists'])} finalists on {n} holdout questions)"
+        return f"nothing to confirm: no config is recommended ({len(s['finalists'])} finalists on {n} holdout questions)"
+    status = s.get("status", "decided")
+    if status == "failed":
+        calls = sum(s["failed_calls"].values())
+        who = ", ".join(f"{k}: {e}" for k, e in s["failed_calls"].items())
+        return (
+            f"not confirmed, the holdout failed: {calls} LLM call(s) of the finalists failed on the "
+            f"{n} holdout questions ({who}); a failed call scores as a wrong answer, so these scores say "
+            "nothing of quality. Run again: a rerun asks the failed calls again"
+        )
+    if status == "too few questions":
+        return (
+            f"not confirmed, too few holdout questions: on {n} question(s) no paired test can tell the "
+            f"finalists apart at alpha {s['alpha']:g} (its smallest p-value is 2/2^{n}); it takes at least "
+            f"{s['min_questions']} holdout questions (a larger QA set or decision.holdout)"
+        )
     lo, hi = s["holdout_ci"]
+    drop = s["drop"]
+    change = (
+        f"drop {drop:+.4f}, the winner's curse"
+        if drop > 0
+        else f"{-drop:.4f} higher on the holdout"
+        if drop < 0
+        else "no change"
+    )
     head = (
         f"on {n} holdout questions no selection step saw, {s['recommended']} scores "
         f"{s['holdout_score']:.4f} (95% CI {lo:.3f}–{hi:.3f}) against {s['selection_score']:.4f} on the "
-        f"selection split (drop {s['drop']:+.4f}, the winner's curse)"
+        f"selection split ({change})"
     )
     if s["confirmed"]:
         return f"confirmed: {head}; it is still statistically tied with the best of {len(s['finalists'])} finalists"
@@ -160,3 +215,15 @@ def verdict(s: dict) -> str:
         f"NOT confirmed: {head}; it is significantly worse than {s['holdout_best']} on the holdout "
         f"(paired sign-flip test, Holm); the holdout would pick {s['instead']} instead"
     )
+
+
+def unsupported_claim(decision: dict) -> str | None:
+    """Why the sweep's evidence does not support shipping its recommendation (None: it does): no config
+    qualifies or none is recommended, or the holdout that was to confirm it failed. Nothing is registered
+    then, and `rag-sweep run` exits non-zero."""
+    if not decision.get("recommended"):
+        return decision.get("why") or "no config is recommended"
+    held = decision.get("holdout") or {}
+    if held.get("status") == "failed":
+        return held["verdict"]
+    return None

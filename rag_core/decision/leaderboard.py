@@ -10,6 +10,22 @@ from rag_core.metrics import overall_score
 # its failed answers would count as wrong answers, i.e. an outage would read as low quality.
 MAX_ERROR_SHARE = 0.1
 
+
+def qualifies() -> pl.Expr:
+    """A config whose score measures its quality: not over the error threshold, and a finite overall
+    score (a NaN from undefined data is no score). Only these are tiered, recommended and confirmed."""
+    return ~pl.col("too_many_errors") & ~pl.col("no_score")
+
+
+def qualified(board: pl.DataFrame) -> pl.DataFrame:
+    """The board's configs that qualify (a board from before `no_score` existed: by errors alone)."""
+    if "too_many_errors" not in board.columns:
+        return board
+    if "no_score" not in board.columns:
+        return board.filter(~pl.col("too_many_errors"))
+    return board.filter(qualifies())
+
+
 DISPLAY_COLUMNS = [
     "rank",
     "config_key",
@@ -69,9 +85,11 @@ def compare_to_leader(
                 "tied" if tied else "worse",
             )
         )
-    for i, bad in enumerate(board["too_many_errors"]):
+    for i, (bad, unscored) in enumerate(zip(board["too_many_errors"], board["no_score"], strict=True)):
         if bad:  # its score is not a measure of quality: neither tied with the leader nor merely worse
             rows[i] = (*rows[i][:6], False, "too many errors")
+        elif unscored:  # NaN: no comparison with it means anything
+            rows[i] = (*rows[i][:6], False, "no score")
     cols = [
         "overall_ci_low",
         "overall_ci_high",
@@ -111,8 +129,10 @@ def defined_weights(weights: dict[str, float], summaries: pl.DataFrame) -> tuple
 
 def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
     """Rank by overall score, then cost, then latency; configs with `too_many_errors` (generation errors
-    on more than MAX_ERROR_SHARE of the queries) come after every other config."""
+    on more than MAX_ERROR_SHARE of the queries) or `no_score` (an overall score that is not a finite
+    number) come after every other config: neither is a measure of quality."""
     scores = [overall_score(row, weights) for row in summaries.iter_rows(named=True)]
+    no_score = [s is None or s != s or s in (float("inf"), float("-inf")) for s in scores]
     latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]
     error_share = summaries["n_generation_errors"] / summaries["n_queries"].clip(lower_bound=1)
     ranked = (
@@ -120,13 +140,16 @@ def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataF
             pl.Series("overall_score", scores, pl.Float64),
             error_share.alias("generation_error_share"),
             (error_share > MAX_ERROR_SHARE).alias("too_many_errors"),
+            pl.Series("no_score", no_score, pl.Boolean),
             latency.alias("_latency"),
         )
+        .with_columns((pl.col("too_many_errors") | pl.col("no_score")).alias("_out"))
         .sort(
-            ["too_many_errors", "overall_score", "cost_usd", "_latency", "config_key"],
-            descending=[False, True, False, False, False],
+            ["_out", "too_many_errors", "overall_score", "cost_usd", "_latency", "config_key"],
+            descending=[False, False, True, False, False, False],
+            nulls_last=True,
         )
-        .drop("_latency")
+        .drop("_latency", "_out")
         .with_row_index("rank", offset=1)
     )
     front = [c for c in DISPLAY_COLUMNS if c in ranked.columns]
@@ -167,7 +190,8 @@ TERMINAL_NAMES = {
 TERMINAL_LEGEND = (
     "tier 1: the best config, every config not significantly worse (paired bootstrap over the same "
     "questions, Holm-corrected) and any scoring above one of them; vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
-    "failed LLM calls (gen errors); truncated: share of chunks longer than the embedder reads; undefined: no "
+    f"LLM calls failed for more than {MAX_ERROR_SHARE:.0%} of the questions (gen errors: never tiered or "
+    "recommended), no score = the overall score is not a number; truncated: share of chunks longer than the embedder reads; undefined: no "
     "question defines that metric"
 )
 

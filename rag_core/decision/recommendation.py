@@ -12,8 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from rag_core.decision.leaderboard import MAX_ERROR_SHARE, qualified
 from rag_core.metrics import percentile
-from rag_core.metrics.stats import N_BOOT, _resample_means, holm, weighted_score
+from rag_core.metrics.stats import (
+    N_BOOT,
+    _resample_means,
+    holm,
+    min_questions_for_claim,
+    smallest_paired_p,
+    weighted_score,
+)
 
 Z_975, Z_80 = 1.959964, 0.841621  # two-sided 5% test, 80% power
 
@@ -191,6 +199,32 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
     return pick["config_key"], why
 
 
+def no_qualifying_config(board: pl.DataFrame) -> str:
+    """Why nothing is recommended when no config's score measures its quality."""
+    errors = board.filter(pl.col("too_many_errors")).height
+    unscored = board.height - errors
+    parts = []
+    if errors:
+        parts.append(
+            f"{errors} had LLM calls fail for more than {MAX_ERROR_SHARE:.0%} of the questions (see gen "
+            "errors; a rerun asks the failed calls again)"
+        )
+    if unscored:
+        parts.append(f"{unscored} have no overall score (not a number)")
+    return f"no config qualifies: of {board.height} configs, " + " and ".join(parts)
+
+
+def too_few_questions(n: int, alpha: float) -> str:
+    """What a QA set too small for any paired test says instead of tiers and a power figure."""
+    need = min_questions_for_claim(alpha)
+    return (
+        f"with {n} question(s) no config can be shown better or worse than another: the smallest p-value a "
+        f"paired test can reach on {n} questions is {smallest_paired_p(n):.3g} (every sign of the "
+        f"differences flipped), above alpha {alpha:g}; it takes at least {need} questions (and more to "
+        "detect small differences). Every config is kept in tier 1."
+    )
+
+
 def decide(
     board: pl.DataFrame,
     per_query: dict[str, pl.DataFrame],
@@ -205,16 +239,14 @@ def decide(
     recommendation; return it with a summary (recommended, why, min detectable difference, advice).
     `scores`: bootstrap_scores of the board's configs, when the caller already has them."""
     keys = board["config_key"].to_list()
-    sound = (
-        ~board["too_many_errors"].to_numpy()
-        if "too_many_errors" in board.columns
-        else np.ones(len(keys), bool)
-    )
-    if not sound.any():
-        sound[:] = True  # every config failed: still compare them, the board says why
-    idx = np.flatnonzero(sound)
+    sound = np.isin(keys, qualified(board)["config_key"].to_list())
+    idx = np.flatnonzero(sound)  # every config failed: none is tiered, none recommended
     sound_keys = [keys[i] for i in idx]
-    if scores is None:
+    n_questions = int(per_query[keys[0]].height)
+    enough = n_questions >= min_questions_for_claim(alpha)
+    if not sound_keys:
+        scores = None
+    elif scores is None:
         scores = bootstrap_scores({k: per_query[k] for k in sound_keys}, weights, seed=seed)
     else:  # the caller's resamples of every config: the same numbers, computed once
         scores = scores.subset(sound_keys)
@@ -222,8 +254,12 @@ def decide(
     p95 = np.array([query_latency_p95(per_query[k]) for k in keys])
     tier = np.full(len(keys), None, dtype=object)
     p_adj, on_cost, on_latency = np.ones(len(keys)), np.zeros(len(keys), bool), np.zeros(len(keys), bool)
-    tier[idx], p_adj[idx] = tiers(scores, alpha)
-    on_cost[idx], on_latency[idx] = pareto_front(scores, cost[idx]), pareto_front(scores, p95[idx])
+    if scores is not None and enough:
+        tier[idx], p_adj[idx] = tiers(scores, alpha)
+        on_cost[idx], on_latency[idx] = pareto_front(scores, cost[idx]), pareto_front(scores, p95[idx])
+    elif scores is not None:  # too few questions for any test to reach alpha: no config is "worse"
+        tier[idx] = 1
+        on_cost[idx] = on_latency[idx] = True
     out = board.with_columns(
         pl.Series("tier", tier.tolist(), pl.Int64),
         pl.Series("p_holm_vs_tier_best", p_adj),
@@ -235,25 +271,52 @@ def decide(
     if "vs_leader" in out.columns:  # tied with the leader = in its tier, after Holm's correction
         out = out.with_columns(
             (pl.col("tier") == 1).fill_null(False).alias("tied_with_leader"),
-            pl.when(pl.col("vs_leader").is_in(["leader", "too many errors"]))
+            pl.when(pl.col("vs_leader").is_in(["leader", "too many errors", "no score"]))
             .then(pl.col("vs_leader"))
             .when(pl.col("tier") == 1)
             .then(pl.lit("tied"))
             .otherwise(pl.lit("worse"))
             .alias("vs_leader"),
         )
+    if not enough:  # neither is a bootstrap of so few questions evidence (one question: every resample alike)
+        out = out.with_columns(
+            *(
+                [
+                    pl.when(pl.col("vs_leader") == "worse")
+                    .then(pl.lit("tied"))
+                    .otherwise(pl.col("vs_leader"))
+                    .alias("vs_leader")
+                ]
+                if "vs_leader" in out.columns
+                else []
+            ),
+            *(
+                pl.lit(None, pl.Float64).alias(c)
+                for c in ("p_value_vs_leader", "leader_diff_ci_low", "leader_diff_ci_high")
+                if c in out.columns
+            ),
+            *([pl.lit("n/a").alias("overall_ci95")] if "overall_ci95" in out.columns else []),
+        )
     why_not = [violations(r, constraints) for r in out.iter_rows(named=True)]
     out = out.with_columns(
         pl.Series("meets_constraints", [not v for v in why_not]),
         pl.Series("violations", ["; ".join(v) for v in why_not], pl.String),
     )
-    key, why = recommend(out, constraints)
+    if not sound_keys:
+        key, why = None, no_qualifying_config(out)
+    else:
+        key, why = recommend(out, constraints)
     out = out.with_columns((pl.col("config_key") == (key or "")).alias("recommended"))
-    mde = min_detectable_difference(scores, int(np.argmax(scores.observed)))
-    n_questions = int(per_query[keys[0]].height)
+    mde = (
+        min_detectable_difference(scores, int(np.argmax(scores.observed)))
+        if scores is not None and enough
+        else float("nan")
+    )
     top = out.filter(pl.col("tier") == 1).sort("overall_score", descending=True)
     advice = ""
-    if top.height > 1:
+    if sound_keys and not enough:
+        advice = too_few_questions(n_questions, alpha)
+    elif top.height > 1:
         gap = float(top["overall_score"][0] - top["overall_score"][1])
         advice = (
             f"{top.height} configs are statistically tied at the top: with {n_questions} questions the sweep "
@@ -271,8 +334,10 @@ def decide(
         "top_tier": top["config_key"].to_list(),
         "min_detectable_difference": mde
         if np.isfinite(mde)
-        else None,  # None: one config, nothing to compare
+        else None,  # None: one config, nothing to compare, or too few questions to claim any
         "n_questions": n_questions,
+        "enough_questions": enough,
+        "min_questions": min_questions_for_claim(alpha),
         "advice": advice,
         "prefer": constraints.prefer,
     }

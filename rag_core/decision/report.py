@@ -12,6 +12,9 @@ import io
 import numpy as np
 import polars as pl
 
+from rag_core.decision.holdout import holdout_share
+from rag_core.decision.leaderboard import qualified
+
 STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
 STAGE_COSTS = ["query_transform", "rerank", "context", "generation", "judge"]
 
@@ -82,7 +85,7 @@ def effects(board: pl.DataFrame) -> pl.DataFrame:
     """For every setting the sweep varies (a `stage.field` column with more than one value): the mean and
     best overall score of the configs with each value, i.e. its effect marginal over the other settings."""
     rows = []
-    ok = board.filter(~pl.col("too_many_errors")) if "too_many_errors" in board.columns else board
+    ok = qualified(board)
     for col in [c for c in ok.columns if "." in c]:
         values = ok[col].cast(pl.String).fill_null("—")
         if values.n_unique() < 2:
@@ -151,7 +154,7 @@ def pareto_plot_png(board: pl.DataFrame, x: str, xlabel: str, front: str) -> byt
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = board.filter(~pl.col("too_many_errors")) if "too_many_errors" in board.columns else board
+    ok = qualified(board)
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
     xs, ys = ok[x].to_numpy(), ok["overall_score"].to_numpy()
     # clipped at 0: when every resample gives the same score, rounding can put the interval a hair past it
@@ -253,7 +256,7 @@ def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
     if state.get("pending") or holdout is None:
         text = (
             f"Pending: {len(decision.get('finalists') or [])} finalists are to be scored on the holdout "
-            f"({state['share']:.0%} of the QA set, set aside before anything was chosen)."
+            f"({holdout_share(decision)}, set aside before anything was chosen)."
         )
         return [("Confirmed on unseen questions", text, None)]
     text = f"**{state['verdict']}**"
@@ -347,6 +350,7 @@ def ship_report(
         (
             "How sure",
             decision["advice"]
+            or (not decision["top_tier"] and "No config qualifies: there is nothing to compare.")
             or f"The top tier is this one config: every other is significantly worse (Holm-corrected paired "
             f"bootstrap over {n} questions; this QA set detects differences of about "
             f"{'—' if mde is None else f'{mde:.3f}'} in overall score).",

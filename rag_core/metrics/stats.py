@@ -66,3 +66,19 @@ def holm(p_values) -> np.ndarray:
         running = max(running, min(1.0, (m - rank) * p[i]))
         adjusted[i] = running
     return adjusted
+
+
+def smallest_paired_p(n: int) -> float:
+    """The smallest two-sided p-value an exact paired sign-flip test reaches with n questions: 2 / 2**n
+    (all n differences of one sign, the most extreme of the 2**n sign patterns, on both sides)."""
+    return min(1.0, 2.0 / 2.0**n) if n > 0 else 1.0
+
+
+def min_questions_for_claim(alpha: float) -> int:
+    """The fewest questions on which a paired test can call two configs different at `alpha`: below it
+    no data, however lopsided, reaches significance, and a bootstrap's p = 0 would be an artefact (with
+    one question every resample is the same)."""
+    n = 1
+    while smallest_paired_p(n) > alpha:
+        n += 1
+    return n
