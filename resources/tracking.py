@@ -443,7 +443,11 @@ class MlflowTracking(dg.ConfigurableResource):
         updated = 0
         # a failed holdout's scores measure the outage, not the config: only its failed calls are stated
         failed = summary.get("status") == "failed"
-        names = () if failed else ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
+        names = (
+            ()
+            if failed
+            else ("holdout_overall_score", "holdout_ci_low", "holdout_ci_high", "winners_curse_drop")
+        )
         for row in board.filter(pl.col("holdout_overall_score").is_not_null()).iter_rows(named=True):
             run_id = runs.get(row.get("fingerprint"))
             if run_id is None:

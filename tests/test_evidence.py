@@ -70,12 +70,17 @@ def test_when_every_call_fails_nothing_is_recommended_confirmed_or_registered(sl
         out = _cli(stub.api_base, spec, "--data-dir", data)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
-    assert "Recommended: none" in out.stdout and "no config qualifies: of 2 configs, 2 had LLM calls fail" in text
+    assert (
+        "Recommended: none" in out.stdout
+        and "no config qualifies: of 2 configs, 2 had LLM calls fail" in text
+    )
     assert "confirmed" not in text.replace("not confirmed", "") and "Ship the winner" not in text
     assert "No champion registered" in out.stdout and "error: the sweep recommends nothing" in out.stderr
     assert _registered(data, "outage") == []
     board = pl.read_parquet(data / "leaderboards" / "outage.parquet")
-    assert board["too_many_errors"].all() and board["tier"].null_count() == 2 and not board["recommended"].any()
+    assert (
+        board["too_many_errors"].all() and board["tier"].null_count() == 2 and not board["recommended"].any()
+    )
 
 
 def test_a_failed_holdout_confirms_nothing_and_a_rerun_asks_its_calls_again(slice_data, tmp_path):
