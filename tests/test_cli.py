@@ -366,3 +366,20 @@ def test_an_optimize_budget_too_small_for_the_qa_set_is_refused_before_any_work(
         r = cli(*args)
         assert r.returncode == 2 and message in r.stderr and "give at least 14" in r.stderr, r.stderr
     assert not (data / "dagster_home").exists()  # no step ran
+
+
+def test_the_recommendation_says_what_each_undefined_metric_needs(tmp_path, monkeypatch, capsys):
+    """A BEIR set (no answers) was told its exact_match and token_f1 needed gold documents."""
+    from rag_sweep import cli as cli_module
+
+    decision = {
+        "recommended": "bm25",
+        "why": "best",
+        "advice": "",
+        "undefined_metrics": ["exact_match", "token_f1"],
+    }
+    monkeypatch.setattr(cli_module, "read_decision", lambda data, sweep: decision)
+    cli_module._print_recommendation(tmp_path, "beir")
+    out = capsys.readouterr().out
+    assert "left out of the overall score: exact_match, token_f1 (no question has what they need: " in out
+    assert "exact_match, token_f1 need reference answers (answers))" in out and "gold doc" not in out
