@@ -27,6 +27,7 @@ from rag_core.decision.leaderboard import (
 )
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
 from rag_core.decision.report import missed_questions, query_scores, ship_report
+from rag_core.metrics import undefined_reasons
 from resources.artifacts import Artifact
 from resources.storage import atomic_write_bytes, atomic_write_parquet, data_root, modified, read_parquet
 
@@ -201,9 +202,9 @@ class Leaderboard(StageLogic):
             raise dg.Failure(f"sweep {run.plan.sweep.name}: {e}") from None
         if undefined:
             run.context.log.warning(
-                f"{', '.join(undefined)} are undefined for every config (no query has gold documents for "
-                "retrieval metrics, or gold answers for answer metrics): left out of the overall score, the "
-                "other weights keep their proportions"
+                f"{', '.join(undefined)} are undefined for every config (no question has what they need: "
+                f"{undefined_reasons(undefined)}): left out of the overall score, the other weights keep their "
+                "proportions"
             )
         scores = bootstrap_scores(per_query, weights)  # one set of resamples for every comparison
         board = compare_to_leader(rank_configs(summaries, weights), per_query, weights, scores=scores)

@@ -32,6 +32,7 @@ from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
+from rag_core.metrics import undefined_reasons
 from rag_core.planning.spec import SpecError
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
 from resources.storage import check_new_file, data_root, read_parquet
@@ -95,10 +96,10 @@ def _print_recommendation(data: Path, sweep: str) -> None:
             f"  Holdout ({holdout_share(decision)}): "
             + ("pending" if held.get("pending") else held["verdict"])
         )
-    if decision.get("undefined_metrics"):
+    if undefined := decision.get("undefined_metrics"):
         print(
-            f"  Undefined for every config, left out of the overall score: {', '.join(decision['undefined_metrics'])}"
-            " (retrieval metrics need queries with gold documents)"
+            f"  Undefined for every config, left out of the overall score: {', '.join(undefined)} "
+            f"(no question has what they need: {undefined_reasons(undefined)})"
         )
     print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
 

@@ -8,9 +8,10 @@ import polars as pl
 from rag_assets.inputs import snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.data.datasets import DatasetError, load_corpus, load_qa
-from rag_core.decision.holdout import holdout_ids
+from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
+from rag_core.planning.spec import check_optimize_budget
 from resources.artifacts import ArtifactRef
 from resources.embedders import EmbeddingService
 from resources.environment import default_data_dir
@@ -21,19 +22,27 @@ from runner.plans import load_plan
 
 def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Load the corpus and QA set as a run would (cheap next to a run): a missing or bad file is an error
-    naming its field of the sweep file, then the file, row and field. The QA set is None when the run is
-    to generate it."""
+    naming its field of the sweep file, then the file, row and field; so is a setting the QA set's size
+    rules out (a prompt optimization's budget). The QA set is None when the run is to generate it."""
     try:
         corpus = load_corpus(sweep.corpus_path)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.corpus': {e}") from None
-    if sweep.qa_generation is not None and not sweep.qa_path.exists():
-        return corpus, None  # the run writes it first (qa_generation)
+    if sweep.qa_generation is not None and not sweep.qa_path.exists():  # the run writes it first
+        n = min(sweep.qa_generation.questions, sweep.max_queries or sweep.qa_generation.questions)
+        check_optimize_budget(sweep, selection_questions(sweep, n), f"the QA set to generate ({n} questions)")
+        return corpus, None
     try:
         qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
+    check_optimize_budget(sweep, selection_questions(sweep, qa.height), f"the QA set ({qa.height} questions)")
     return corpus, qa
+
+
+def selection_questions(sweep, questions: int) -> int:
+    """Of a QA set's questions, those the selection sees (the configs are chosen, prompts optimized on)."""
+    return questions - holdout_size(questions, sweep.decision.holdout)
 
 
 def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tuple[Plan, Bill]:
@@ -76,8 +85,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
 
     held = 0
     if plan.holdout and qa is not None:  # the selection's questions; the holdout's are the finalists'
-        d = plan.sweep.decision
-        held = len(holdout_ids(qa["query_id"].to_list(), d.holdout, d.holdout_seed))
+        held = qa.height - selection_questions(sweep, qa.height)
     return plan, estimate(
         plan, done, chunks_of, embedder.cached_hashes, n_queries - held, price, holdout_questions=held
     )

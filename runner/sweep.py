@@ -23,6 +23,7 @@ from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from resources.environment import default_data_dir, executor
 from resources.storage import data_root, read_parquet
+from runner.estimate import load_data
 from runner.instance import (
     RUNNER_PID_TAG,
     close_abandoned_runs,
@@ -84,6 +85,8 @@ def run_sweep(
     the fleet's workers, which build their resources from their own environment (no overrides)."""
     data = data_root(data_dir or default_data_dir())
     plan = load_plan(spec, store, data)
+    if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work
+        load_data(plan.sweep)
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     require_fleet(data) if fleet else require_deployment(data)
     if fleet and resources:

@@ -337,3 +337,49 @@ def test_a_junk_gold_answer_is_a_counted_warning_not_a_refused_set(tmp_path):
     assert "2 questions" in r.stdout
     assert f"warning: {qa}: field 'answers': 1 gold answer(s) empty once normalized" in r.stderr
     assert "line 2 answer 1 ('.')" in r.stderr and "1 question(s) left with no reference answer" in r.stderr
+
+
+def test_an_optimize_budget_too_small_for_the_qa_set_is_refused_before_any_work(tmp_path):
+    """A budget the QA set's size rules out passed validate and plan, and failed after the whole sweep ran."""
+    corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "d1", "text": "Paris is the capital of France."}) + "\n")
+    rows = [
+        {"query_id": f"q{i}", "question": f"Capital {i}?", "answers": ["Paris"], "relevant_doc_ids": ["d1"]}
+        for i in range(10)
+    ]
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        {"corpus": corpus, "qa": qa},
+        chunking={"method": "paragraph", "chunk_size": 200, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 1},
+        generation={"model": "openai/gpt-4o-mini"},
+        decision={"holdout": 0.3},  # 7 selection questions: 4 validate, 3 train
+        optimize={"reflection_model": "openai/gpt-4o", "budget": {"max_metric_calls": 10}},
+    )
+    message = (
+        "field 'optimize.budget.max_metric_calls': 10 cannot hold the seed's validation and one iteration on "
+        "the 7 selection questions the QA set (10 questions) gives (the holdout aside)"
+    )
+    data = tmp_path / "data"
+    for args in (["validate", spec], ["plan", spec, "--data-dir", data], ["run", spec, "--data-dir", data]):
+        r = cli(*args)
+        assert r.returncode == 2 and message in r.stderr and "give at least 14" in r.stderr, r.stderr
+    assert not (data / "dagster_home").exists()  # no step ran
+
+
+def test_the_recommendation_says_what_each_undefined_metric_needs(tmp_path, monkeypatch, capsys):
+    """A BEIR set (no answers) was told its exact_match and token_f1 needed gold documents."""
+    from rag_sweep import cli as cli_module
+
+    decision = {
+        "recommended": "bm25",
+        "why": "best",
+        "advice": "",
+        "undefined_metrics": ["exact_match", "token_f1"],
+    }
+    monkeypatch.setattr(cli_module, "read_decision", lambda data, sweep: decision)
+    cli_module._print_recommendation(tmp_path, "beir")
+    out = capsys.readouterr().out
+    assert "left out of the overall score: exact_match, token_f1 (no question has what they need: " in out
+    assert "exact_match, token_f1 need reference answers (answers))" in out and "gold doc" not in out

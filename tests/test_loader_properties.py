@@ -4,6 +4,8 @@ gives a valid frame or one DatasetError that names the file; never another excep
 from __future__ import annotations
 
 import json
+import math
+import re
 import warnings
 from pathlib import Path
 
@@ -41,7 +43,7 @@ qa_rows = row(
         "question": texts,
         "answers": st.one_of(st.lists(st.text(max_size=8), max_size=3), values),
         "relevant_doc_ids": st.one_of(st.lists(st.sampled_from(["d1", "d2", "zz"]), max_size=3), values),
-        "relevant_doc_grades": st.one_of(st.lists(st.floats(allow_nan=False), max_size=3), values),
+        "relevant_doc_grades": st.one_of(st.lists(st.floats(), max_size=3), values),  # NaN, ±Infinity too
     }
 )
 SETTINGS = settings(
@@ -81,6 +83,41 @@ def test_any_qa_rows_load_or_fail_in_one_line_naming_the_file(tmp_path, rows):
     assert frame.height == len(rows) and frame["query_id"].n_unique() == frame.height
     assert all(isinstance(a, str) and a for answers in frame["answers"].to_list() for a in answers)
     assert set(frame["relevant_doc_ids"].explode().drop_nulls()) <= {"d1", "d2"}
+    if "relevant_doc_grades" in frame.columns:
+        assert all(math.isfinite(g) and g > 0 for gs in frame["relevant_doc_grades"].to_list() for g in gs)
+
+
+# a qrels score: any text a file can hold in a tab-separated field, and the spellings float() reads beyond
+# plain decimals (NaN, infinity, underscores, non-ASCII digits, hexadecimal)
+PLAIN_DECIMAL = re.compile(r" *[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)? *")
+scores = st.one_of(
+    st.text(max_size=8),
+    st.from_regex(PLAIN_DECIMAL, fullmatch=True),
+    st.floats().map(str),
+    st.sampled_from(
+        ["nan", "-NaN", "inf", "+Infinity", "1_0", "1e999", "0x1", "\u0661", "\uff11", "1.5\u00a0"]
+    ),
+).filter(lambda t: not set(t) & set('\t\r\n"'))  # one field of one line, unquoted
+
+
+@SETTINGS
+@given(score=scores, header=st.booleans())
+def test_a_qrels_score_loads_only_as_a_plain_finite_decimal(tmp_path, score, header):
+    root = tmp_path / "beir"
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    _write(root / "queries.jsonl", [{"_id": "q1", "text": "?"}, {"_id": "q2", "text": "?"}])
+    lines = ["query-id\tcorpus-id\tscore"] * header + ["q2\td2\t1", f"q1\td1\t{score}"]
+    (root / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    finite = PLAIN_DECIMAL.fullmatch(score) is not None and math.isfinite(float(score))
+    try:
+        frame = load_qa(root)
+    except DatasetError as e:
+        assert not finite, str(e)
+        assert f"test.tsv: line {len(lines)}: field 'score'" in str(e)
+        return
+    assert finite
+    grades = dict(zip(frame["query_id"], frame["relevant_doc_grades"].to_list(), strict=True))
+    assert grades == ({"q1": [float(score)]} if float(score) > 0 else {}) | {"q2": [1.0]}
 
 
 # a valid sweep's sections, each of which a generated spec may replace by any value or leave out

@@ -1,10 +1,13 @@
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 
 from rag_core.common.text import normalize_answer
 from rag_core.metrics import (
+    METRIC_NEEDS,
+    RETRIEVAL_METRICS,
     evaluate_queries,
     exact_match,
     faithfulness,
@@ -12,6 +15,7 @@ from rag_core.metrics import (
     retrieval_scores,
     summarize,
     token_f1,
+    undefined_reasons,
 )
 
 
@@ -222,3 +226,33 @@ def test_cohesion_costs_its_sample_whatever_one_documents_size():
     assert 0.0 < cohesion <= 1.0 and separation >= 0.0
     assert len(embedded) <= COHESION_SAMPLE * SENTENCES_PER_CHUNK
     assert max(map(len, embedded)) <= SENTENCE_CHARS
+
+
+def test_undefined_metrics_are_explained_by_what_each_needs():
+    """The CLI said "(retrieval metrics need queries with gold documents)" for a BEIR set's exact_match and
+    token_f1, which are undefined for want of reference answers."""
+    assert undefined_reasons(["exact_match", "token_f1"]) == (
+        "exact_match, token_f1 need reference answers (answers)"
+    )
+    assert undefined_reasons(["recall_at_k", "bleu", "ndcg_at_k"]) == (
+        "recall_at_k, ndcg_at_k need gold document ids (relevant_doc_ids); bleu needs reference answers (answers)"
+    )
+    assert "judge" in undefined_reasons(["faithfulness_judge"])
+    # every metric a question can leave undefined (no gold documents, no answers, no citations, no verdict)
+    qa = pl.DataFrame({"query_id": ["q"], "question": ["?"], "answers": [[]], "relevant_doc_ids": [[]]})
+    ret = pl.DataFrame(
+        {"query_id": ["q"], "chunk_ids": [["c"]], "doc_ids": [["d"]], "texts": [["t"]], "latency_ms": [1.0]}
+    )
+    ans = pl.DataFrame({"query_id": ["q"], "answer": ["a reply"], "error": [None], "latency_ms": [1.0]})
+    per = evaluate_queries(
+        qa,
+        ret,
+        ans,
+        1,
+        embed=lambda texts: np.ones((len(texts), 2)),
+        chunk_vectors={"c": np.ones(2)},
+        judge_scores={},
+    )
+    undefined = {m for m in per.columns if m not in ("answer", "error") and per[m].null_count()}
+    assert undefined == set(METRIC_NEEDS)
+    assert all(METRIC_NEEDS[m].startswith("gold document ids") for m in RETRIEVAL_METRICS)

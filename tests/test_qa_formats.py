@@ -75,6 +75,63 @@ def test_bad_beir_files_are_named_with_their_line_and_field(beir):
         load_qa(beir)
 
 
+def test_a_qrels_file_without_header_keeps_its_first_row(beir):
+    """Line 1 was a header whenever its score was not a number: `q0 d0 x` dropped q0 silently, though the
+    same row on line 2 was an error."""
+    qrels = beir / "qrels" / "test.tsv"
+    qrels.write_text("q1\t10\tx\nq2\t11\t1\n")
+    with pytest.raises(DatasetError, match=r"test.tsv: line 1: field 'score': 'x' is not a finite number"):
+        load_qa(beir)
+    qrels.write_text("q1\t10\t2\nq2\t11\t1\n")
+    assert load_qa(beir)["query_id"].to_list() == ["q1", "q2"]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "query-id\tcorpus-id\tscore",
+        "QUERY-ID\tCorpus-Id\tScore",
+        "qid\tdocid\tscore",
+        "query_id\tdoc_id\tscore",
+    ],
+)
+def test_a_qrels_header_is_known_by_its_column_names(beir, header):
+    qrels = beir / "qrels" / "test.tsv"
+    qrels.write_text(f"{header}\nq1\t10\t2\nq2\t11\t1\n")
+    assert load_qa(beir)["query_id"].to_list() == ["q1", "q2"]
+    qrels.write_bytes(f"\ufeff{header}\nq1\t10\t2\n".encode())  # a byte-order mark before it
+    assert load_qa(beir)["query_id"].to_list() == ["q1"]
+
+
+@pytest.mark.parametrize("score", ["nan", "NaN", "inf", "-inf", "Infinity", "1_0", "1e999", "\u0661", ""])
+def test_a_qrels_grade_must_be_a_finite_decimal_number(beir, score):
+    """`nan` dropped its query silently, `inf` made nDCG NaN, `1_0` was read as 10 (float() reads them)."""
+    for lineno, text in ((2, f"query-id\tcorpus-id\tscore\nq1\t10\t{score}\n"), (1, f"q1\t10\t{score}\n")):
+        (beir / "qrels" / "test.tsv").write_text(text)
+        with pytest.raises(
+            DatasetError, match=rf"test.tsv: line {lineno}: field 'score': .* not a finite number"
+        ):
+            load_qa(beir)
+
+
+def test_a_native_grade_must_be_a_finite_number(tmp_path):
+    """JSON's NaN and Infinity, which Python's json reads, passed as grades."""
+    base = {"query_id": "q1", "question": "?", "answers": ["Paris"], "relevant_doc_ids": ["d1"]}
+    for grade in ("NaN", "Infinity", "-Infinity"):
+        path = tmp_path / "qa.jsonl"
+        path.write_text(json.dumps(base)[:-1] + f', "relevant_doc_grades": [{grade}]}}\n')
+        with pytest.raises(
+            DatasetError, match=r"qa.jsonl: line 1: field 'relevant_doc_grades': .* not a finite"
+        ):
+            load_qa(path)
+    pl.DataFrame([{**base, "relevant_doc_grades": [float("inf")]}]).write_parquet(tmp_path / "qa.parquet")
+    with pytest.raises(DatasetError, match=r"qa.parquet: row 1: field 'relevant_doc_grades': inf is not"):
+        load_qa(tmp_path / "qa.parquet")
+    assert load_qa(jsonl(tmp_path / "ok.jsonl", [{**base, "relevant_doc_grades": [2]}]))[
+        "relevant_doc_grades"
+    ].to_list() == [[2.0]]
+
+
 def test_a_duplicate_beir_query_id_is_refused_naming_both_lines(beir):
     """A second `_id` was dropped silently (the first text kept, whichever the qrels meant)."""
     queries = beir / "queries.jsonl"

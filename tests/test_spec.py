@@ -222,3 +222,59 @@ def test_a_spec_path_that_is_no_readable_file_is_a_one_line_error(tmp_path):
         r = cli(command, tmp_path)
         assert r.returncode == 2 and "is a directory, not a sweep spec" in r.stderr, (command, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+OPTIMIZING = {**BASE, "generation": {"model": "openai/gpt-4o-mini"}}
+
+
+@pytest.mark.parametrize("section", ["optimize:\n", "optimize: {}\n", "optimize: null\n"])
+def test_an_empty_optimize_section_is_an_error_saying_what_it_needs(tmp_path, section):
+    """`optimize:` with nothing under it (YAML null) was ignored: the sweep ran without optimizing."""
+    p = write(tmp_path, OPTIMIZING)
+    p.write_text(p.read_text() + section)
+    with pytest.raises(
+        SpecError, match=r"s.yaml: field 'optimize': the section is empty; it needs reflection_model"
+    ):
+        load_sweep(p)
+
+
+def test_an_optimize_budget_below_one_iteration_is_refused_on_load(tmp_path):
+    """budget 1 passed validate and plan and failed after the whole sweep ran; 4 (the seed's validation and
+    one iteration on the fewest questions, 2) is the least any QA set runs with."""
+    for calls in (1, 3):
+        spec = {
+            **OPTIMIZING,
+            "optimize": {"reflection_model": "openai/gpt-4o", "budget": {"max_metric_calls": calls}},
+        }
+        with pytest.raises(
+            SpecError, match=rf"field 'optimize.budget.max_metric_calls': {calls} cannot .* give at least 4 "
+        ):
+            load_sweep(write(tmp_path, spec))
+    spec = {
+        **OPTIMIZING,
+        "optimize": {"reflection_model": "openai/gpt-4o", "budget": {"max_metric_calls": 4}},
+    }
+    assert load_sweep(write(tmp_path, spec)).optimize.budget.max_metric_calls == 4
+
+
+def test_the_optimize_budget_is_checked_against_the_selection_questions(tmp_path):
+    from rag_core.optimization.evolve import train_val_split
+    from rag_core.planning.spec import check_optimize_budget
+
+    optimize = {"reflection_model": "openai/gpt-4o", "budget": {"max_metric_calls": 17}}
+    sweep = load_sweep(write(tmp_path, {**OPTIMIZING, "optimize": optimize}))
+    # 12 selection questions: the seed scores 6 validation questions, an iteration 3 + 3 and the 6 again
+    assert sweep.optimize.min_metric_calls(12) == 18
+    with pytest.raises(
+        SpecError,
+        match=r"'optimize.budget.max_metric_calls': 17 cannot .* on the 12 selection questions .* give at least 18",
+    ):
+        check_optimize_budget(sweep, 12)
+    check_optimize_budget(sweep, 10)  # 5 + 3 + 3 + 5 = 16
+    with pytest.raises(
+        SpecError, match=r"field 'optimize': prompt optimization needs at least 2 selection questions"
+    ):
+        check_optimize_budget(sweep, 1)
+    for n in range(2, 40):  # the sizes are the optimization's own split
+        train, val = train_val_split([f"q{i}" for i in range(n)], sweep.optimize.val_share, 0)
+        assert sweep.optimize.split_sizes(n) == (len(train), len(val))

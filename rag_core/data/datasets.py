@@ -17,7 +17,7 @@ import polars as pl
 
 from rag_core.common.text import normalize_answer
 from rag_core.data.qa import formats
-from rag_core.data.rows import DatasetError, read_rows, where
+from rag_core.data.rows import DatasetError, finite_grade, read_rows, where
 
 
 class DataWarning(UserWarning):
@@ -197,16 +197,18 @@ def load_qa(
 
 
 def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:
-    """Optional graded relevance: `relevant_doc_grades`, numbers > 0 aligned with `relevant_doc_ids`."""
+    """Optional graded relevance: `relevant_doc_grades`, finite numbers > 0 aligned with `relevant_doc_ids`
+    (JSON's NaN and Infinity, which Python reads, are refused as a qrels file's 'nan' and 'inf' are)."""
     value = row.get("relevant_doc_grades")
     if value is None:
         return None
-    if isinstance(value, str) or not all(
-        isinstance(g, int | float) and not isinstance(g, bool) for g in value
-    ):
+    if not isinstance(value, list):
         raise DatasetError(f"{where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
-    if len(value) != n or any(g <= 0 for g in value):
+    if any(isinstance(g, str) for g in value):  # a number as text is not a number in a JSON list
+        raise DatasetError(f"{where(path, row, i)}: field 'relevant_doc_grades' must be a list of numbers")
+    grades = [finite_grade(g, where(path, row, i), "relevant_doc_grades") for g in value]
+    if len(grades) != n or any(g <= 0 for g in grades):
         raise DatasetError(
             f"{where(path, row, i)}: field 'relevant_doc_grades' needs one grade > 0 per relevant_doc_ids entry"
         )
-    return [float(g) for g in value]
+    return grades

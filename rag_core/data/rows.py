@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,28 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             rows.append(row)
         return rows
     raise DatasetError(f"{path}: unsupported format (use .parquet, .jsonl or a directory of .txt/.md)")
+
+
+# a plain decimal number: digits, an optional fraction and exponent; not what float() alone also reads
+# ('nan', 'inf', '1_0', non-ASCII digits)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def finite_grade(value: Any, place: str, field: str) -> float:
+    """A relevance grade: a finite number, or text that spells one as a plain decimal ('2', '0.5', '1e-1';
+    spaces around it aside). Anything else (NaN, infinity, a boolean, '1_0') is refused naming `place`
+    (file and line) and `field`: a NaN grade dropped its query, an infinite one made nDCG NaN."""
+    number = math.nan
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        isinstance(value, str) and _DECIMAL.fullmatch(value.strip(" "))
+    ):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past the largest float
+            pass
+    if not math.isfinite(number):
+        raise DatasetError(f"{place}: field '{field}': {value!r} is not a finite number")
+    return number
 
 
 def where(path: Path, row: dict, index: int) -> str:

@@ -30,11 +30,14 @@ def selection_key(key: str) -> str:
 def holdout_ids(query_ids: list[str], share: float, seed: int) -> set[str]:
     """The holdout's question ids: round(share × n) of them (at least 1, at most n − 1), in an order seeded by `seed` and each id alone,
     so the same QA set always splits the same way, on any machine and in any row order."""
-    n = len(query_ids)
-    # at least one question on each side when there are two or more (a tiny QA set still confirms)
-    k = min(max(int(round(share * n)), 1), n - 1) if share > 0 and n >= 2 else 0
     order = sorted(query_ids, key=lambda q: (fingerprint("holdout", seed, q), q))
-    return set(order[:k])
+    return set(order[: holdout_size(len(query_ids), share)])
+
+
+def holdout_size(n: int, share: float) -> int:
+    """How many of `n` questions the holdout takes (the selection keeps the rest)."""
+    # at least one question on each side when there are two or more (a tiny QA set still confirms)
+    return min(max(int(round(share * n)), 1), n - 1) if share > 0 and n >= 2 else 0
 
 
 def split_rows(qa: pl.DataFrame, split: str, share: float, seed: int) -> pl.DataFrame:

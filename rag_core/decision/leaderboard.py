@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rag_core.metrics import overall_score
+from rag_core.metrics import overall_score, undefined_reasons
 
 # A config whose generations failed for more than this share of the queries is not ranked among the others:
 # its failed answers would count as wrong answers, i.e. an outage would read as low quality.
@@ -122,7 +122,7 @@ def defined_weights(weights: dict[str, float], summaries: pl.DataFrame) -> tuple
     if not kept:
         raise ValueError(
             f"no weighted metric is defined for any config ({', '.join(undefined)}): give weight to a "
-            "metric this QA set defines (retrieval metrics need gold documents, answer metrics gold answers)"
+            f"metric this QA set defines ({undefined_reasons(undefined)})"
         )
     return kept, undefined
 

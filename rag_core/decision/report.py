@@ -14,6 +14,7 @@ import polars as pl
 
 from rag_core.decision.holdout import holdout_share
 from rag_core.decision.leaderboard import qualified
+from rag_core.metrics import undefined_reasons
 
 STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
 STAGE_COSTS = ["query_transform", "rerank", "context", "generation", "judge"]
@@ -33,8 +34,8 @@ def _score_note(weights: dict[str, float], undefined: list[str]) -> str:
     note = "The weighted mean of " + ", ".join(f"{m} (weight {w:g})" for m, w in weights.items()) + "."
     if undefined:
         note += (
-            f" Undefined for every config, so left out: {', '.join(undefined)} (retrieval metrics need "
-            "questions with gold documents, answer metrics gold answers)."
+            f" Undefined for every config, so left out: {', '.join(undefined)} (no question has what they "
+            f"need: {undefined_reasons(undefined)})."
         )
     return note
 

@@ -36,7 +36,31 @@ SCORABLE_METRICS = (
     RETRIEVAL_METRICS + GENERATION_METRICS + SUPPORT_METRICS + EMBEDDING_METRICS + ("faithfulness_judge",)
 )
 
+# what the QA set (or the run) must give a question for each metric to be defined on it: a metric no question
+# defines is undefined for every config, and left out of the overall score
+METRIC_NEEDS: dict[str, str] = {
+    **dict.fromkeys(RETRIEVAL_METRICS, "gold document ids (relevant_doc_ids)"),
+    **dict.fromkeys((*GENERATION_METRICS, "semantic_similarity"), "reference answers (answers)"),
+    "citation_accuracy": "answers that cite their context ([n] markers)",
+    "faithfulness_judge": "a verdict of the judge (evaluation.judge_model)",
+}
+
+
+def undefined_reasons(metrics: Sequence[str]) -> str:
+    """What the metrics undefined for every config need, per metric, grouped by what they need:
+    'recall_at_k needs gold document ids (relevant_doc_ids); exact_match, token_f1 need reference answers
+    (answers)'. A BEIR set has gold documents and no answers: its answer metrics are the undefined ones."""
+    groups: dict[str, list[str]] = {}
+    for m in metrics:
+        groups.setdefault(METRIC_NEEDS.get(m, "a value this sweep's evaluation computes"), []).append(m)
+    return "; ".join(
+        f"{', '.join(names)} {'needs' if len(names) == 1 else 'need'} {need}"
+        for need, names in groups.items()
+    )
+
+
 __all__ = [
+    "METRIC_NEEDS",
     "RETRIEVAL_METRICS",
     "GENERATION_METRICS",
     "SCORABLE_METRICS",
@@ -53,6 +77,7 @@ __all__ = [
     "evaluate_queries",
     "summarize",
     "overall_score",
+    "undefined_reasons",
 ]
 
 Embed = Callable[[list[str]], np.ndarray]

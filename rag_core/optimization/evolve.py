@@ -15,7 +15,7 @@ from rag_core.common.completion import Completer, Completion
 from rag_core.common.fingerprint import fingerprint
 from rag_core.optimization.adapter import PromptAdapter, seed_candidate
 from rag_core.optimization.contexts import Contexts
-from rag_core.planning.spec import OptimizeSpec, RagConfig
+from rag_core.planning.spec import MIN_OPTIMIZE_QUESTIONS, OptimizeSpec, RagConfig, split_sizes
 
 
 class OptimizationError(ValueError):
@@ -66,13 +66,14 @@ def reflection_lm(llm: Completer, model: str, max_tokens: int = 2048) -> Callabl
 
 def train_val_split(query_ids: list[str], val_share: float, seed: int) -> tuple[list[str], list[str]]:
     """(train, validation) question ids: a seeded order of each id alone (any row order splits the same),
-    at least one question on each side."""
-    if len(query_ids) < 2:
+    at least one question on each side (rag_core/planning/spec.py `split_sizes`)."""
+    if len(query_ids) < MIN_OPTIMIZE_QUESTIONS:
         raise OptimizationError(
-            f"prompt optimization needs at least 2 selection questions (a train and a validation one); it has {len(query_ids)}"
+            f"prompt optimization needs at least {MIN_OPTIMIZE_QUESTIONS} selection questions (a train and a "
+            f"validation one); it has {len(query_ids)}"
         )
     order = sorted(query_ids, key=lambda q: (fingerprint("gepa-split", seed, q), q))
-    n_val = min(max(round(val_share * len(order)), 1), len(order) - 1)
+    _, n_val = split_sizes(len(order), val_share)
     return sorted(order[n_val:]), sorted(order[:n_val])
 
 
@@ -152,14 +153,14 @@ def optimize(
     seed = seed_candidate(config, spec.components)
     cost = _CostStopper(metered, spec.budget.max_cost_usd)
     # GEPA checks its budget between iterations, and an iteration scores two minibatches and, when its
-    # proposal is accepted, the validation questions: keep room for one, so the budget is never passed
+    # proposal is accepted, the validation questions: keep room for one, so the budget is never passed.
+    # A run refuses a smaller budget before any step (check_optimize_budget); this guards other callers
     minibatch = min(spec.minibatch, len(train))
-    iteration = 2 * minibatch + len(val)
-    limit = spec.budget.max_metric_calls - iteration
-    if limit < len(val):
+    limit = spec.budget.max_metric_calls - (2 * minibatch + len(val))
+    if spec.budget.max_metric_calls < spec.min_metric_calls(len(ids)):
         raise OptimizationError(
             f"optimize.budget.max_metric_calls {spec.budget.max_metric_calls} cannot hold the seed's "
-            f"validation ({len(val)} questions) and one iteration ({iteration}): give at least {len(val) + iteration}"
+            f"validation ({len(val)} questions) and one iteration: give at least {spec.min_metric_calls(len(ids))}"
         )
     result = gepa.optimize(
         seed_candidate=seed,

@@ -500,6 +500,16 @@ def component_used(c: RagConfig, component: str) -> bool:
     return False
 
 
+MIN_OPTIMIZE_QUESTIONS = 2  # selection questions a prompt optimization needs: a train and a validation one
+
+
+def split_sizes(questions: int, val_share: float) -> tuple[int, int]:
+    """(train, validation) sizes of GEPA's split of `questions` selection questions: at least one question
+    on each side (rag_core/optimization/evolve.py `train_val_split`)."""
+    val = min(max(round(val_share * questions), 1), questions - 1)
+    return questions - val, val
+
+
 class OptimizeBudget(_Strict):
     """Where a prompt optimization stops, keeping the best prompts found so far. GEPA checks both between
     its iterations: the calls are kept within max_metric_calls (room for one iteration is kept), while the
@@ -540,6 +550,17 @@ class OptimizeSpec(_Strict):
         if isinstance(v, list) and not v:
             raise ValueError("an empty list optimizes nothing: name config keys, 'recommended' or 'top_tier'")
         return v
+
+    def split_sizes(self, questions: int) -> tuple[int, int]:
+        return split_sizes(questions, self.val_share)
+
+    def min_metric_calls(self, questions: int) -> int:
+        """The smallest budget.max_metric_calls an optimization on `questions` selection questions runs
+        with: GEPA scores the seed on the validation questions, then checks its budget between iterations,
+        so room for one iteration is kept: two minibatches and, when its proposal is accepted, the
+        validation questions again."""
+        train, val = self.split_sizes(questions)
+        return 2 * val + 2 * min(self.minibatch, train)
 
     @property
     def first_stage(self) -> str:
@@ -676,6 +697,12 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
+    if "optimize" in raw and raw["optimize"] in (None, {}):  # YAML's `optimize:` alone is null
+        raise SpecError(
+            f"{path}: field 'optimize': the section is empty; it needs reflection_model (a litellm model "
+            "that reads failed answers and proposes prompts; components, configs and budget have defaults), "
+            "or leave the section out to optimize nothing"
+        )
     try:
         spec = SweepFile(**raw)
     except ValidationError as e:
@@ -750,7 +777,16 @@ def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) ->
 
 def _check_optimize(opt: OptimizeSpec, configs: list[RagConfig], path: Path) -> None:
     """Every component to optimize is read by some config (named configs: by each, checked in the plan,
-    where config keys are known)."""
+    where config keys are known); the budget holds one iteration on the fewest selection questions an
+    optimization runs on (on the QA set's own number: `check_optimize_budget`, once it is read)."""
+    need = opt.min_metric_calls(MIN_OPTIMIZE_QUESTIONS)
+    if opt.budget.max_metric_calls < need:
+        raise SpecError(
+            f"{path}: field 'optimize.budget.max_metric_calls': {opt.budget.max_metric_calls} cannot hold "
+            f"the seed's validation and one iteration (two minibatches and the validation again) even on "
+            f"the fewest selection questions, {MIN_OPTIMIZE_QUESTIONS}: give at least {need} (more with more "
+            "questions)"
+        )
     for component in opt.components:
         if not any(component_used(c, component) for c in configs):
             raise SpecError(
@@ -767,3 +803,28 @@ def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:
         return configs[:n]
     picked = sorted(random.Random(search.seed).sample(range(len(configs)), n))
     return [configs[i] for i in picked]
+
+
+def check_optimize_budget(sweep: Sweep, selection_questions: int, source: str = "the QA set") -> None:
+    """A prompt optimization's budget against the selection questions it will run on, known once the QA
+    set is read: refused before any step runs, not after the sweep (`source`: where the questions come
+    from, for the message)."""
+    opt = sweep.optimize
+    if opt is None:
+        return
+    n = selection_questions
+    held = " (the holdout aside)" if sweep.decision.holdout > 0 else ""
+    if n < MIN_OPTIMIZE_QUESTIONS:
+        raise SpecError(
+            f"{sweep.path}: field 'optimize': prompt optimization needs at least {MIN_OPTIMIZE_QUESTIONS} "
+            f"selection questions (a train and a validation one); {source} gives {n}{held}"
+        )
+    need = opt.min_metric_calls(n)
+    if opt.budget.max_metric_calls < need:
+        train, val = opt.split_sizes(n)
+        raise SpecError(
+            f"{sweep.path}: field 'optimize.budget.max_metric_calls': {opt.budget.max_metric_calls} cannot "
+            f"hold the seed's validation and one iteration on the {n} selection questions {source} gives"
+            f"{held}: the seed scores the {val} validation questions, an iteration two minibatches of "
+            f"{min(opt.minibatch, train)} and the validation again; give at least {need}"
+        )

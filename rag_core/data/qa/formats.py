@@ -2,7 +2,8 @@
 relevant_doc_ids[, relevant_doc_grades]); `rag_core.data.datasets.load_qa` then validates them as any QA set.
 
 - BEIR: a folder with `queries.jsonl` (`_id`, `text`) and `qrels/<split>.tsv` (query-id, corpus-id, score;
-  graded: every score > 0 is a gold document of that grade), or the qrels file itself. BEIR has no answers.
+  graded: every score > 0 is a gold document of that grade; a score is a finite number written plainly; the
+  first line is a header if it names those columns), or the qrels file itself. BEIR has no answers.
 - Ragas test set (JSONL/Parquet): `user_input`, `reference`, `reference_contexts`; the gold documents are
   the corpus documents that contain a reference context (whitespace and case aside).
 - MLflow evaluation dataset export (`EvaluationDataset.to_df()` as JSONL/Parquet, or its records):
@@ -20,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rag_core.data.rows import DatasetError, read_rows
+from rag_core.data.rows import DatasetError, finite_grade, read_rows
 from rag_core.data.rows import where as place_of
 
 QUESTION_KEYS = ("question", "query", "request", "input", "user_input")
@@ -64,9 +65,10 @@ def read_beir(path: Path) -> list[dict[str, Any]]:
     if not queries_file.exists():
         raise DatasetError(f"{qrels_file}: BEIR qrels need {queries_file} beside their qrels/ folder")
     gold: dict[str, dict[str, float]] = {}
-    with qrels_file.open(encoding="utf-8", newline="") as fh:
+    # utf-8-sig: a byte-order mark a spreadsheet wrote would hide the header's first name
+    with qrels_file.open(encoding="utf-8-sig", newline="") as fh:
         for lineno, fields in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not fields or (lineno == 1 and not _is_number(fields[-1])):  # the header line
+            if not fields or (lineno == 1 and _is_header(fields)):
                 continue
             if len(fields) != 3:
                 raise DatasetError(
@@ -74,10 +76,13 @@ def read_beir(path: Path) -> list[dict[str, Any]]:
                     f"(query-id, corpus-id, score), got {len(fields)}"
                 )
             qid, doc_id, score = fields
-            if not _is_number(score):
-                raise DatasetError(f"{qrels_file}: line {lineno}: field 'score': {score!r} is not a number")
-            if float(score) > 0:  # 0: judged not relevant
-                gold.setdefault(qid, {})[doc_id] = float(score)
+            hint = " (a header line names the columns query-id, corpus-id, score)" if lineno == 1 else ""
+            try:
+                grade = finite_grade(score, f"{qrels_file}: line {lineno}", "score")
+            except DatasetError as e:
+                raise DatasetError(f"{e}{hint}") from None
+            if grade > 0:  # 0: judged not relevant
+                gold.setdefault(qid, {})[doc_id] = grade
     rows = []
     seen: dict[str, int] = {}
     for q in read_rows(queries_file):  # names the line of invalid JSON
@@ -113,12 +118,20 @@ def read_beir(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+# the names BEIR gives the qrels columns, and the spellings other exports use
+HEADER_NAMES = (
+    {"query-id", "query_id", "qid"},
+    {"corpus-id", "corpus_id", "doc-id", "doc_id", "docid"},
+    {"score"},
+)
+
+
+def _is_header(fields: list[str]) -> bool:
+    """Line 1 is a header only if it names the columns: a data row whose score is not a number is an error,
+    not a header to skip (that dropped the row's query silently)."""
+    return len(fields) == len(HEADER_NAMES) and all(
+        f.strip().lower() in names for f, names in zip(fields, HEADER_NAMES, strict=True)
+    )
 
 
 # ---- Ragas ---------------------------------------------------------------------------------------------
