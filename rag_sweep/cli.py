@@ -260,12 +260,12 @@ def _export(args) -> int:
     from runner import local_instance
     from shipping.bundle import ExportError, collect, config_key_of, save
 
+    data = data_root(args.data_dir or environment.default_data_dir())
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
     check_new_file(out / "MLmodel", "--out")
     plan = load_plan(args.spec, args.store)
-    data = data_root(args.data_dir or environment.default_data_dir())
     board_file = leaderboard_path(data, plan.sweep.name)
     if not board_file.exists():
         raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")

@@ -14,6 +14,7 @@ file either way.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +31,30 @@ def is_remote(location: str | os.PathLike) -> bool:
     return str(location).startswith(REMOTE_SCHEMES) or getattr(location, "protocol", "") == "s3"
 
 
+def check_data_dir(location: str | os.PathLike) -> None:
+    """A data dir is a local folder or `s3://bucket[/prefix]`: anything else that looks like a URI (no
+    bucket, another scheme, `s3:bucket`) is refused in one line, before a folder named after it is made."""
+    from urllib.parse import urlsplit
+
+    from rag_core.planning.spec import SpecError
+
+    if not isinstance(location, str):
+        return
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?", location)
+    if scheme is None or (len(scheme.group(1)) == 1 and not scheme.group(2)):  # a path; C: on Windows
+        return
+    where = "set --data-dir or $RAG_DATA_DIR to a local folder or s3://BUCKET/prefix"
+    if scheme.group(1).lower() != "s3":
+        if not scheme.group(2):
+            return  # a local name with a colon in it, e.g. `run:1`
+        raise SpecError(f"data dir {location}: {scheme.group(1)}:// is not supported; {where}")
+    if not location.startswith("s3://") or not urlsplit(location).netloc:
+        raise SpecError(f"data dir {location}: not an object-storage URI with a bucket; {where}")
+
+
 def data_root(location: str | os.PathLike) -> Path:
     """The data dir as a path: a local folder (absolute) or an `s3://bucket/prefix` path."""
+    check_data_dir(location)
     if is_remote(location):
         from upath import UPath
 

@@ -1,0 +1,57 @@
+"""Bad settings and unreachable services are refused before any work, each in one line naming the thing
+and what to do: no traceback, nothing half-written, no silent wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import write_sweep
+
+SECTIONS = {
+    "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+    "retrieval": {"mode": "bm25", "top_k": 3},
+}
+
+
+@pytest.fixture
+def spec(slice_data, tmp_path):
+    return write_sweep(tmp_path / "s.yaml", slice_data, **SECTIONS)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if not line.startswith("(rerun with --verbose")]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_data_dir_that_is_no_path_and_no_bucket_is_refused_before_anything_is_written(
+    spec, slice_data, tmp_path, monkeypatch, capsys
+):
+    from rag_sweep.cli import main
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    commands = {
+        "run": ["run", spec],
+        "plan": ["plan", spec],
+        "export": ["export", spec, "--out", work / "model"],
+        "generate-qa": [
+            "generate-qa",
+            slice_data["corpus"],
+            "--model",
+            "openai/m",
+            "--out",
+            work / "q.jsonl",
+        ],
+    }
+    for name, args in commands.items():
+        for bad in ("s3://", "s3:bucket", "gs://bucket/x"):
+            assert main([*map(str, args), "--data-dir", bad]) == 2, (name, bad)
+            line = _one_error_line(capsys.readouterr().err)
+            assert line.startswith(f"error: data dir {bad}: ") and "--data-dir or $RAG_DATA_DIR" in line
+            assert list(work.iterdir()) == [], (name, bad)  # no `s3:` folder, no output
+    monkeypatch.setenv("RAG_DATA_DIR", "s3://")
+    assert main(["plan", str(spec)]) == 2
+    assert "error: data dir s3://: not an object-storage URI with a bucket" in capsys.readouterr().err
+    assert list(work.iterdir()) == []
