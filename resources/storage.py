@@ -167,3 +167,13 @@ def check_new_file(path: str | Path, flag: str) -> None:
         raise SpecError(f"{flag} {path}: {existing} is a file, so nothing can be written under it")
     if existing is not None and not os.access(existing, os.W_OK):
         raise SpecError(f"{flag} {path}: {existing} is not writable")
+    try:  # the write tried now: root passes access(), and /proc or a read-only mount refuse only the write
+        if path.is_file():  # opened for writing, left as it is
+            os.close(os.open(path, os.O_WRONLY))
+        elif existing is not None:  # a probe in the nearest folder there is: nothing made or left behind
+            fd, probe = tempfile.mkstemp(dir=existing, prefix=".rag-sweep-probe-")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        where = path if path.is_file() else f"a file in {existing}"
+        raise SpecError(f"{flag} {path}: cannot write {where} ({e.strerror}); name another path") from None

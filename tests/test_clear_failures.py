@@ -3,9 +3,11 @@ and what to do: no traceback, nothing half-written, no silent wait."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import write_sweep
+from tests.conftest import cli, write_sweep
 
 SECTIONS = {
     "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
@@ -55,3 +57,32 @@ def test_a_data_dir_that_is_no_path_and_no_bucket_is_refused_before_anything_is_
     assert main(["plan", str(spec)]) == 2
     assert "error: data dir s3://: not an object-storage URI with a bucket" in capsys.readouterr().err
     assert list(work.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs /proc (Linux)")
+def test_an_output_where_no_file_can_be_written_is_refused_before_the_sweep(
+    spec, slice_data, tmp_path, capsys
+):
+    """/proc passes access() for root and refuses only the write: it failed after the whole sweep."""
+    data = tmp_path / "data"
+    r = cli("run", spec, "--data-dir", data, "--output", "/proc/x.csv")
+    assert r.returncode == 2 and not data.exists()
+    line = _one_error_line(r.stderr)
+    assert line.startswith("error: --output /proc/x.csv: cannot write a file in /proc (")
+    from rag_sweep.cli import main
+
+    for args in (
+        ["export", spec, "--out", "/proc/model"],
+        ["generate-qa", slice_data["corpus"], "--model", "openai/m", "--out", "/proc/q.jsonl"],
+    ):
+        assert main([*map(str, args), "--data-dir", str(data)]) == 2
+        assert "error: --out /proc/" in _one_error_line(capsys.readouterr().err)
+        assert not data.exists()
+    # a writable place is left as it was: no probe file stays behind
+    (tmp_path / "board.csv").write_text("old")
+    from resources.storage import check_new_file
+
+    check_new_file(tmp_path / "board.csv", "--output")
+    check_new_file(tmp_path / "new" / "board.csv", "--output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.csv", "s.yaml"]
+    assert (tmp_path / "board.csv").read_text() == "old"
