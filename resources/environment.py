@@ -92,10 +92,22 @@ def dagster_home() -> str | None:
 
 def alert_settings() -> tuple[str | None, str]:
     """(where drift alerts are posted: $RAG_ALERT_WEBHOOK, None for nowhere; the Dagster UI's address the
-    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000)."""
-    return os.environ.get("RAG_ALERT_WEBHOOK") or None, os.environ.get(
-        "RAG_DAGSTER_URL"
-    ) or "http://127.0.0.1:3000"
+    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000). A webhook that is not an http(s) URL
+    (file://, a bare host) is a one-line error; the URL itself is not echoed (a webhook's path is often
+    its secret)."""
+    from urllib.parse import urlsplit
+
+    from rag_core.planning.spec import SpecError
+
+    webhook = os.environ.get("RAG_ALERT_WEBHOOK") or None
+    if webhook is not None:
+        url = urlsplit(webhook)
+        if url.scheme.lower() not in ("http", "https") or not url.netloc:
+            raise SpecError(
+                f"$RAG_ALERT_WEBHOOK: not an http(s) URL (scheme {url.scheme or 'none'!r}); set it to the "
+                "webhook's http:// or https:// address: no alert is sent until then"
+            )
+    return webhook, os.environ.get("RAG_DAGSTER_URL") or "http://127.0.0.1:3000"
 
 
 def weaviate_settings() -> tuple[str, int, bool]:

@@ -86,3 +86,53 @@ def test_an_output_where_no_file_can_be_written_is_refused_before_the_sweep(
     check_new_file(tmp_path / "new" / "board.csv", "--output")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["board.csv", "s.yaml"]
     assert (tmp_path / "board.csv").read_text() == "old"
+
+
+def _failed_drift_check(instance, leaderboard) -> None:
+    """One failed `nightly_drift` evaluation of `leaderboard`, with its alert, as the leaderboard records it."""
+    import dagster as dg
+
+    @dg.asset(key=leaderboard, check_specs=[dg.AssetCheckSpec("nightly_drift", asset=leaderboard)])
+    def board():
+        yield dg.Output(1)
+        yield dg.AssetCheckResult(
+            check_name="nightly_drift",
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"alert": {"sweep": "s", "severity": "WARN", "message": "dropped"}},
+        )
+
+    assert dg.materialize([board], instance=instance).success
+
+
+def test_an_alert_webhook_that_is_not_http_is_refused_and_the_alert_waits_for_a_good_one(
+    tmp_path, monkeypatch
+):
+    """A file:// webhook said "sent", advanced the cursor and lost the alert."""
+    import dagster as dg
+
+    from rag_core.planning.spec import SpecError
+    from sensors.alerts import drift_alerts
+    from tests.test_drift import Webhook
+
+    leaderboard = dg.AssetKey(["s", "leaderboard"])
+    sensor = drift_alerts("s", leaderboard, "s__drift_alerts")
+    with dg.DagsterInstance.ephemeral() as instance:
+        _failed_drift_check(instance, leaderboard)
+        tick = dg.build_sensor_context(instance=instance)
+        (tmp_path / "alerts.json").write_text("")
+        for bad in (f"file://{tmp_path}/alerts.json", "hooks.example.com/secret-path", "ftp://h/x"):
+            monkeypatch.setenv("RAG_ALERT_WEBHOOK", bad)
+            with pytest.raises(SpecError) as refused:
+                sensor(tick)
+            assert str(refused.value).startswith("$RAG_ALERT_WEBHOOK: not an http(s) URL")
+            assert "secret-path" not in str(refused.value) and tick.cursor is None  # nothing sent
+        hook = Webhook()
+        try:
+            monkeypatch.setenv("RAG_ALERT_WEBHOOK", hook.url)
+            sensor(tick)
+            sensor(tick)  # sent once
+        finally:
+            hook.close()
+    (alert,) = hook.bodies
+    assert alert["message"] == "dropped" and alert["link"].endswith("/assets/s/leaderboard")
