@@ -170,6 +170,23 @@ def env_number(name: str, default, cast, positive: bool = False):
     return value
 
 
+MIN_REQUESTS_PER_MINUTE = 1.0  # slower, a sweep's calls would take days, each one waited for in silence
+
+
+def llm_requests_per_minute() -> float | None:
+    """$RAG_LLM_REQUESTS_PER_MINUTE, the provider's quota: None (unset or 0) for no limit; a rate below
+    one request per minute is a one-line error naming the variable (0.001 waited ~17 hours a call)."""
+    from rag_core.planning.spec import SpecError
+
+    rate = env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float)
+    if 0 < rate < MIN_REQUESTS_PER_MINUTE:
+        raise SpecError(
+            f"$RAG_LLM_REQUESTS_PER_MINUTE={os.environ['RAG_LLM_REQUESTS_PER_MINUTE']!r}: one call every "
+            f"{60 / rate:,.0f} s; set at least {MIN_REQUESTS_PER_MINUTE:g} request per minute, or 0 for no limit"
+        )
+    return rate or None
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     """One of `choices` from the environment, or a one-line error naming the variable."""
     from rag_core.planning.spec import SpecError
