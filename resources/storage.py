@@ -141,6 +141,38 @@ def set_aside(path: Path, suffix: str) -> None:
         pass
 
 
+def sqlite_damage(path: Path) -> Exception | None:
+    """Why a local SQLite file is not a whole store (not SQLite, truncated, malformed), or None when it is
+    (or does not exist). A locked or busy store is not damage: that error is raised."""
+    import sqlite3
+    from contextlib import closing
+
+    if not path.exists():
+        return None
+    try:
+        with closing(sqlite3.connect(path, timeout=60)) as conn:
+            if (check := conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+                return sqlite3.DatabaseError(f"quick_check: {check}")
+    except sqlite3.OperationalError:  # locked, full disk ...
+        raise
+    except sqlite3.DatabaseError as e:
+        return e
+    return None
+
+
+def set_aside_damaged_store(path: Path, what: str, error: Exception, after: str, log) -> None:
+    """A damaged SQLite store is moved aside beside itself (`<name>.damaged`, kept for a look), with its
+    -wal and -shm (a damaged store's log must not be replayed into the new one), and said in a warning on
+    `log` naming both files and what follows (`after`): the caller then begins a new store."""
+    aside = path.with_name(path.name + ".damaged")
+    log.warning(f"{what} {path} is damaged ({error}): set aside as {aside}; {after}")
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            set_aside(side, side.suffix + ".damaged")
+    set_aside(path, path.suffix + ".damaged")
+
+
 def lance_storage_options(location: str | os.PathLike) -> dict[str, str] | None:
     """LanceDB's object-store options for a remote data dir (its own S3 client reads them, not fsspec)."""
     if not is_remote(location):

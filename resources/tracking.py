@@ -7,6 +7,7 @@ configs, so each evaluation creates, fills and terminates its own run.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
 import time
@@ -16,7 +17,9 @@ import dagster as dg
 import polars as pl
 
 from resources.environment import mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
-from resources.storage import is_remote
+from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
+
+_LOG = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -38,6 +41,13 @@ def _client_for(uri: str):
         return _cached_client(uri)
     db = Path(uri.removeprefix("sqlite:///"))
     seed_sqlite_store(db)
+    if db.exists() and _SQLITE_FILES.get(uri) != _file_id(db) and (damage := sqlite_damage(db)):
+        # random bytes, a cut-short copy (checked once per file and process): MLflow's own error was a
+        # traceback, `file is not a database`
+        set_aside_damaged_store(
+            db, "MLflow store", damage, "a new store is begun (the runs it held are not in it)", _LOG
+        )
+        seed_sqlite_store(db)
     client = _cached_client(uri)
     st = db.stat()
     if _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
@@ -47,6 +57,11 @@ def _client_for(uri: str):
             if (engine := getattr(store, "engine", None)) is not None:
                 engine.dispose()
     return client
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
 
 
 def seed_sqlite_store(db: Path) -> None:
