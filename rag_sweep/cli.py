@@ -211,7 +211,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
-    except (SpecError, DatasetError, DataDirError, CheckFailed, StepFailed) as e:
+    except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
         if getattr(args, "verbose", False):
             traceback.print_exception(e.__cause__ or e, file=sys.stderr)
         print(f"error: {e}", file=sys.stderr)

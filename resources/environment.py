@@ -28,6 +28,11 @@ for _name, _value in {
 SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
+class Unreachable(RuntimeError):
+    """A server the environment names (MLflow, PostgreSQL) cannot be connected to: one line naming where
+    (no password) and the variables that set it, before any work."""
+
+
 def text(name: str, default: str | None = None) -> str | None:
     """A variable's value; unset or empty: `default`."""
     return os.environ.get(name) or default
@@ -63,6 +68,11 @@ def shared_database_url() -> str | None:
     auth = f"{user}:{quote(password, safe='')}" if password else user
     port = os.environ.get("DAGSTER_PG_PORT", "5432")
     return f"postgresql://{auth}@{host}:{port}/{os.environ.get('DAGSTER_PG_DB', 'dagster')}"
+
+
+def shared_database_address() -> str:
+    """The deployment's PostgreSQL as host:port (what an error may show: no user, no password)."""
+    return f"{os.environ.get('DAGSTER_PG_HOST')}:{os.environ.get('DAGSTER_PG_PORT', '5432')}"
 
 
 def user_cache_dir() -> Path:

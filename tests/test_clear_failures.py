@@ -136,3 +136,42 @@ def test_an_alert_webhook_that_is_not_http_is_refused_and_the_alert_waits_for_a_
             hook.close()
     (alert,) = hook.bodies
     assert alert["message"] == "dropped" and alert["link"].endswith("/assets/s/leaderboard")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_mlflow_server_that_cannot_be_reached_is_one_line_before_any_work(spec, tmp_path, monkeypatch):
+    """A closed port was 256 s of MLflow's retries, in silence, then a traceback."""
+    import time
+
+    uri = f"http://rag:hunter2-pw@127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    data = tmp_path / "data"
+    t0 = time.monotonic()
+    r = cli("run", spec, "--data-dir", data)
+    assert r.returncode == 2 and time.monotonic() - t0 < 60  # the process's start, then at once
+    line = _one_error_line(r.stderr)
+    address = uri.replace("rag:hunter2-pw@", "")
+    assert line.startswith(f"error: MLflow at {address} ($MLFLOW_TRACKING_URI) cannot be reached (")
+    assert "hunter2" not in r.stderr + r.stdout and not data.exists()
+
+
+def test_a_postgresql_that_cannot_be_reached_is_one_line_naming_it_and_its_variables(
+    spec, tmp_path, monkeypatch
+):
+    """The run lock's psycopg2.OperationalError was a traceback."""
+    port = _closed_port()
+    monkeypatch.setenv("DAGSTER_PG_HOST", "127.0.0.1")
+    monkeypatch.setenv("DAGSTER_PG_PORT", str(port))
+    monkeypatch.setenv("DAGSTER_PG_PASSWORD", "hunter2-pw")
+    r = cli("run", spec, "--data-dir", tmp_path / "data")
+    assert r.returncode == 2
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: PostgreSQL at 127.0.0.1:{port} (") and "$DAGSTER_PG_HOST" in line
+    assert "hunter2" not in r.stderr + r.stdout
