@@ -82,6 +82,7 @@ def generate_qa_command(args) -> int:
     if out.suffix != ".jsonl":
         raise SpecError(f"--out {out}: the generated set is JSONL (a .jsonl path)")
     check_new_file(out, "--out")  # not after every call is paid for
+    data = data_root(args.data_dir or default_data_dir())
     if out.exists() and not args.overwrite and not args.dry_run:
         raise SpecError(
             f"--out {out}: exists (a reviewed set is used as is); pass --overwrite to generate it again"
@@ -91,7 +92,6 @@ def generate_qa_command(args) -> int:
     if args.dry_run:
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as --output's is
-    data = data_root(args.data_dir or default_data_dir())
     data.mkdir(parents=True, exist_ok=True)
     llm = llm_from_env(cache_path=str(data / "llm_cache.sqlite"))
     embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))

@@ -213,7 +213,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
-    except (SpecError, DatasetError, DataDirError, CheckFailed, StepFailed) as e:
+    except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
         if getattr(args, "verbose", False):
             traceback.print_exception(e.__cause__ or e, file=sys.stderr)
         print(f"error: {e}", file=sys.stderr)
@@ -261,12 +261,12 @@ def _export(args) -> int:
     from runner import local_instance
     from shipping.bundle import ExportError, collect, config_key_of, save
 
+    data = data_root(args.data_dir or environment.default_data_dir())
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
     check_new_file(out / "MLmodel", "--out")
     plan = load_plan(args.spec, args.store)
-    data = data_root(args.data_dir or environment.default_data_dir())
     board_file = leaderboard_path(data, plan.sweep.name)
     if not board_file.exists():
         raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")

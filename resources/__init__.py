@@ -6,7 +6,7 @@ resources/environment.py), in one place.
 
 from __future__ import annotations
 
-from resources.environment import env_choice, env_number, is_set, text
+from resources.environment import env_choice, env_number, is_set, llm_requests_per_minute, text
 from resources.storage import data_root
 
 
@@ -36,7 +36,7 @@ def build_resources(data_dir: str) -> dict:
             timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),
             max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
             max_concurrency=max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int)),
-            requests_per_minute=env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float) or None,
+            requests_per_minute=llm_requests_per_minute(),
         ),
         "tracking": MlflowTracking(default_dir=data_dir),
     }

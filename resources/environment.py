@@ -28,6 +28,11 @@ for _name, _value in {
 SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
+class Unreachable(RuntimeError):
+    """A server the environment names (MLflow, PostgreSQL) cannot be connected to: one line naming where
+    (no password) and the variables that set it, before any work."""
+
+
 def text(name: str, default: str | None = None) -> str | None:
     """A variable's value; unset or empty: `default`."""
     return os.environ.get(name) or default
@@ -65,6 +70,11 @@ def shared_database_url() -> str | None:
     return f"postgresql://{auth}@{host}:{port}/{os.environ.get('DAGSTER_PG_DB', 'dagster')}"
 
 
+def shared_database_address() -> str:
+    """The deployment's PostgreSQL as host:port (what an error may show: no user, no password)."""
+    return f"{os.environ.get('DAGSTER_PG_HOST')}:{os.environ.get('DAGSTER_PG_PORT', '5432')}"
+
+
 def user_cache_dir() -> Path:
     """This project's folder in the user's cache dir: what is built once per machine (not per data dir)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-sweep"
@@ -92,10 +102,22 @@ def dagster_home() -> str | None:
 
 def alert_settings() -> tuple[str | None, str]:
     """(where drift alerts are posted: $RAG_ALERT_WEBHOOK, None for nowhere; the Dagster UI's address the
-    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000)."""
-    return os.environ.get("RAG_ALERT_WEBHOOK") or None, os.environ.get(
-        "RAG_DAGSTER_URL"
-    ) or "http://127.0.0.1:3000"
+    alerts link to: $RAG_DAGSTER_URL, default http://127.0.0.1:3000). A webhook that is not an http(s) URL
+    (file://, a bare host) is a one-line error; the URL itself is not echoed (a webhook's path is often
+    its secret)."""
+    from urllib.parse import urlsplit
+
+    from rag_core.planning.spec import SpecError
+
+    webhook = os.environ.get("RAG_ALERT_WEBHOOK") or None
+    if webhook is not None:
+        url = urlsplit(webhook)
+        if url.scheme.lower() not in ("http", "https") or not url.netloc:
+            raise SpecError(
+                f"$RAG_ALERT_WEBHOOK: not an http(s) URL (scheme {url.scheme or 'none'!r}); set it to the "
+                "webhook's http:// or https:// address: no alert is sent until then"
+            )
+    return webhook, os.environ.get("RAG_DAGSTER_URL") or "http://127.0.0.1:3000"
 
 
 def weaviate_settings() -> tuple[str, int, bool]:
@@ -156,6 +178,23 @@ def env_number(name: str, default, cast, positive: bool = False):
         kind = "positive" if positive else "non-negative"
         raise SpecError(f"${name}={raw!r}: expected a finite {kind} {cast.__name__}")
     return value
+
+
+MIN_REQUESTS_PER_MINUTE = 1.0  # slower, a sweep's calls would take days, each one waited for in silence
+
+
+def llm_requests_per_minute() -> float | None:
+    """$RAG_LLM_REQUESTS_PER_MINUTE, the provider's quota: None (unset or 0) for no limit; a rate below
+    one request per minute is a one-line error naming the variable (0.001 waited ~17 hours a call)."""
+    from rag_core.planning.spec import SpecError
+
+    rate = env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float)
+    if 0 < rate < MIN_REQUESTS_PER_MINUTE:
+        raise SpecError(
+            f"$RAG_LLM_REQUESTS_PER_MINUTE={os.environ['RAG_LLM_REQUESTS_PER_MINUTE']!r}: one call every "
+            f"{60 / rate:,.0f} s; set at least {MIN_REQUESTS_PER_MINUTE:g} request per minute, or 0 for no limit"
+        )
+    return rate or None
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:

@@ -187,7 +187,7 @@ class Reasking:
 def llm_from_env(cache_path: str | None) -> LLMClient:
     """The LLM client the environment configures, as a sweep's steps get it, for use outside a Dagster run
     (a shipped model, `generate-qa`): its key is read from the environment now, never stored."""
-    from resources.environment import env_number, text
+    from resources.environment import env_number, llm_requests_per_minute, text
 
     return LLMClient(
         api_base=text("RAG_LLM_API_BASE"),
@@ -196,5 +196,5 @@ def llm_from_env(cache_path: str | None) -> LLMClient:
         timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),
         max_retries=env_number("RAG_LLM_MAX_RETRIES", 2, int),
         max_concurrency=max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int)),
-        requests_per_minute=env_number("RAG_LLM_REQUESTS_PER_MINUTE", 0.0, float) or None,
+        requests_per_minute=llm_requests_per_minute(),
     )

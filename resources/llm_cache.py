@@ -23,7 +23,7 @@ from rag_core.common.completion import Completion
 from rag_core.common.fingerprint import fingerprint
 from resources.environment import shared_database_url
 from resources.locks import NoSharedLock
-from resources.storage import is_remote, set_aside
+from resources.storage import is_remote, set_aside_damaged_store
 
 _LOG = logging.getLogger(__name__)
 
@@ -141,16 +141,13 @@ class LLMCache:
         """A damaged store (not SQLite, truncated, malformed) is moved aside, named, and a new one begun:
         its answers are asked again when needed, as a damaged embedding cache part's texts are embedded
         again. The ledger of what it recorded as spent goes with it (a search's LLM budget counts anew)."""
-        aside = self.path.with_name(self.path.name + ".damaged")
-        _LOG.warning(
-            f"LLM call cache {self.path} is damaged ({error}): set aside as {aside}; a new cache is begun "
-            "(calls it held are asked again when needed)"
+        set_aside_damaged_store(
+            self.path,
+            "LLM call cache",
+            error,
+            "a new cache is begun (calls it held are asked again when needed)",
+            _LOG,
         )
-        for suffix in ("-wal", "-shm"):  # a damaged store's log must not be replayed into the new one
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                set_aside(side, side.suffix + ".damaged")
-        set_aside(self.path, self.path.suffix + ".damaged")
 
     def get(self, key: str) -> Completion | None:
         """The stored completion (its original tokens, cost and latency: what the config costs per query)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from resources.environment import shared_database_url
+from resources.environment import Unreachable, shared_database_address, shared_database_url
 from resources.storage import is_remote
 
 
@@ -35,7 +35,17 @@ def shared_lock(name: str, local_file: Path, waiting: Callable[[str], None] | No
     if url:
         import psycopg2
 
-        conn = psycopg2.connect(url, application_name=f"rag-sweep lock {name}"[:63])
+        try:
+            conn = psycopg2.connect(url, application_name=f"rag-sweep lock {name}"[:63], connect_timeout=10)
+        except psycopg2.OperationalError as e:  # not running, a wrong host, port or password
+            from resources.llm import redact
+
+            reason = redact(str(e).strip().splitlines()[0], os.environ.get("DAGSTER_PG_PASSWORD"))
+            raise Unreachable(
+                f"PostgreSQL at {shared_database_address()} (the deployment's database, set by $DAGSTER_PG_HOST, "
+                f"$DAGSTER_PG_PORT, $DAGSTER_PG_USER, $DAGSTER_PG_PASSWORD, $DAGSTER_PG_DB): cannot connect "
+                f"({reason}); start it or fix those variables"
+            ) from None
         try:
             conn.autocommit = True
             with conn.cursor() as cur:

@@ -14,6 +14,7 @@ file either way.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +31,30 @@ def is_remote(location: str | os.PathLike) -> bool:
     return str(location).startswith(REMOTE_SCHEMES) or getattr(location, "protocol", "") == "s3"
 
 
+def check_data_dir(location: str | os.PathLike) -> None:
+    """A data dir is a local folder or `s3://bucket[/prefix]`: anything else that looks like a URI (no
+    bucket, another scheme, `s3:bucket`) is refused in one line, before a folder named after it is made."""
+    from urllib.parse import urlsplit
+
+    from rag_core.planning.spec import SpecError
+
+    if not isinstance(location, str):
+        return
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?", location)
+    if scheme is None or (len(scheme.group(1)) == 1 and not scheme.group(2)):  # a path; C: on Windows
+        return
+    where = "set --data-dir or $RAG_DATA_DIR to a local folder or s3://BUCKET/prefix"
+    if scheme.group(1).lower() != "s3":
+        if not scheme.group(2):
+            return  # a local name with a colon in it, e.g. `run:1`
+        raise SpecError(f"data dir {location}: {scheme.group(1)}:// is not supported; {where}")
+    if not location.startswith("s3://") or not urlsplit(location).netloc:
+        raise SpecError(f"data dir {location}: not an object-storage URI with a bucket; {where}")
+
+
 def data_root(location: str | os.PathLike) -> Path:
     """The data dir as a path: a local folder (absolute) or an `s3://bucket/prefix` path."""
+    check_data_dir(location)
     if is_remote(location):
         from upath import UPath
 
@@ -118,6 +141,38 @@ def set_aside(path: Path, suffix: str) -> None:
         pass
 
 
+def sqlite_damage(path: Path) -> Exception | None:
+    """Why a local SQLite file is not a whole store (not SQLite, truncated, malformed), or None when it is
+    (or does not exist). A locked or busy store is not damage: that error is raised."""
+    import sqlite3
+    from contextlib import closing
+
+    if not path.exists():
+        return None
+    try:
+        with closing(sqlite3.connect(path, timeout=60)) as conn:
+            if (check := conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+                return sqlite3.DatabaseError(f"quick_check: {check}")
+    except sqlite3.OperationalError:  # locked, full disk ...
+        raise
+    except sqlite3.DatabaseError as e:
+        return e
+    return None
+
+
+def set_aside_damaged_store(path: Path, what: str, error: Exception, after: str, log) -> None:
+    """A damaged SQLite store is moved aside beside itself (`<name>.damaged`, kept for a look), with its
+    -wal and -shm (a damaged store's log must not be replayed into the new one), and said in a warning on
+    `log` naming both files and what follows (`after`): the caller then begins a new store."""
+    aside = path.with_name(path.name + ".damaged")
+    log.warning(f"{what} {path} is damaged ({error}): set aside as {aside}; {after}")
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            set_aside(side, side.suffix + ".damaged")
+    set_aside(path, path.suffix + ".damaged")
+
+
 def lance_storage_options(location: str | os.PathLike) -> dict[str, str] | None:
     """LanceDB's object-store options for a remote data dir (its own S3 client reads them, not fsspec)."""
     if not is_remote(location):
@@ -144,3 +199,13 @@ def check_new_file(path: str | Path, flag: str) -> None:
         raise SpecError(f"{flag} {path}: {existing} is a file, so nothing can be written under it")
     if existing is not None and not os.access(existing, os.W_OK):
         raise SpecError(f"{flag} {path}: {existing} is not writable")
+    try:  # the write tried now: root passes access(), and /proc or a read-only mount refuse only the write
+        if path.is_file():  # opened for writing, left as it is
+            os.close(os.open(path, os.O_WRONLY))
+        elif existing is not None:  # a probe in the nearest folder there is: nothing made or left behind
+            fd, probe = tempfile.mkstemp(dir=existing, prefix=".rag-sweep-probe-")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        where = path if path.is_file() else f"a file in {existing}"
+        raise SpecError(f"{flag} {path}: cannot write {where} ({e.strerror}); name another path") from None

@@ -7,6 +7,7 @@ configs, so each evaluation creates, fills and terminates its own run.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
 import time
@@ -16,8 +17,10 @@ import dagster as dg
 import polars as pl
 
 from rag_core.decision.leaderboard import qualified
-from resources.environment import mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
-from resources.storage import is_remote
+from resources.environment import Unreachable, mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
+from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
+
+_LOG = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -39,6 +42,13 @@ def _client_for(uri: str):
         return _cached_client(uri)
     db = Path(uri.removeprefix("sqlite:///"))
     seed_sqlite_store(db)
+    if db.exists() and _SQLITE_FILES.get(uri) != _file_id(db) and (damage := sqlite_damage(db)):
+        # random bytes, a cut-short copy (checked once per file and process): MLflow's own error was a
+        # traceback, `file is not a database`
+        set_aside_damaged_store(
+            db, "MLflow store", damage, "a new store is begun (the runs it held are not in it)", _LOG
+        )
+        seed_sqlite_store(db)
     client = _cached_client(uri)
     st = db.stat()
     if _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
@@ -48,6 +58,11 @@ def _client_for(uri: str):
             if (engine := getattr(store, "engine", None)) is not None:
                 engine.dispose()
     return client
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
 
 
 def seed_sqlite_store(db: Path) -> None:
@@ -89,6 +104,39 @@ def seed_sqlite_store(db: Path) -> None:
                 pass
     except OSError:  # no writable cache dir: MLflow builds the store itself, as it always could
         return
+
+
+def shown_uri(uri: str) -> str:
+    """A tracking URI as an error may show it: no `user:password@`, no secret-named variable's value."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from resources.llm import redact
+
+    url = urlsplit(uri)
+    if "@" in url.netloc:
+        url = url._replace(netloc=url.netloc.rsplit("@", 1)[1])
+    return redact(urlunsplit(url))
+
+
+def check_reachable(uri: str | None, timeout_s: float = 5.0) -> None:
+    """An MLflow server ($MLFLOW_TRACKING_URI, http or https) that takes no connection is a one-line error
+    now, not MLflow's minutes of retries then a traceback at the first step that logs."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not uri or not uri.startswith(("http://", "https://")):
+        return
+    try:
+        url = urlsplit(uri)
+        socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout_s
+        ).close()
+    except (OSError, ValueError) as e:  # refused, no such host, timed out; a port that is no number
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise Unreachable(
+            f"MLflow at {shown_uri(uri)} ($MLFLOW_TRACKING_URI) cannot be reached ({reason}): start it, or set "
+            "$MLFLOW_TRACKING_URI to its address (unset: a SQLite store in the data dir)"
+        ) from None
 
 
 # a config's place in the leaderboard, one point per night: carried over when its run is replaced

@@ -21,8 +21,9 @@ from rag_assets.stage_asset import FORCE_TAG
 from rag_core.common.progress import listening
 from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
-from resources.environment import default_data_dir, executor
+from resources.environment import default_data_dir, executor, mlflow_tracking_uri
 from resources.storage import data_root, read_parquet
+from resources.tracking import check_reachable
 from runner.estimate import load_data
 from runner.instance import (
     RUNNER_PID_TAG,
@@ -89,6 +90,7 @@ def run_sweep(
         load_data(plan.sweep)
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     require_fleet(data) if fleet else require_deployment(data)
+    check_reachable(mlflow_tracking_uri())  # not minutes of retries at the first step that logs
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):

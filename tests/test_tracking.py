@@ -139,3 +139,20 @@ def test_only_the_current_leaderboard_run_states_a_recommendation(tmp_path):
     tracking.mark_current_board("sweep", "old")
     assert client.get_run(ids["old"]).data.tags["current"] == "true"
     assert client.get_run(ids["new"]).data.tags["current"] == "false"
+
+
+def test_a_damaged_store_is_set_aside_named_and_begun_anew(tmp_path, caplog):
+    """Random bytes in <data dir>/mlflow.db were a traceback, `file is not a database`."""
+    import os
+
+    damaged = os.urandom(16384)
+    (tmp_path / "mlflow.db").write_bytes(damaged)
+    tracking = MlflowTracking(default_dir=str(tmp_path))
+    with caplog.at_level("WARNING", logger="resources.tracking"):
+        exp = tracking.experiment_id("sweep")
+        assert tracking.experiment_id("sweep") == exp  # the new store holds it; said once
+    (said,) = caplog.messages
+    db, aside = tmp_path / "mlflow.db", tmp_path / "mlflow.db.damaged"
+    assert said.startswith(f"MLflow store {db} is damaged (") and f"set aside as {aside}" in said
+    assert aside.read_bytes() == damaged
+    assert tracking.client().get_experiment_by_name("sweep").experiment_id == exp

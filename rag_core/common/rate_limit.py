@@ -10,12 +10,19 @@ It spaces when calls start, not when the HTTP request leaves: litellm's one-time
 first call) can hold calls that already have their slot, and those then reach the provider together (a
 burst of up to `max_concurrency`, measured under CPU load); the provider's 429 and its Retry-After, which
 every call honours (resources/llm.py), cover that first moment.
+
+A wait longer than `LONG_WAIT_S` is said, once per limiter (how long and why): a slow quota is never a
+silent stall.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+
+_LOG = logging.getLogger(__name__)
+LONG_WAIT_S = 5.0
 
 _LIMITERS: dict[tuple[str, float], RateLimiter] = {}
 _LOCK = threading.Lock()
@@ -25,10 +32,12 @@ class RateLimiter:
     """At most `per_minute` starts in any minute, evenly spaced (60 / per_minute s apart): a burst is
     spread out, not let through then blocked for the rest of the minute."""
 
-    def __init__(self, per_minute: float, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, per_minute: float, clock=time.monotonic, sleep=time.sleep, name: str = ""):
         if per_minute <= 0:
             raise ValueError(f"requests per minute must be > 0, got {per_minute}")
+        self.per_minute, self.name = per_minute, name
         self.interval = 60.0 / per_minute
+        self._said = False  # a long wait was logged
         self._clock, self._sleep = clock, sleep
         self._next = float("-inf")  # the earliest time the next request may start
         self._lock = threading.Lock()
@@ -40,6 +49,14 @@ class RateLimiter:
             start = max(now, self._next)
             self._next = start + self.interval
         delay = start - now
+        if delay > LONG_WAIT_S and not self._said:
+            self._said = True
+            _LOG.warning(
+                f"waiting {delay:.0f} s for an LLM call's turn: the rate limit"
+                f"{f' of {self.name.strip()}' if self.name.strip() else ''} ({self.per_minute:g} requests per "
+                f"minute, $RAG_LLM_REQUESTS_PER_MINUTE) starts one call every {self.interval:.0f} s "
+                "(said once)"
+            )
         if delay > 0:
             self._sleep(delay)
         return delay
@@ -49,5 +66,5 @@ def limiter(key: str, per_minute: float) -> RateLimiter:
     """The process's limiter of this provider and endpoint at this rate."""
     with _LOCK:
         if (key, per_minute) not in _LIMITERS:
-            _LIMITERS[(key, per_minute)] = RateLimiter(per_minute)
+            _LIMITERS[(key, per_minute)] = RateLimiter(per_minute, name=key)
         return _LIMITERS[(key, per_minute)]
