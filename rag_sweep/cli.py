@@ -128,7 +128,9 @@ _default_show_warning = warnings.showwarning
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A loader's DataWarning (rows or values it dropped, counted) as one line, like the CLI's own warnings."""
-    if issubclass(category, DataWarning):
+    from shipping.bundle import ExportWarning
+
+    if issubclass(category, DataWarning | ExportWarning):
         print(f"warning: {message}", file=sys.stderr)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)

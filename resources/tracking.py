@@ -49,6 +49,8 @@ def _client_for(uri: str):
             db, "MLflow store", damage, "a new store is begun (the runs it held are not in it)", _LOG
         )
         seed_sqlite_store(db)
+    if db.exists() and _SQLITE_FILES.get(uri) != _file_id(db):
+        reanchor_sqlite_store(db)
     client = _cached_client(uri)
     st = db.stat()
     if _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
@@ -63,6 +65,54 @@ def _client_for(uri: str):
 def _file_id(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_dev, st.st_ino
+
+
+# Where a local store keeps file locations: MLflow writes them absolute (file:///…/mlartifacts/…)
+_LOCATIONS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+    ("logged_models", "artifact_location"),
+)
+ARTIFACTS = "/mlartifacts"
+
+
+def reanchor_sqlite_store(db: Path) -> list[str]:
+    """A local store's artifacts live beside it (`<data dir>/mlartifacts`), but MLflow records their
+    locations as absolute paths: after the data dir is moved, `models:/…@champion` fails to load (`No such
+    artifact`), and a copied data dir silently serves the original's files. Every location under another
+    folder's `mlartifacts` is pointed at this store's, once per store file and process, with a warning.
+    Returns the earlier roots it replaced."""
+    import sqlite3
+
+    here = db.parent.resolve().as_uri() + ARTIFACTS
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        roots = {
+            loc[: loc.index(ARTIFACTS) + len(ARTIFACTS)]
+            for (loc,) in con.execute("SELECT artifact_location FROM experiments")
+            if loc and loc.startswith("file://") and ARTIFACTS in loc
+        } - {here}
+        if not roots:
+            return []
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        with con:  # one transaction: every location moves, or none
+            for old in sorted(roots):
+                for table, column in _LOCATIONS:
+                    if table in tables:
+                        con.execute(
+                            f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                            f"WHERE substr({column}, 1, ?) = ?",
+                            (here, len(old) + 1, len(old), old),
+                        )
+    finally:
+        con.close()
+    _LOG.warning(
+        f"MLflow store {db}: its artifacts were recorded under {', '.join(sorted(roots))} (the data dir was "
+        f"moved or copied): every location now points at {here}"
+    )
+    return sorted(roots)
 
 
 def seed_sqlite_store(db: Path) -> None:

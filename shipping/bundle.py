@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,10 @@ FIGURES = (
     "generation_p95_ms",
 )
 REQUIREMENTS = ["mlflow", "polars", "pyarrow", "pandas", "litellm", "lancedb", "rag-sweep"]
+
+
+class ExportWarning(UserWarning):
+    """What an exported model lacks (the CLI prints it as one line)."""
 
 
 class ExportError(ValueError):
@@ -91,10 +96,18 @@ def collect(
         for stage in ("chunksets", "embeddings", "vector_index", "evaluations")
         for part in [plan.key_of(config, stage)]
     }
-    if row:  # the evaluation the board ranked (a halving rung's saw a subset of the questions)
-        ref["evaluations"] = ArtifactRef(
-            data, "evaluations", row[0]["fingerprint"], ref["evaluations"].partition
-        )
+    if row:  # the evaluation the board ranked (a halving rung's saw a subset of the questions) ...
+        ranked = row[0]["fingerprint"]
+        rung = plan.fingerprints(
+            {s: expected[(s, None)] for s in ("corpus", "qa_set")}, rung=int(row[0]["n_queries"])
+        ).get(("evaluations", ref["evaluations"].partition))
+        if ranked not in (ref["evaluations"].fp, rung):  # ... of this config as it is here, or none
+            raise ExportError(
+                f"config {label} ({key}): the leaderboard ranked an evaluation of other settings than this "
+                "environment gives it (another LLM endpoint, model or store: `rag-sweep plan` shows its "
+                "steps to run), so its figures are not this config's: run the sweep here first"
+            )
+        ref["evaluations"] = ArtifactRef(data, "evaluations", ranked, ref["evaluations"].partition)
     if not ref["evaluations"].intact():
         raise ExportError(
             f"config {label} ({key}) of sweep {plan.sweep.name} was never evaluated on this data dir's inputs: "
@@ -116,7 +129,20 @@ def collect(
     if row:
         figures["cost_per_1k_queries_usd"] = row[0]["cost_usd"] / max(row[0]["n_queries"], 1) * 1000
         figures["p95_latency_ms"] = row[0]["retrieval_p95_ms"] + row[0]["generation_p95_ms"]
+    if not row:
+        warnings.warn(
+            f"config {label} ({key}) is not on the latest leaderboard of sweep {plan.sweep.name}: the model "
+            "carries no rank, score interval or holdout figure",
+            ExportWarning,
+            stacklevel=2,
+        )
     holdout = decision.get("holdout") or {}
+    if holdout.get("status") == "failed":  # its scores measure an outage: none is a figure of the config
+        figures = {k: v for k, v in figures.items() if not k.startswith("holdout_")}
+    # the holdout's verdict is about the recommended config: another config carries its own figures only
+    verdict = (
+        holdout.get("verdict") if holdout.get("recommended", decision.get("recommended")) == key else None
+    )
     identity = {
         "sweep": plan.sweep.name,
         "config_key": key,
@@ -133,7 +159,8 @@ def collect(
         **identity,
         "leaderboard_evaluated_at": decision.get("evaluated_at"),
         "recommended": decision.get("recommended") == key,
-        "holdout_verdict": holdout.get("verdict"),
+        "on_leaderboard": bool(row),
+        "holdout_verdict": verdict,
         "settings": config.flat_params(),
         "figures": figures,
     }

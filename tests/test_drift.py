@@ -78,7 +78,7 @@ def _latest_check(run) -> dg.AssetCheckEvaluation:
 
 @pytest.mark.slow
 def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
-    slice_data, tmp_path, monkeypatch
+    slice_data, tmp_path, monkeypatch, capsys
 ):
     from rag_assets.leaderboard import leaderboard_path
     from runner import run_sweep
@@ -110,7 +110,9 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
             sensor(tick)
             assert _latest_check(first).passed and hook.bodies == []  # nothing to compare with yet
             respond.right = False  # the provider's silent model update
+            capsys.readouterr()
             drifted = run_sweep(spec, data, force=True, progress=False)
+            printed = capsys.readouterr().err  # a failed WARN check is printed, as a failed step would be
             check = _latest_check(drifted)
             sensor(tick)
             sensor(tick)  # the same failure is sent once
@@ -120,6 +122,7 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
         hook.close()
     assert first.board["exact_match"][0] == 1.0 and drifted.board["exact_match"][0] == 0.0
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert "check 'nightly_drift' failed: " in printed, printed
     (alert,) = hook.bodies
     key = first.board["config_key"][0]
     assert alert["sweep"] == "nightly" and alert["config"] == key and alert["severity"] == "WARN"

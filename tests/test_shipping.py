@@ -176,3 +176,39 @@ def test_a_changed_recommendation_registers_a_new_version_and_moves_the_alias(sl
     never = next(k for k in load_plan(str(spec)).config_keys if "-k6" in k)
     r = cli("export", spec, "--config", never, "--out", tmp_path / "m", "--data-dir", data)
     assert r.returncode == 2 and "was never evaluated" in r.stderr, r.stderr
+
+
+def test_an_exported_model_states_only_its_own_evidence(sweep_run):
+    """The holdout's verdict is about the recommended config: another config's model does not carry it; a
+    config absent from the latest board is exported with a warning and no figures; a board row evaluated
+    under other settings (another LLM endpoint) is not this config's evaluation and is refused."""
+    from shipping.bundle import ExportError, ExportWarning, collect
+
+    data, plan, board = sweep_run["data"], sweep_run["plan"], sweep_run["board"]
+    instance = sweep_run["instance"]
+    recommended = board.filter(pl.col("recommended"))["config_key"][0]
+    other = next(k for k in plan.config_keys if k != recommended)
+    decision = {
+        "recommended": recommended,
+        "holdout": {
+            "recommended": recommended,
+            "verdict": f"confirmed: on 30 holdout questions, {recommended} …",
+        },
+    }
+    mine = collect(plan, data, instance, board, decision, recommended).metadata
+    theirs = collect(plan, data, instance, board, decision, other).metadata
+    assert mine["holdout_verdict"].startswith("confirmed") and mine["on_leaderboard"]
+    assert theirs["holdout_verdict"] is None and theirs["figures"]["overall_score"] is not None
+
+    with pytest.warns(ExportWarning, match="not on the latest leaderboard"):
+        absent = collect(plan, data, instance, board.filter(pl.col("config_key") != other), decision, other)
+    assert absent.metadata["figures"] == {} and not absent.metadata["on_leaderboard"]
+
+    elsewhere = board.with_columns(
+        pl.when(pl.col("config_key") == other)
+        .then(pl.lit("0" * 64))
+        .otherwise(pl.col("fingerprint"))
+        .alias("fingerprint")
+    )
+    with pytest.raises(ExportError, match="other settings than this environment"):
+        collect(plan, data, instance, elsewhere, decision, other)

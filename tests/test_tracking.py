@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
 from resources.tracking import MlflowTracking
@@ -156,3 +158,34 @@ def test_a_damaged_store_is_set_aside_named_and_begun_anew(tmp_path, caplog):
     assert said.startswith(f"MLflow store {db} is damaged (") and f"set aside as {aside}" in said
     assert aside.read_bytes() == damaged
     assert tracking.client().get_experiment_by_name("sweep").experiment_id == exp
+
+
+def test_a_moved_or_copied_data_dir_serves_its_own_artifacts(tmp_path):
+    """MLflow records artifact locations as absolute paths: after `mv` of the data dir a registered model
+    did not load (`No such artifact`), and a copy served the original's files. The store is re-anchored."""
+    import shutil
+
+    import mlflow
+
+    first = tmp_path / "first"
+    tracking = MlflowTracking(default_dir=str(first))
+    client = tracking._client()
+    run = client.create_run(tracking._experiment_id(client, "sweep"))
+    model = tmp_path / "model.txt"
+    model.write_text("the original")
+    client.log_artifact(run.info.run_id, str(model), "model")
+    client.create_registered_model("sweep")
+    client.create_model_version("sweep", f"{run.info.artifact_uri}/model", run_id=run.info.run_id)
+
+    copied, moved = tmp_path / "copied", tmp_path / "moved"
+    shutil.copytree(first, copied)
+    (copied / "mlartifacts" / "sweep" / run.info.run_id / "artifacts" / "model" / "model.txt").write_text(
+        "copy"
+    )
+    shutil.move(first, moved)
+    for folder, text in ((moved, "the original"), (copied, "copy")):
+        client = MlflowTracking(default_dir=str(folder))._client()
+        source = client.get_model_version_download_uri("sweep", "1")  # what models:/sweep/1 loads
+        local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(tmp_path / folder.name))
+        assert (Path(local) / "model.txt").read_text() == text
+        assert client.get_run(run.info.run_id).info.artifact_uri.startswith(folder.resolve().as_uri())
