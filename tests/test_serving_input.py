@@ -219,3 +219,21 @@ def test_any_json_values_get_one_row_each_never_raising(model, values):
     # an object column (pandas' string type cannot hold a lone surrogate; typed columns: above)
     frame = pd.DataFrame({"question": pd.Series(values, dtype=object)}) if values else pd.DataFrame()
     _check_rows(model.predict(frame), values)
+
+
+def test_a_question_the_pipeline_fails_on_is_its_row_error(model, monkeypatch):
+    """When the pipeline raises on a batch, the questions are answered one at a time: the one it fails on
+    is that row's error, the others are answered."""
+    pipeline = model.unwrap_python_model()
+    answer = type(pipeline)._answer
+
+    def failing(self, questions):
+        if "boom" in questions:
+            raise RuntimeError("the store refused the query")
+        return answer(self, questions)
+
+    monkeypatch.setattr(type(pipeline), "_answer", failing)
+    predicted = model.predict(pd.DataFrame({"question": [QUESTION, "boom", "Who wrote Arthur's Magazine?"]}))
+    assert predicted["answer"].notna().tolist() == [True, False, True]
+    assert predicted["error"].tolist() == [None, "RuntimeError: the store refused the query", None]
+    assert predicted["question"].tolist()[1] == "boom" and list(predicted["doc_ids"][1]) == []
