@@ -1,6 +1,7 @@
 """The shipped pipeline as an MLflow pyfunc model: `predict` takes questions and returns, for each, the
 answer and the contexts it was given (chunk and doc ids, titles, texts), by running the sweep's own stage
-functions (retrieve, rerank, answer) with the config it was evaluated as.
+functions (retrieve, rerank, answer) with the config it was evaluated as. One output row per input row: a row
+that is not a question (`question_of`) is that row's error, the others are answered.
 
 Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
 sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
