@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import textwrap
 import time
@@ -279,12 +280,27 @@ def _export(args) -> int:
     except ExportError as e:
         raise SpecError(str(e)) from e
     save(bundle, out)
-    print(
-        f"wrote config {bundle.label} ({key}) as an MLflow model to {out}\n"
-        f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
-        f"  serve: PATH=$PWD/.venv/bin:$PATH mlflow models serve -m {out} --env-manager local -p 5001"
-    )
+    _print_export(bundle.label, key, out)
     return 0
+
+
+def serve_command(model: str | Path, tracking_uri: str | None = None) -> str:
+    """The shell line that serves a model (a folder or a `models:/` URI), every value quoted for the shell
+    (`shlex.quote` leaves a plain one as it is); the project's environment first on PATH."""
+    env = f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} " if tracking_uri else ""
+    return (
+        f"PATH=$PWD/.venv/bin:$PATH {env}mlflow models serve -m {shlex.quote(str(model))} "
+        "--env-manager local -p 5001"
+    )
+
+
+def _print_export(label: str, key: str, out: Path) -> None:
+    """How to load (Python: a string literal) and serve (the shell: quoted) an exported model folder."""
+    print(
+        f"wrote config {label} ({key}) as an MLflow model to {out}\n"
+        f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
+        f"  serve: {serve_command(out)}"
+    )
 
 
 def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
@@ -310,10 +326,28 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
         f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
         f"  Load it:  mlflow.set_tracking_uri({store!r}); "
         f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
-        f"  Serve it: PATH=$PWD/.venv/bin:$PATH MLFLOW_TRACKING_URI={store} mlflow models serve -m {uri} "
-        "--env-manager local -p 5001\n"
+        f"  Serve it: {serve_command(uri, store)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''
+    )
+
+
+def _print_explore(tracking, sweep: str, spec: Path, data: Path, home: Path | str, store_name: str) -> None:
+    """The shell lines that open the Dagster UI and the MLflow UI on this run, every value quoted."""
+    q = shlex.quote
+    runs_url = tracking.ranked_runs_url(sweep) or "http://127.0.0.1:5000"
+    store = tracking.resolved_uri()
+    mlflow = (
+        f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {q(store)}   (then open "
+        if store.startswith("sqlite:")
+        else "open "  # the deployment's MLflow server
+    )
+    print(
+        "\nExplore the results:\n"
+        f"  Dagster UI: DAGSTER_HOME={q(str(home))} RAG_SWEEP={q(str(spec))} RAG_DATA_DIR={q(str(data))} "
+        f"RAG_VECTOR_STORE={q(store_name)} .venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
+        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep}, best first"
+        + (")" if store.startswith("sqlite:") else "")
     )
 
 
@@ -333,23 +367,9 @@ def _print_run(run, args, seconds: float) -> int:
     _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)
-    spec_path = Path(args.spec).resolve()
     tracking = run.defs.resources["tracking"]
-    runs_url = tracking.ranked_runs_url(sweep.name) or "http://127.0.0.1:5000"
-    store = tracking.resolved_uri()
-    mlflow = (
-        f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {store}   (then open "
-        if store.startswith("sqlite:")
-        else "open "  # the deployment's MLflow server
-    )
-    print(
-        "\nExplore the results:\n"
-        f"  Dagster UI: DAGSTER_HOME={environment.dagster_home() or data / 'dagster_home'} RAG_SWEEP={spec_path} "
-        f"RAG_DATA_DIR={data} RAG_VECTOR_STORE={plan.store} "
-        ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
-        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep.name}, best first"
-        + (")" if store.startswith("sqlite:") else "")
-    )
+    home = environment.dagster_home() or data / "dagster_home"
+    _print_explore(tracking, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
     unsupported = unsupported_claim(read_decision(data, sweep.name))
     _print_champion(tracking, sweep.name, unsupported)
     if unsupported:
