@@ -212,9 +212,10 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.flush()
         os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
     except (SpecError, DatasetError, DataDirError, CheckFailed, StepFailed) as e:
-        if getattr(args, "verbose", False):
-            traceback.print_exception(e.__cause__ or e, file=sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
+        if getattr(args, "verbose", False):  # a server's URL in it keeps no password
+            lines = traceback.format_exception(e.__cause__ or e)
+            print(environment.redact("".join(lines)), end="", file=sys.stderr)
+        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         if args.command == "run" and not args.verbose:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
         return 2 if not isinstance(e, StepFailed) else 1
@@ -291,11 +292,22 @@ def _print_champion(tracking, sweep: str) -> None:
     if not tracking.enabled or (version := current_champion(tracking.client(), sweep)) is None:
         return
     uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
+    # a tracking URI with a password is never printed: the commands read it from $MLFLOW_TRACKING_URI, as
+    # they do when pasted in the shell that ran the sweep
+    secret = tracking.display_uri() != store
+    load = "os.environ['MLFLOW_TRACKING_URI']" if secret else repr(store)
+    serve = '"$MLFLOW_TRACKING_URI"' if secret else store
     print(
         f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
-        f"  Load it:  mlflow.set_tracking_uri({store!r}); "
+        + (
+            f"  (the tracking URI {tracking.display_uri()} holds a password: the commands read it from "
+            "$MLFLOW_TRACKING_URI; set it in the shell they run in)\n"
+            if secret
+            else ""
+        )
+        + f"  Load it:  mlflow.set_tracking_uri({load}); "
         f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
-        f"  Serve it: PATH=$PWD/.venv/bin:$PATH MLFLOW_TRACKING_URI={store} mlflow models serve -m {uri} "
+        f"  Serve it: PATH=$PWD/.venv/bin:$PATH MLFLOW_TRACKING_URI={serve} mlflow models serve -m {uri} "
         "--env-manager local -p 5001\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''
@@ -321,7 +333,7 @@ def _print_run(run, args, seconds: float) -> None:
     spec_path = Path(args.spec).resolve()
     tracking = run.defs.resources["tracking"]
     runs_url = tracking.ranked_runs_url(sweep.name) or "http://127.0.0.1:5000"
-    store = tracking.resolved_uri()
+    store = tracking.display_uri()  # a server's password is never printed (the browser asks for it)
     mlflow = (
         f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {store}   (then open "
         if store.startswith("sqlite:")

@@ -11,12 +11,16 @@ from pathlib import Path
 
 # Process defaults, set once before litellm, MLflow or Dagster are imported: litellm fetches a remote cost
 # map at import and deadlocks with mlflow without the first (shared/notes/stack.md); no telemetry; the
-# embedding models are read from the local cache only.
+# embedding models are read from the local cache only; no URL printed by MLflow.
 for _name, _value in {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "DAGSTER_DISABLE_TELEMETRY": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "HF_HUB_OFFLINE": "1",
+    # MLflow's client prints "🏃 View run … at: URL" on every run it ends on a server, the URL being the
+    # tracking URI with its password (a step's stdout: the console and Dagster's compute logs); the
+    # product gives the run's link itself, redacted (resources/tracking.py)
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     "TOKENIZERS_PARALLELISM": "false",
     # S3-compatible servers other than AWS (MinIO, Ceph, SeaweedFS ...) often refuse the AWS SDKs' newer
     # streamed checksums; a checksum only where the API requires one works on all of them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import quote, urlencode, urlunsplit
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from rag_core.common.redaction import is_secret_param, redact_url, redact_urls, url_secrets
 from resources.environment import redact
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(
@@ -149,3 +151,108 @@ def test_a_url_built_with_a_password_and_a_token_never_keeps_them(
     assert redacted.startswith(f"{scheme}://{quote(user, safe='')}:***@{host}")
     assert redacted.endswith("token=***" + (f"#{quote(fragment, safe='')}" if fragment is not None else ""))
     assert redact_urls(f"error at {url} (retrying)") == f"error at {redacted} (retrying)"
+
+
+# ---- where the product prints or stores a URL ---------------------------------------------------------
+
+PASSWORD = "pw-Secret-0123"
+URI = f"http://user:{PASSWORD}@127.0.0.1:1"  # nothing listens on port 1
+
+
+def test_the_tracking_uri_and_mlflow_links_are_shown_without_the_password(tmp_path):
+    from resources.tracking import MlflowTracking
+
+    tracking = MlflowTracking(tracking_uri=URI + "/", default_dir=str(tmp_path))
+    assert tracking.display_uri() == "http://user:***@127.0.0.1:1/"
+    assert tracking.ui_url() == "http://user:***@127.0.0.1:1"
+    assert tracking.resolved_uri() == URI + "/"  # the client itself still authenticates
+
+
+def test_an_mlflow_error_naming_the_server_keeps_no_password(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    from resources.tracking import MlflowTracking
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    tracking = MlflowTracking(tracking_uri=URI, default_dir=str(tmp_path))
+    with pytest.raises(MlflowException) as error:
+        tracking.experiment_id("sweep")
+    assert "http://user:***@127.0.0.1:1/api/" in str(error.value)
+    assert PASSWORD not in str(error.value) and error.value.__cause__ is None
+
+
+def test_mlflow_prints_no_run_url_in_our_processes():
+    import subprocess
+    import sys
+
+    code = "import os, resources.environment; print(os.environ['MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT'])"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.stdout.strip() == "true", out.stderr
+
+
+def test_a_failed_alert_names_the_webhook_without_its_token():
+    from sensors.alerts import post_json
+
+    with pytest.raises(Exception) as error:
+        post_json(f"http://127.0.0.1:1/hook?token={PASSWORD}", {"a": 1}, timeout_s=2)
+    with pytest.raises(Exception) as bad:
+        post_json(f"hooks.example.com/hook?token={PASSWORD}", {"a": 1}, timeout_s=2)  # no scheme
+    for e in (error.value, bad.value):
+        assert PASSWORD not in str(e) and e.__cause__ is None
+    assert "token=***" in str(bad.value)
+
+
+def test_an_llm_endpoint_with_a_password_reaches_dagster_as_its_variables_name(tmp_path, monkeypatch):
+    import dagster as dg
+
+    from resources import build_resources
+
+    monkeypatch.setenv("RAG_LLM_API_BASE", f"http://user:{PASSWORD}@127.0.0.1:1/v1")
+    monkeypatch.setenv("RAG_EMBEDDING_API_BASE", f"http://127.0.0.1:1/v1?api_key={PASSWORD}")
+    resources = build_resources(str(tmp_path))
+    assert (
+        isinstance(resources["llm"].api_base, dg.EnvVar) and resources["llm"].api_base == "RAG_LLM_API_BASE"
+    )
+    assert resources["embedder"].api_base == "RAG_EMBEDDING_API_BASE"
+    monkeypatch.setenv("RAG_LLM_API_BASE", "http://127.0.0.1:1/v1")  # no secret: the value, as before
+    assert build_resources(str(tmp_path))["llm"].api_base == "http://127.0.0.1:1/v1"
+
+
+class _Version:
+    version, tags = "3", {"config_key": "k"}
+
+
+class _Tracking:
+    enabled = True
+
+    def __init__(self, uri):
+        self.uri = uri
+
+    def client(self):
+        class Client:
+            def get_model_version_by_alias(self, name, alias):
+                return _Version()
+
+        return Client()
+
+    def resolved_uri(self):
+        return self.uri
+
+    def display_uri(self):
+        return redact_url(self.uri)
+
+
+def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(capsys):
+    from rag_sweep.cli import _print_champion
+
+    _print_champion(_Tracking(URI), "sweep")
+    out = capsys.readouterr().out
+    assert PASSWORD not in out
+    assert "mlflow.set_tracking_uri(os.environ['MLFLOW_TRACKING_URI'])" in out
+    assert 'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" mlflow models serve -m models:/sweep@champion' in out
+    assert "http://user:***@127.0.0.1:1 holds a password" in out
+    _print_champion(_Tracking("http://127.0.0.1:5000"), "sweep")  # no password: the URI itself, as before
+    out = capsys.readouterr().out
+    assert "mlflow.set_tracking_uri('http://127.0.0.1:5000')" in out and "holds a password" not in out
