@@ -256,3 +256,94 @@ def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(ca
     _print_champion(_Tracking("http://127.0.0.1:5000"), "sweep")  # no password: the URI itself, as before
     out = capsys.readouterr().out
     assert "mlflow.set_tracking_uri('http://127.0.0.1:5000')" in out and "holds a password" not in out
+
+
+# ---- a real sweep against an MLflow server reached with a password --------------------------------------
+
+SECRETS = {  # one password per variable, so a leak names its source
+    "MLFLOW_TRACKING_URI": "mlflowPW-7f3a9c",
+    "AWS_ENDPOINT_URL": "s3PW-2b8e41",
+    "CELERY_BROKER_URL": "brokerPW-9d0c55",
+    "DAGSTER_PG_PASSWORD": "pgPW-4a6f12",
+    "WEAVIATE_URL": "weaviatePW-81c3e0",
+    "RAG_ALERT_WEBHOOK": "hookPW-5e7d29",
+    "RAG_LLM_API_BASE": "llmPW-3f1b86",
+}
+
+
+@pytest.fixture(scope="module")
+def credentialed_mlflow(tmp_path_factory):
+    """A plain `mlflow server` (SQLite backend): it accepts the Basic auth a URL's user-info sends."""
+    from tests.servers import Mlflow
+
+    server = Mlflow.start(f"sqlite:///{tmp_path_factory.mktemp('mlflow-backend') / 'mlflow.db'}")
+    yield server
+    server.stop()
+
+
+@pytest.mark.stack
+def test_a_sweep_tracked_on_a_server_with_a_password_writes_and_prints_no_secret(
+    credentialed_mlflow, slice_data, tmp_path
+):
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    from tests.conftest import write_sweep
+    from tests.test_resume import _stored_text
+
+    host = credentialed_mlflow.url.removeprefix("http://")
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"http://user:{SECRETS['MLFLOW_TRACKING_URI']}@{host}",
+        # read by a local sweep, never used by it: they must not be printed or stored either
+        "AWS_ENDPOINT_URL": f"http://minio:{SECRETS['AWS_ENDPOINT_URL']}@127.0.0.1:1",
+        "CELERY_BROKER_URL": f"amqp://guest:{SECRETS['CELERY_BROKER_URL']}@127.0.0.1:1//",
+        "DAGSTER_PG_PASSWORD": SECRETS["DAGSTER_PG_PASSWORD"],  # no DAGSTER_PG_HOST: the embedded instance
+        "WEAVIATE_URL": f"http://admin:{SECRETS['WEAVIATE_URL']}@127.0.0.1:1",
+        "RAG_ALERT_WEBHOOK": f"https://hooks.example.com/x?token={SECRETS['RAG_ALERT_WEBHOOK']}",
+        "RAG_LLM_API_BASE": f"http://user:{SECRETS['RAG_LLM_API_BASE']}@127.0.0.1:1/v1",
+    }
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        name="secrets",
+        chunking=[{"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0}],
+        retrieval={"mode": "bm25", "top_k": [2, 4]},
+    )
+    data = tmp_path / "data"
+    r = subprocess.run(
+        [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    client = MlflowClient(tracking_uri=credentialed_mlflow.url)  # the runs did reach the server
+    exp = client.get_experiment_by_name("secrets")
+    assert len(client.search_runs([exp.experiment_id], "tags.config_key != ''")) == 2
+    assert f"open http://user:***@{host}/#/experiments/{exp.experiment_id}/runs" in r.stdout
+    assert "View run" not in r.stdout
+    files = [p for p in data.rglob("*") if p.is_file()]
+    assert any(p.name == "runs.db" for p in files)
+    leaks = {
+        name: [str(p) for p in files if any(secret in text for text in _stored_text(p))]
+        + [stream for stream, out in (("stdout", r.stdout), ("stderr", r.stderr)) if secret in out]
+        for name, secret in SECRETS.items()
+    }
+    assert {name: where for name, where in leaks.items() if where} == {}
+    # the config run's link in Dagster's metadata: there, with the password masked
+    stored = "".join(t for p in files if p.name.endswith(".db") for t in _stored_text(p))
+    assert f"http://user:***@{host}/#/experiments/{exp.experiment_id}/runs/" in stored
+
+
+def test_a_weaviate_url_with_a_password_reaches_dagster_as_its_variables_name(tmp_path, monkeypatch):
+    from resources.vector_stores import VectorStores
+
+    monkeypatch.setenv("WEAVIATE_URL", f"http://admin:{PASSWORD}@127.0.0.1:1")
+    stores = VectorStores.from_env(str(tmp_path))
+    assert stores.weaviate_url == "WEAVIATE_URL"
+    assert stores.get("weaviate").url == f"http://admin:{PASSWORD}@127.0.0.1:1"  # outside a run too
