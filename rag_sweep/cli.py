@@ -217,9 +217,10 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.flush()
         os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
     except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
-        if getattr(args, "verbose", False):
-            traceback.print_exception(e.__cause__ or e, file=sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
+        if getattr(args, "verbose", False):  # a server's URL in it keeps no password
+            lines = traceback.format_exception(e.__cause__ or e)
+            print(environment.redact("".join(lines)), end="", file=sys.stderr)
+        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         if args.command == "run" and not args.verbose:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
         return 2 if not isinstance(e, StepFailed) else 1
@@ -284,10 +285,17 @@ def _export(args) -> int:
     return 0
 
 
-def serve_command(model: str | Path, tracking_uri: str | None = None) -> str:
+def serve_command(model: str | Path, tracking_uri: str | None = None, from_env: bool = False) -> str:
     """The shell line that serves a model (a folder or a `models:/` URI), every value quoted for the shell
-    (`shlex.quote` leaves a plain one as it is); the project's environment first on PATH."""
-    env = f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} " if tracking_uri else ""
+    (`shlex.quote` leaves a plain one as it is); the project's environment first on PATH. `from_env`: the
+    tracking URI holds a password, so the line reads it from $MLFLOW_TRACKING_URI instead of printing it."""
+    env = (
+        'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" '
+        if from_env
+        else f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} "
+        if tracking_uri
+        else ""
+    )
     return (
         f"PATH=$PWD/.venv/bin:$PATH {env}mlflow models serve -m {shlex.quote(str(model))} "
         "--env-manager local -p 5001"
@@ -322,11 +330,21 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
     if version is None:
         return
     uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
+    # a tracking URI with a password is never printed: the commands read it from $MLFLOW_TRACKING_URI, as
+    # they do when pasted in the shell that ran the sweep
+    secret = tracking.display_uri() != store
+    load = "os.environ['MLFLOW_TRACKING_URI']" if secret else repr(store)
     print(
         f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
-        f"  Load it:  mlflow.set_tracking_uri({store!r}); "
+        + (
+            f"  (the tracking URI {tracking.display_uri()} holds a password: the commands read it from "
+            "$MLFLOW_TRACKING_URI; set it in the shell they run in)\n"
+            if secret
+            else ""
+        )
+        + f"  Load it:  mlflow.set_tracking_uri({load}); "
         f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
-        f"  Serve it: {serve_command(uri, store)}\n"
+        f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''
     )
@@ -336,7 +354,7 @@ def _print_explore(tracking, sweep: str, spec: Path, data: Path, home: Path | st
     """The shell lines that open the Dagster UI and the MLflow UI on this run, every value quoted."""
     q = shlex.quote
     runs_url = tracking.ranked_runs_url(sweep) or "http://127.0.0.1:5000"
-    store = tracking.resolved_uri()
+    store = tracking.display_uri()  # a server's password is never printed (the browser asks for it)
     mlflow = (
         f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {q(store)}   (then open "
         if store.startswith("sqlite:")
