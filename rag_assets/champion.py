@@ -3,6 +3,8 @@ registered under the sweep's name with the alias `champion`, so the registry alw
 winner. It follows the leaderboard (and the holdout confirmation, when the sweep holds questions out); a
 leaderboard that recommends the same evaluation again registers nothing."""
 
+import shlex
+
 import dagster as dg
 import polars as pl
 
@@ -31,6 +33,11 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     row = board.filter(pl.col("config_key") == recommended)
     now = current_champion(tracking.client(), plan.sweep.name)
     return row.height == 0 or now is None or now.tags.get("evaluation_fingerprint") != row["fingerprint"][0]
+
+
+def serve_line(model_uri: str) -> str:
+    """The shell line that serves the registered model (its URI quoted for the shell when it needs it)."""
+    return f"mlflow models serve -m {shlex.quote(model_uri)} --env-manager local -p 5001"
 
 
 def champion_asset(plan: Plan) -> dg.AssetsDefinition:
@@ -76,9 +83,7 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
                 "config_key": key,
                 "label": bundle.label,
                 "evaluation_fingerprint": bundle.manifest["evaluation_fingerprint"],
-                "serve": dg.MetadataValue.md(
-                    f"`mlflow models serve -m {held['model_uri']} --env-manager local -p 5001`"
-                ),
+                "serve": dg.MetadataValue.md(f"`{serve_line(held['model_uri'])}`"),
                 **{
                     f"figure/{k}": v
                     for k, v in bundle.metadata["figures"].items()

@@ -126,7 +126,7 @@ class Evaluations(StageLogic):
         return {
             "mlflow_run_id": run_id or "",
             **({"mlflow_run": dg.MetadataValue.url(url)} if (url := tracking.run_url(run_id)) else {}),
-            "mlflow_tracking_uri": tracking.resolved_uri(),
+            "mlflow_tracking_uri": tracking.display_uri(),
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:

@@ -6,6 +6,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import StageLogic, StageRun
+from rag_core.common.redaction import redact_url
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.metrics import percentile
 from rag_core.retrieval.retrieve import retrieve
@@ -65,7 +66,7 @@ class Retrievals(StageLogic):
             "transform_fallbacks": int(frame["transform_fallback"].sum()),
             **keyword,
             **{
-                f"config/{k}": v
+                f"config/{k}": redact_url(v) if isinstance(v, str) else v  # e.g. the LLM endpoint
                 for k, v in run.partition.own.items()
                 if v is not None and not isinstance(v, dict)
             },

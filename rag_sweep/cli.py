@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import textwrap
 import time
@@ -216,9 +217,10 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.flush()
         os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
     except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
-        if getattr(args, "verbose", False):
-            traceback.print_exception(e.__cause__ or e, file=sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
+        if getattr(args, "verbose", False):  # a server's URL in it keeps no password
+            lines = traceback.format_exception(e.__cause__ or e)
+            print(environment.redact("".join(lines)), end="", file=sys.stderr)
+        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         if args.command == "run" and not args.verbose:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
         return 2 if not isinstance(e, StepFailed) else 1
@@ -279,12 +281,34 @@ def _export(args) -> int:
     except ExportError as e:
         raise SpecError(str(e)) from e
     save(bundle, out)
-    print(
-        f"wrote config {bundle.label} ({key}) as an MLflow model to {out}\n"
-        f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
-        f"  serve: PATH=$PWD/.venv/bin:$PATH mlflow models serve -m {out} --env-manager local -p 5001"
-    )
+    _print_export(bundle.label, key, out)
     return 0
+
+
+def serve_command(model: str | Path, tracking_uri: str | None = None, from_env: bool = False) -> str:
+    """The shell line that serves a model (a folder or a `models:/` URI), every value quoted for the shell
+    (`shlex.quote` leaves a plain one as it is); the project's environment first on PATH. `from_env`: the
+    tracking URI holds a password, so the line reads it from $MLFLOW_TRACKING_URI instead of printing it."""
+    env = (
+        'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" '
+        if from_env
+        else f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} "
+        if tracking_uri
+        else ""
+    )
+    return (
+        f"PATH=$PWD/.venv/bin:$PATH {env}mlflow models serve -m {shlex.quote(str(model))} "
+        "--env-manager local -p 5001"
+    )
+
+
+def _print_export(label: str, key: str, out: Path) -> None:
+    """How to load (Python: a string literal) and serve (the shell: quoted) an exported model folder."""
+    print(
+        f"wrote config {label} ({key}) as an MLflow model to {out}\n"
+        f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
+        f"  serve: {serve_command(out)}"
+    )
 
 
 def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
@@ -306,14 +330,42 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
     if version is None:
         return
     uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
+    # a tracking URI with a password is never printed: the commands read it from $MLFLOW_TRACKING_URI, as
+    # they do when pasted in the shell that ran the sweep
+    secret = tracking.display_uri() != store
+    load = "os.environ['MLFLOW_TRACKING_URI']" if secret else repr(store)
     print(
         f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
-        f"  Load it:  mlflow.set_tracking_uri({store!r}); "
+        + (
+            f"  (the tracking URI {tracking.display_uri()} holds a password: the commands read it from "
+            "$MLFLOW_TRACKING_URI; set it in the shell they run in)\n"
+            if secret
+            else ""
+        )
+        + f"  Load it:  mlflow.set_tracking_uri({load}); "
         f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
-        f"  Serve it: PATH=$PWD/.venv/bin:$PATH MLFLOW_TRACKING_URI={store} mlflow models serve -m {uri} "
-        "--env-manager local -p 5001\n"
+        f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''
+    )
+
+
+def _print_explore(tracking, sweep: str, spec: Path, data: Path, home: Path | str, store_name: str) -> None:
+    """The shell lines that open the Dagster UI and the MLflow UI on this run, every value quoted."""
+    q = shlex.quote
+    runs_url = tracking.ranked_runs_url(sweep) or "http://127.0.0.1:5000"
+    store = tracking.display_uri()  # a server's password is never printed (the browser asks for it)
+    mlflow = (
+        f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {q(store)}   (then open "
+        if store.startswith("sqlite:")
+        else "open "  # the deployment's MLflow server
+    )
+    print(
+        "\nExplore the results:\n"
+        f"  Dagster UI: DAGSTER_HOME={q(str(home))} RAG_SWEEP={q(str(spec))} RAG_DATA_DIR={q(str(data))} "
+        f"RAG_VECTOR_STORE={q(store_name)} .venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
+        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep}, best first"
+        + (")" if store.startswith("sqlite:") else "")
     )
 
 
@@ -333,23 +385,9 @@ def _print_run(run, args, seconds: float) -> int:
     _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)
-    spec_path = Path(args.spec).resolve()
     tracking = run.defs.resources["tracking"]
-    runs_url = tracking.ranked_runs_url(sweep.name) or "http://127.0.0.1:5000"
-    store = tracking.resolved_uri()
-    mlflow = (
-        f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {store}   (then open "
-        if store.startswith("sqlite:")
-        else "open "  # the deployment's MLflow server
-    )
-    print(
-        "\nExplore the results:\n"
-        f"  Dagster UI: DAGSTER_HOME={environment.dagster_home() or data / 'dagster_home'} RAG_SWEEP={spec_path} "
-        f"RAG_DATA_DIR={data} RAG_VECTOR_STORE={plan.store} "
-        ".venv/bin/dagster dev   (then open http://127.0.0.1:3000)\n"
-        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep.name}, best first"
-        + (")" if store.startswith("sqlite:") else "")
-    )
+    home = environment.dagster_home() or data / "dagster_home"
+    _print_explore(tracking, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
     unsupported = unsupported_claim(read_decision(data, sweep.name))
     _print_champion(tracking, sweep.name, unsupported)
     if unsupported:

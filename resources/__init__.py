@@ -10,6 +10,17 @@ from resources.environment import env_choice, env_number, is_set, llm_requests_p
 from resources.storage import data_root
 
 
+def _url_setting(name: str):
+    """A URL variable's value; one that holds a password or a token is given as `dg.EnvVar(name)`, resolved
+    at run time: Dagster's run records then hold the variable's name, never the secret."""
+    import dagster as dg
+
+    from rag_core.common.redaction import url_secrets
+
+    value = text(name)
+    return dg.EnvVar(name) if value and url_secrets(value) else value
+
+
 def build_resources(data_dir: str) -> dict:
     import dagster as dg
 
@@ -24,13 +35,13 @@ def build_resources(data_dir: str) -> dict:
         "artifacts": ArtifactIOManager(data_dir=data_dir),
         "embedder": EmbeddingService(
             cache_dir=str(data_root(data_dir) / "embedding_cache"),
-            api_base=text("RAG_EMBEDDING_API_BASE"),
+            api_base=_url_setting("RAG_EMBEDDING_API_BASE"),
             backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
         ),
         "vector_stores": VectorStores.from_env(data_dir),
         # the key is resolved at run time from the environment: run records hold only its name
         "llm": LLMClient(
-            api_base=text("RAG_LLM_API_BASE"),
+            api_base=_url_setting("RAG_LLM_API_BASE"),
             api_key=dg.EnvVar("RAG_LLM_API_KEY") if is_set("RAG_LLM_API_KEY") else None,
             cache_path=str(data_root(data_dir) / "llm_cache.sqlite"),
             timeout_s=env_number("RAG_LLM_TIMEOUT_S", 60.0, float, positive=True),

@@ -11,12 +11,16 @@ from pathlib import Path
 
 # Process defaults, set once before litellm, MLflow or Dagster are imported: litellm fetches a remote cost
 # map at import and deadlocks with mlflow without the first (shared/notes/stack.md); no telemetry; the
-# embedding models are read from the local cache only.
+# embedding models are read from the local cache only; no URL printed by MLflow.
 for _name, _value in {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "DAGSTER_DISABLE_TELEMETRY": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "HF_HUB_OFFLINE": "1",
+    # MLflow's client prints "🏃 View run … at: URL" on every run it ends on a server, the URL being the
+    # tracking URI with its password (a step's stdout: the console and Dagster's compute logs); the
+    # product gives the run's link itself, redacted (resources/tracking.py)
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     "TOKENIZERS_PARALLELISM": "false",
     # S3-compatible servers other than AWS (MinIO, Ceph, SeaweedFS ...) often refuse the AWS SDKs' newer
     # streamed checksums; a checksum only where the API requires one works on all of them
@@ -156,8 +160,26 @@ def mlflow_ui_url() -> str:
 
 
 def secret_values() -> list[str]:
-    """The values of secret-named variables (…_API_KEY, …_TOKEN …): redacted from whatever is stored."""
-    return [v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES)]
+    """The values of secret-named variables (…_API_KEY, …_TOKEN …) and the secrets inside every variable
+    that holds a URL (the password of $MLFLOW_TRACKING_URI, $CELERY_BROKER_URL ..., a `?token=` value):
+    redacted from whatever is printed or stored."""
+    from rag_core.common.redaction import url_secrets
+
+    named = [v for k, v in os.environ.items() if any(n in k.upper() for n in SECRET_NAMES)]
+    return named + [s for v in os.environ.values() if "://" in v for s in url_secrets(v)]
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` (a message, a traceback, a log line) with every URL's password and secret query values, every
+    given secret and every secret the environment holds (secret_values) replaced by ***: a provider error
+    that echoes the key, or a client's that names its server's URL, must not reach an artifact or a log."""
+    from rag_core.common.redaction import redact_urls
+
+    text = redact_urls(text)
+    values = [*secrets, *secret_values()]
+    for value in sorted({v for v in values if v and len(v) >= 6}, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
 
 
 def env_number(name: str, default, cast, positive: bool = False):

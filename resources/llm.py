@@ -16,21 +16,12 @@ import time
 import dagster as dg
 
 from rag_core.common.completion import Completion
-from resources.environment import secret_values
+from resources.environment import redact
 from resources.llm_cache import call_key, open_cache
 
 
 class EmptyCompletion(RuntimeError):
     pass
-
-
-def redact(text: str, *secrets: str | None) -> str:
-    """`text` with every given secret and every secret-named environment variable's value (…_API_KEY,
-    …_TOKEN …) replaced by ***: a provider error that echoes the key must not reach an artifact."""
-    values = [*secrets, *secret_values()]
-    for value in sorted({v for v in values if v and len(v) >= 6}, key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text
 
 
 def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:

@@ -16,8 +16,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_core.common.redaction import redact_url
 from rag_core.decision.leaderboard import qualified
-from resources.environment import Unreachable, mlflow_tracking_uri, mlflow_ui_url, user_cache_dir
+from resources.environment import Unreachable, mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
 from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
 
 _LOG = logging.getLogger(__name__)
@@ -160,8 +161,6 @@ def shown_uri(uri: str) -> str:
     """A tracking URI as an error may show it: no `user:password@`, no secret-named variable's value."""
     from urllib.parse import urlsplit, urlunsplit
 
-    from resources.llm import redact
-
     url = urlsplit(uri)
     if "@" in url.netloc:
         url = url._replace(netloc=url.netloc.rsplit("@", 1)[1])
@@ -189,6 +188,40 @@ def check_reachable(uri: str | None, timeout_s: float = 5.0) -> None:
         ) from None
 
 
+class TrackingError(RuntimeError):
+    """An MLflow call's error other than MLflow's own (a connection's ...), its message redacted."""
+
+
+class _Redacting:
+    """An MLflow client whose errors never carry the tracking URI's password: MLflow names the URL it
+    called in its errors (`API request to http://user:password@host/... failed`), which Dagster stores
+    with a failed step and prints. Everything else is the client's."""
+
+    def __init__(self, client):
+        self._inner = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            try:
+                return attr(*args, **kwargs)
+            except Exception as e:
+                if (redacted := redact(str(e))) == str(e):
+                    raise
+                from mlflow.exceptions import MlflowException
+                from mlflow.protos.databricks_pb2 import ErrorCode
+
+                if isinstance(e, MlflowException):  # callers tell MLflow's errors apart by their type
+                    raise MlflowException(redacted, error_code=ErrorCode.Value(e.error_code)) from None
+                raise TrackingError(f"{type(e).__name__}: {redacted}") from None
+
+        return call
+
+
 # a config's place in the leaderboard, one point per night: carried over when its run is replaced
 HISTORY_METRICS = ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
 
@@ -213,13 +246,19 @@ class MlflowTracking(dg.ConfigurableResource):
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
 
+    def display_uri(self) -> str:
+        """The tracking URI as printed and stored (Dagster metadata, log lines): its password and secret
+        query values ***."""
+        return redact_url(self.resolved_uri())
+
     def ui_url(self) -> str:
         """Where people open MLflow: the tracking server itself, or `mlflow ui` on a local store
-        ($MLFLOW_UI_URL, default the address `rag-sweep run` prints)."""
+        ($MLFLOW_UI_URL, default the address `rag-sweep run` prints); never with a password (the browser
+        asks for it)."""
         uri = self.resolved_uri()
         if uri.startswith(("http://", "https://")):
-            return uri.rstrip("/")
-        return mlflow_ui_url()
+            return redact_url(uri.rstrip("/"))
+        return redact_url(mlflow_ui_url())
 
     def ranked_runs_url(self, experiment: str) -> str | None:
         """The experiment's runs in the MLflow UI, best overall score first."""
@@ -239,7 +278,7 @@ class MlflowTracking(dg.ConfigurableResource):
         return f"{self.ui_url()}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
     def _client(self):
-        return _client_for(self.resolved_uri())
+        return _Redacting(_client_for(self.resolved_uri()))
 
     def client(self):
         """The MLflow client of this tracking store (the model registry too)."""

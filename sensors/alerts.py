@@ -9,15 +9,28 @@ import urllib.request
 
 import dagster as dg
 
+from rag_core.common.redaction import redact_url, url_secrets
 from resources.environment import alert_settings
 
 
 def post_json(url: str, body: dict, timeout_s: float = 10.0) -> int:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        return response.status
+    try:
+        request = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status
+    except Exception as e:  # a failed tick's error is stored and shown: never with the webhook's token
+        from resources.environment import redact
+
+        message = f"{type(e).__name__}: {e}"
+        if (redacted := redact(message.replace(url, redact_url(url)), *url_secrets(url))) == message:
+            raise
+        raise AlertError(f"posting to the webhook {redact_url(url)} failed: {redacted}") from None
+
+
+class AlertError(RuntimeError):
+    pass
 
 
 def drift_alerts(sweep: str, leaderboard: dg.AssetKey, name: str) -> dg.SensorDefinition:

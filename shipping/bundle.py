@@ -180,10 +180,17 @@ def write(bundle: Bundle, folder: Path) -> Path:
 
 
 def _signature():
+    """The reply's columns (shipping/pipeline.py, OUTPUT). No input schema: MLflow enforces one before
+    `predict` sees the rows, and a `question: string` column rejects a whole batch whose column pandas types
+    as numbers or booleans, and `{"dataframe_records": []}` (a frame without columns); served, it casts a
+    null to the text "None". `predict` checks each row itself: a row that is not a question is its error."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
+    from mlflow.types.schema import Array
 
-    return ModelSignature(inputs=Schema([ColSpec("string", "question")]))
+    texts = [ColSpec("string", name, required=False) for name in ("question", "answer", "error")]
+    lists = [ColSpec(Array("string"), name) for name in ("chunk_ids", "doc_ids", "titles", "texts")]
+    return ModelSignature(outputs=Schema(texts + lists))
 
 
 def save(bundle: Bundle, out: Path) -> Path:

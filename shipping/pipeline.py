@@ -1,6 +1,7 @@
 """The shipped pipeline as an MLflow pyfunc model: `predict` takes questions and returns, for each, the
 answer and the contexts it was given (chunk and doc ids, titles, texts), by running the sweep's own stage
-functions (retrieve, rerank, answer) with the config it was evaluated as.
+functions (retrieve, rerank, answer) with the config it was evaluated as. One output row per input row: a row
+that is not a question (`question_of`) is that row's error, the others are answered.
 
 Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
 sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
@@ -61,21 +62,74 @@ def verify(folder: Path, manifest: dict) -> None:
         )
 
 
-def questions_of(model_input) -> list[str]:
-    """Questions from what `predict` is given: a DataFrame with a `question` column, a list of strings, a
-    string, or a mapping holding `question` (what `mlflow models serve` passes for each input format)."""
+OUTPUT = ("question", "answer", "error", "chunk_ids", "doc_ids", "titles", "texts")  # predict's columns
+NOT_A_STRING = "question is missing or not a string"
+
+
+def rows_of(model_input) -> list:
+    """One value per row of what `predict` is given, as given (not yet checked): a DataFrame with a
+    `question` column, a list of strings or of records holding `question`, a string, or a mapping holding
+    `question` (what `mlflow models serve` passes for each input format). No rows at all is an empty list,
+    whatever the columns (`{"dataframe_records": []}` arrives as a DataFrame without any); rows without a
+    `question` column are an error of the whole request."""
+    import numpy as np
     import pandas as pd
 
     if isinstance(model_input, pd.DataFrame):
+        if len(model_input) == 0:
+            return []
         if "question" not in model_input.columns:
             raise ValueError(f"the input needs a 'question' column (got {list(model_input.columns)})")
-        return [str(q) for q in model_input["question"]]
+        return model_input["question"].tolist()
     if isinstance(model_input, dict):
-        value = model_input.get("question")
-        return [value] if isinstance(value, str) else [str(q) for q in value or []]
-    if isinstance(model_input, str):
-        return [model_input]
-    return [str(q) for q in model_input]
+        if "question" not in model_input:
+            raise ValueError(f"the input needs a 'question' key (got {list(model_input)})")
+        value = model_input["question"]
+        if isinstance(value, np.ndarray | pd.Series):
+            return value.tolist()
+        return list(value) if isinstance(value, list | tuple) else [value]
+    if isinstance(model_input, np.ndarray | pd.Series):
+        model_input = model_input.tolist()
+    if isinstance(model_input, list | tuple):
+        return [row.get("question") if isinstance(row, dict) else row for row in model_input]
+    return [model_input]
+
+
+def _is_null(value) -> bool:
+    import math
+
+    import pandas as pd
+
+    return (
+        value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
+    )
+
+
+def question_of(value) -> tuple[str | None, str | None]:
+    """(the question, None) for a row that can be answered, else (None, why not): a null, a number, a list,
+    a mapping or a boolean is not a question (a number is not read as its text: erring toward an error), nor
+    is blank text, nor text that is not valid Unicode (a lone surrogate such as "\\ud800", which no UTF-8
+    encoder takes)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None, "question is not valid Unicode text (it holds a lone surrogate)"
+        if not value.strip():
+            return None, "question is empty"
+        return str(value), None
+    return None, f"{NOT_A_STRING} (got {'null' if _is_null(value) else type(value).__name__})"
+
+
+def shown(value) -> str | None:
+    """A row's question as its output shows it: the text (a lone surrogate escaped, so the reply can be
+    encoded), or null for a value that is not text."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(value, str) else None
+
+
+def unanswered(question: str | None, error: str) -> dict:
+    """The output row of a question not answered: a null answer, no contexts, the error."""
+    return {"question": question, "answer": None, "error": error, **{c: [] for c in OUTPUT[3:]}}
 
 
 class RagPipeline(mlflow.pyfunc.PythonModel):
@@ -136,8 +190,35 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         return store
 
     def predict(self, context, model_input, params=None):
-        import litellm
+        """One output row per input row, in order (OUTPUT's columns). A row that cannot be answered (not a
+        question: `question_of`; or the pipeline failed on it) has a null answer, no contexts and its error;
+        the others are answered. No rows: an empty frame with the same columns. Nulls are None: object
+        columns, which pandas would otherwise type as strings holding NaN."""
         import pandas as pd
+
+        values = rows_of(model_input)
+        checked = [question_of(v) for v in values]
+        questions = [q for q, _ in checked if q is not None]
+        answered = iter(self._answer_each(questions) if questions else [])
+        rows = [
+            next(answered) if q is not None else unanswered(shown(v), why)
+            for v, (q, why) in zip(values, checked, strict=True)
+        ]
+        return pd.DataFrame(rows, columns=list(OUTPUT), dtype=object)  # a null stays None (not NaN)
+
+    def _answer_each(self, questions: list[str]) -> list[dict]:
+        """The questions answered together; when the pipeline fails on the batch, one at a time, so one
+        question it fails on is that row's error and the others are answered."""
+        try:
+            return self._answer(questions)
+        except Exception as e:
+            if len(questions) == 1:
+                return [unanswered(questions[0], f"{type(e).__name__}: {e}")]
+        return [self._answer_each([q])[0] for q in questions]
+
+    def _answer(self, questions: list[str]) -> list[dict]:
+        """The pipeline on valid questions: one row per question (OUTPUT's columns), in order."""
+        import litellm
         import polars as pl
 
         from rag_core.generation.answering import answer
@@ -145,7 +226,6 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         from rag_core.retrieval.retrieve import retrieve
 
         c = self.config
-        questions = questions_of(model_input)
         qa = pl.DataFrame(
             {"query_id": [f"q{i}" for i in range(len(questions))], "question": questions},
             schema={"query_id": pl.String, "question": pl.String},
@@ -166,8 +246,13 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         ).filter(pl.col("sample") == 0)
         out = (
             qa.join(answers.select("query_id", "answer", "error"), on="query_id", how="left")
-            .join(reranked.select("query_id", "chunk_ids", "doc_ids", "titles", "texts"), on="query_id")
+            .join(
+                reranked.select("query_id", "chunk_ids", "doc_ids", "titles", "texts"),
+                on="query_id",
+                how="left",
+            )
             .sort(pl.col("query_id").str.slice(1).cast(pl.Int64))
-            .drop("query_id")
         )
-        return pd.DataFrame(out.to_dicts(), columns=out.columns)
+        if out["query_id"].to_list() != qa["query_id"].to_list():
+            raise RuntimeError(f"the pipeline answered {out.height} rows for {qa.height} questions")
+        return out.drop("query_id").select(OUTPUT).to_dicts()

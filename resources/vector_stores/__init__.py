@@ -34,9 +34,12 @@ class VectorStores(dg.ConfigurableResource):
     def from_env(cls, data_dir: str) -> VectorStores:
         """WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY configure the Weaviate server."""
         url, grpc_port, has_key = weaviate_settings()
+        from rag_core.common.redaction import url_secrets
+
         return cls(
             data_dir=data_dir,
-            weaviate_url=url,
+            # a URL with a password: resolved at run time, as the key (Dagster's run records hold the name)
+            weaviate_url=dg.EnvVar("WEAVIATE_URL") if url_secrets(url) else url,
             weaviate_grpc_port=grpc_port,
             # resolved at run time: Dagster's run records hold the variable's name, never the key
             weaviate_api_key=dg.EnvVar("WEAVIATE_API_KEY") if has_key else None,
@@ -55,7 +58,10 @@ class VectorStores(dg.ConfigurableResource):
             "chroma": lambda: ChromaStore(path=str(root / "chroma")),
             "milvus": lambda: MilvusLiteStore(path=str(root / "milvus")),
             "weaviate": lambda: WeaviateStore(
-                url=self.weaviate_url, grpc_port=self.weaviate_grpc_port, api_key=self.weaviate_api_key
+                # outside a Dagster run (the runner's checks) an EnvVar is still the variable's name
+                url=u.get_value() if isinstance(u := self.weaviate_url, dg.EnvVar) else u,
+                grpc_port=self.weaviate_grpc_port,
+                api_key=self.weaviate_api_key,
             ),
         }
         if backend not in makers:
