@@ -38,6 +38,7 @@ from rag_core.planning.spec import SpecError
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
 from resources.storage import check_new_file, data_root, read_parquet
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
+from shipping import ExportWarning
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
 
@@ -129,8 +130,6 @@ _default_show_warning = warnings.showwarning
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A loader's DataWarning (rows or values it dropped, counted) as one line, like the CLI's own warnings."""
-    from shipping.bundle import ExportWarning
-
     if issubclass(category, DataWarning | ExportWarning):
         print(f"warning: {message}", file=sys.stderr)
     else:

@@ -18,6 +18,7 @@ import polars as pl
 from rag_core.common.local_models import model_version
 from rag_core.planning.plan import Plan
 from resources.artifacts import ArtifactRef, latest_fingerprint
+from shipping import ExportWarning
 from shipping.pipeline import BUNDLE, MANIFEST, RagPipeline, file_sha256
 
 # the board's figures a model carries as its metadata (those present: holdout ones only after a confirmation)
@@ -35,10 +36,6 @@ FIGURES = (
     "generation_p95_ms",
 )
 REQUIREMENTS = ["mlflow", "polars", "pyarrow", "pandas", "litellm", "lancedb", "rag-sweep"]
-
-
-class ExportWarning(UserWarning):
-    """What an exported model lacks (the CLI prints it as one line)."""
 
 
 class ExportError(ValueError):

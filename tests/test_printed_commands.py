@@ -35,14 +35,18 @@ def _bash(command: str, program: str) -> list[str]:
 def _champion(capsys, store: str) -> str:
     version = SimpleNamespace(version="2", tags={"config_key": "para-bm25-k4"})
     client = SimpleNamespace(get_model_version_by_alias=lambda name, alias: version)
-    tracking = SimpleNamespace(enabled=True, client=lambda: client, resolved_uri=lambda: store)
-    cli._print_champion(tracking, "ship")
+    tracking = SimpleNamespace(
+        enabled=True, client=lambda: client, resolved_uri=lambda: store, display_uri=lambda: store
+    )
+    cli._print_champion(tracking, "ship", None)
     return capsys.readouterr().out
 
 
 def _explore(capsys, data: Path) -> str:
     store = f"sqlite:///{data / 'mlflow.db'}"
-    tracking = SimpleNamespace(ranked_runs_url=lambda sweep: None, resolved_uri=lambda: store)
+    tracking = SimpleNamespace(
+        ranked_runs_url=lambda sweep: None, resolved_uri=lambda: store, display_uri=lambda: store
+    )
     cli._print_explore(tracking, "ship", data / "ship.yaml", data, data / "dagster_home", "lancedb")
     return capsys.readouterr().out
 

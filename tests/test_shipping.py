@@ -182,7 +182,8 @@ def test_an_exported_model_states_only_its_own_evidence(sweep_run):
     """The holdout's verdict is about the recommended config: another config's model does not carry it; a
     config absent from the latest board is exported with a warning and no figures; a board row evaluated
     under other settings (another LLM endpoint) is not this config's evaluation and is refused."""
-    from shipping.bundle import ExportError, ExportWarning, collect
+    from shipping import ExportWarning
+    from shipping.bundle import ExportError, collect
 
     data, plan, board = sweep_run["data"], sweep_run["plan"], sweep_run["board"]
     instance = sweep_run["instance"]
