@@ -312,3 +312,31 @@ def test_tiers_never_go_up_as_the_score_goes_down(n_configs, seed):
     tier, _ = tiers(scores)
     ordered = tier[np.argsort(-scores.observed, kind="stable")]
     assert ordered[0] == 1 and set(np.diff(ordered)) <= {0, 1}
+
+
+def test_the_ship_report_of_a_sweep_where_no_config_qualifies_lists_them_and_names_no_winner():
+    from rag_core.decision.leaderboard import compare_to_leader, rank_configs
+    from rag_core.decision.report import ship_report
+
+    runs = {"a": per_query([0] * 20), "b": per_query([1] * 10 + [0] * 10)}
+    summaries = pl.DataFrame(
+        {
+            "config_key": ["a", "b"],
+            "token_f1": [0.0, 0.5],
+            "cost_usd": [0.0, 0.0],
+            "n_queries": [20.0, 20.0],
+            "n_generation_errors": [20.0, 20.0],
+            "retrieval_p50_ms": [1.0, 1.0],
+            "generation_p50_ms": [0.0, 0.0],
+        }
+    )
+    board, decision = decide(compare_to_leader(rank_configs(summaries, W), runs, W), runs, W, Constraints())
+    board = board.with_columns(pl.col("config_key").alias("label"))
+    decision.update(weights=W, undefined_metrics=[], questions=20)
+    qa = pl.DataFrame(
+        {"query_id": [f"q{i:03d}" for i in range(20)], "question": ["?"] * 20, "answers": [["x"]] * 20}
+    )
+    md, _, _ = ship_report("outage", board, decision, runs, qa, W, {}, None, [])
+    assert "**none**" in md and "no config qualifies" in md and "None" not in md
+    others = md.split("## The other configs")[1]
+    assert "too many errors" in others and "| b |" in others and "| a |" in others

@@ -337,7 +337,10 @@ def ship_report(
         ),
     }
     top = board.filter(pl.col("tier") == 1).select([c for c in TIER_COLUMNS if c in board.columns])
-    others = board.filter(pl.col("tier") != 1).select([c for c in TIER_COLUMNS if c in board.columns])
+    # every config outside tier 1: lower tiers, and those not tiered at all (failed calls, no score)
+    others = board.filter((pl.col("tier") != 1) | pl.col("tier").is_null()).select(
+        [c for c in TIER_COLUMNS + ["vs_leader"] if c in board.columns]
+    )
     effect = effects(board)
     missed = missed_questions(per_query, qa, weights, rec) if rec else pl.DataFrame()
     stages = (
@@ -362,17 +365,25 @@ def ship_report(
         ("Top tier", None, top),
         (
             ("Quality against cost", "![cost](pareto_cost.png)", "pareto_cost.png")
-            if board["cost_per_1k_queries"].n_unique() > 1
+            if board["cost_per_1k_queries"].n_unique() > 1 and qualified(board).height
             else (
                 "Quality against cost",
                 f"Every config costs ${board['cost_per_1k_queries'][0]:.4f} per 1k queries: cost does not separate them.",
                 None,
             )
         ),
-        ("Quality against latency", "![latency](pareto_latency.png)", "pareto_latency.png"),
+        ("Quality against latency", "![latency](pareto_latency.png)", "pareto_latency.png")
+        if qualified(board).height
+        else ("Quality against latency", "No config qualifies: nothing to plot.", None),
         ("What each setting did (mean and best overall score of the configs with each value)", None, effect),
-        (f"Questions {rec} misses that another config answers", None, missed),
-        (f"Cost and latency per stage of {rec}", None, stages),
+        *(
+            [
+                (f"Questions {rec} misses that another config answers", None, missed),
+                (f"Cost and latency per stage of {rec}", None, stages),
+            ]
+            if rec
+            else []
+        ),
         ("The other configs", None, others),
         *prompt_sections(optimized or [], per_query, qa, weights),
     ]
