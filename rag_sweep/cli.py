@@ -401,8 +401,8 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
             if secret
             else ""
         )
-        + f"  Load it:  mlflow.set_tracking_uri({load}); "
-        f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
+        + f"  Load it:  mlflow.set_tracking_uri({load}); from shipping.registry import load_champion; "
+        f"load_champion({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
         f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''

@@ -8,7 +8,8 @@ sha256 in `pipeline.json`), and the embedder the same version, else the model re
 naming the file. `pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked
 against a fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
 `bundle_fingerprint`, `bundle_parts`, set at registration), looked up when the model is loaded as
-`models:/NAME@alias` or `models:/NAME/N`; an edited part is named. A bare folder has no such anchor: its
+`models:/NAME@alias` or `models:/NAME/N` (MLflow writes the version it fetched into the folder,
+`registered_model_meta`, before loading it); an edited part is named. A bare folder has no such anchor: its
 printed fingerprint (`folder_fingerprint`) is what `rag-sweep export` printed, or it is not the exported one. An embedded store's index is built from the bundled rows and vectors into a folder of the
 loading process (the same backend, the same analyzer); a server store's collection is the sweep's, found by
 name with the connection settings of the environment (never a secret in the model) and checked by its count.
@@ -126,9 +127,8 @@ def registered_as(model_uri: str) -> tuple[str, str, dict] | None:
 
     if _parse_model_uri(model_uri).model_id is not None:  # models:/m-<id>: a logged model, not a version
         return None
-    client = MlflowClient()
-    name, version = get_model_name_and_version(client, model_uri)
-    return name, str(version), dict(client.get_model_version(name, version).tags)
+    name, version = get_model_name_and_version(MlflowClient(), model_uri)
+    return str(name), str(version), version_tags(str(name), str(version))
 
 
 def check_registered(folder: Path, manifest: dict | None, name: str, version: str, tags: dict) -> None:
@@ -148,19 +148,36 @@ def check_registered(folder: Path, manifest: dict | None, name: str, version: st
     check_files(folder, json.loads(tags["model_files"]), where)
 
 
-def _loading_uri() -> tuple[str | None, Path | None]:
-    """The URI `mlflow.pyfunc.load_model` was given, and the local folder it downloaded it to, when the
-    model is being loaded by it (what MLflow tells no model otherwise); (None, None) when not."""
-    import inspect
+def registered_meta(root: Path) -> tuple[str, str] | None:
+    """(name, version) of the registered version a model folder was downloaded as: MLflow writes them to
+    `registered_model_meta` each time it fetches a `models:/NAME@alias` or `models:/NAME/N` URI (for
+    `mlflow.pyfunc.load_model` and `mlflow models serve` alike), just before loading it; None for a folder
+    without it (an exported one)."""
+    import yaml
 
-    code = inspect.unwrap(mlflow.pyfunc.load_model).__code__
-    frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code is code:
-            local = frame.f_locals.get("local_path")
-            return frame.f_locals.get("model_uri"), Path(local) if local else None
-        frame = frame.f_back
-    return None, None
+    path = root / MLFLOW_WRITES
+    if not path.is_file():
+        return None
+    meta = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(meta, dict) or not meta.get("model_name") or meta.get("model_version") is None:
+        raise TamperedModel(f"{path}: not the registered name and version MLflow writes: refusing to load")
+    return str(meta["model_name"]), str(meta["model_version"])
+
+
+def version_tags(name: str, version: str) -> dict:
+    """The registry tags of version `version` of `name` (the registry of the tracking URI set); TamperedModel
+    when it holds no such version: nothing says what the folder should be."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return dict(MlflowClient().get_model_version(name, version).tags)
+    except MlflowException as e:
+        raise TamperedModel(
+            f"registered model {name} version {version}: not in the registry of this tracking URI (set "
+            f"MLFLOW_TRACKING_URI to the one it was registered in), so nothing checks its folder: refusing "
+            f"to load ({e.message})"
+        ) from e
 
 
 def verify(folder: Path, manifest: dict) -> None:
@@ -267,9 +284,9 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
 
         folder = Path(context.artifacts[BUNDLE])
         self.manifest = manifest = json.loads((folder / MANIFEST).read_text())
-        uri, local = _loading_uri()
-        if (registered := registered_as(uri)) is not None:  # loaded as a registered version: its record
-            check_registered(local or folder.parent.parent, manifest, *registered)
+        root = folder.parent.parent  # the model folder (the bundle is its artifacts/bundle)
+        if (registered := registered_meta(root)) is not None:  # loaded as a registered version: its record
+            check_registered(root, manifest, *registered, version_tags(*registered))
         verify(folder, manifest)
         self.config = RagConfig.model_validate(manifest["config"])
         self.chunks = pl.read_parquet(folder / "chunks.parquet")

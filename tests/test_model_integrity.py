@@ -132,9 +132,17 @@ def test_a_registered_model_loads_through_the_registry(champion):
     assert isinstance(model.predict(pd.DataFrame({"question": [QUESTION]}))["answer"][0], str)
 
 
+def _as_served(uri: str):
+    """What `mlflow models serve -m URI` loads: the folder it fetched (MLflow writes the registered name
+    and version into it), loaded as a path by the serving process."""
+    from mlflow.tracking.artifact_utils import _download_artifact_from_uri
+
+    return mlflow.pyfunc.load_model(_download_artifact_from_uri(uri))
+
+
 def test_a_chunk_edited_with_its_hash_refuses_to_load_from_the_registry(champion):
     _inject(champion)
-    for load in (load_champion, mlflow.pyfunc.load_model):
+    for load in (load_champion, mlflow.pyfunc.load_model, _as_served):
         with pytest.raises(TamperedModel, match=r"content_sha256\.chunks\.parquet changed"):
             load("models:/serve@champion")
 
@@ -145,7 +153,7 @@ def test_a_chunk_edited_with_its_hash_refuses_to_load_from_the_registry(champion
 )
 def test_an_edited_generation_model_or_prompt_refuses_to_load(champion, field, value):
     _edit(champion, lambda m: m["config"]["generation"].update({field: value}))
-    for load in (load_champion, mlflow.pyfunc.load_model):
+    for load in (load_champion, mlflow.pyfunc.load_model, _as_served):
         with pytest.raises(TamperedModel, match=r"config\.generation changed"):
             load("models:/serve/1")
 
