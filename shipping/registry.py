@@ -30,6 +30,17 @@ def current_champion(client, name: str):
         return None
 
 
+def due(now, evaluation_fingerprint: str) -> bool:
+    """Whether the champion `now` (a model version or None) is to be replaced: none yet, another
+    evaluation, or one registered before versions recorded their folder's fingerprints (it refuses to load:
+    the same evaluation is registered again, fingerprinted)."""
+    return (
+        now is None
+        or now.tags.get("evaluation_fingerprint") != evaluation_fingerprint
+        or "model_fingerprint" not in now.tags
+    )
+
+
 def register_champion(tracking, bundle: Bundle) -> dict:
     """Register `bundle` (the recommended config) unless the champion already is its evaluation. Returns
     what the registry holds now: `{"name", "version", "registered": bool, "model_uri"}`. The model is logged
@@ -41,7 +52,7 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     uri = f"models:/{name}@{ALIAS}"
     now = current_champion(client, name)
     fingerprint = bundle.manifest["evaluation_fingerprint"]
-    if now is not None and now.tags.get("evaluation_fingerprint") == fingerprint:
+    if not due(now, fingerprint):
         return {"name": name, "version": int(now.version), "registered": False, "model_uri": uri}
     tags = {
         "kind": "champion",

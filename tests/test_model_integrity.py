@@ -172,6 +172,15 @@ def test_a_registered_version_records_its_fingerprints(champion, registered):
     assert download_verified("models:/serve@champion").joinpath("MLmodel").is_file()
 
 
+def test_verify_model_downloads_a_registered_version_checked(champion, tmp_path, capsys):
+    assert main(["verify-model", "models:/serve@champion", "--download", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "model" / "model_code.py").is_file()
+    assert "the registered model" in capsys.readouterr().out
+    _inject(champion)
+    assert main(["verify-model", "models:/serve@champion", "--download", str(tmp_path / "b")]) == 1
+    assert "content_sha256.chunks.parquet changed" in capsys.readouterr().err
+
+
 def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp_path, capsys):
     folder = shutil.copytree(built[1], tmp_path / "model")
     fingerprint = fingerprints(folder)["model_fingerprint"]
@@ -180,3 +189,20 @@ def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp
     _edit(folder, lambda m: m["config"]["generation"].update({"model": "openai/gpt-4o-mini"}))
     assert main(["verify-model", str(folder), "--fingerprint", fingerprint]) == 1
     assert "not the fingerprint" in capsys.readouterr().err
+
+
+def test_a_champion_without_fingerprints_is_registered_again(registered, built, monkeypatch):
+    """A version registered before fingerprints were recorded refuses to load; the same evaluation is
+    registered anew, fingerprinted (an unchanged rerun registers nothing once it is). (Last: it moves the
+    alias.)"""
+    uri, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    for key in fingerprints(built[1]):
+        client.delete_model_version_tag("serve", "1", key)
+    with pytest.raises(TamperedModel, match="record no fingerprint"):
+        download_verified("models:/serve/1")
+    tracking = Tracking(uri, Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    assert register_champion(tracking, built[0])["version"] == 2
+    again = register_champion(tracking, built[0])
+    assert again["version"] == 2 and again["registered"] is False
