@@ -20,7 +20,7 @@ CHAMPION = "champion_model"
 def champion_due(plan: Plan, data, tracking) -> bool:
     """Whether the registry's champion is not the current recommendation's evaluation (what the runner
     asks before materializing the champion: an unchanged rerun launches no run for it)."""
-    from shipping.registry import current_champion
+    from shipping.registry import current_champion, due
 
     board_file = leaderboard_path(data, plan.sweep.name)
     if not tracking.enabled or not board_file.exists():
@@ -32,7 +32,7 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     board = read_parquet(board_file)
     row = board.filter(pl.col("config_key") == recommended)
     now = current_champion(tracking.client(), plan.sweep.name)
-    return row.height == 0 or now is None or now.tags.get("evaluation_fingerprint") != row["fingerprint"][0]
+    return row.height == 0 or due(now, row["fingerprint"][0])
 
 
 def serve_line(model_uri: str) -> str:

@@ -5,6 +5,7 @@
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
     rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
+    rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR]
 
 The input files are observed and snapshotted, then the plan's partitions run, each as a Dagster run as soon
 as the partitions it reads are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
@@ -192,6 +193,16 @@ def _main(argv: list[str] | None) -> int:
     exp.add_argument("--out", required=True, help="the model folder to write (new or empty)")
     exp.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     exp.add_argument("--store", help="vector store of configs that name none")
+    ver = sub.add_parser(
+        "verify-model", help="check a model folder or a registered version without running any of its code"
+    )
+    ver.add_argument(
+        "model",
+        help="a model folder, or a registered version: models:/NAME@ALIAS or models:/NAME/N (the registry "
+        "of $MLFLOW_TRACKING_URI)",
+    )
+    ver.add_argument("--fingerprint", help="a folder: the fingerprint `rag-sweep export` printed for it")
+    ver.add_argument("--download", help="a registered version: the folder to download it to, checked")
     args = parser.parse_args(argv)
 
     try:
@@ -203,6 +214,8 @@ def _main(argv: list[str] | None) -> int:
             return _plan(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "verify-model":
+            return _verify_model(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
@@ -262,7 +275,7 @@ def _plan(args) -> int:
 def _export(args) -> int:
     """The config as a model folder: the pipeline it was evaluated as, loadable and servable by MLflow."""
     from runner import local_instance
-    from shipping.bundle import ExportError, collect, config_key_of, save
+    from shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
 
     data = data_root(args.data_dir or environment.default_data_dir())
     out = Path(args.out)
@@ -280,7 +293,50 @@ def _export(args) -> int:
     except ExportError as e:
         raise SpecError(str(e)) from e
     save(bundle, out)
-    _print_export(bundle.label, key, out)
+    _print_export(bundle.label, key, out, fingerprints(out)["model_fingerprint"])
+    return 0
+
+
+def _verify_model(args) -> int:
+    """A registered version: downloaded and checked against its registry tags. A folder: each bundled file
+    against its manifest, and the whole folder against the fingerprint `rag-sweep export` printed (nothing
+    else outside the folder says what it was). No code of the model runs."""
+    import json
+
+    from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, folder_files, folder_fingerprint, verify
+    from shipping.registry import download_verified
+
+    try:
+        if args.model.startswith("models:/"):
+            folder = download_verified(args.model, args.download)
+            print(f"{args.model}: the registered model, as its registry tags record it, in {folder}")
+            return 0
+        if args.download:
+            raise SpecError("--download: for a registered version (models:/...) only")
+        folder = Path(args.model)
+        if not (folder / "MLmodel").is_file():
+            raise SpecError(f"{folder}: not a model folder (no MLmodel)")
+        found = folder_fingerprint(folder_files(folder))
+        if args.fingerprint and args.fingerprint != found:
+            raise TamperedModel(
+                f"{folder}: its fingerprint {found} is not the fingerprint {args.fingerprint} it was "
+                "exported with: a file was changed, added or removed: refusing it"
+            )
+        verify(
+            folder / "artifacts" / BUNDLE, json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+        )
+    except TamperedModel as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"{folder}: fingerprint {found}"
+        + (
+            " (the exported one)"
+            if args.fingerprint
+            else "\n  its files match its own manifest; compare the fingerprint with the one `rag-sweep "
+            "export` printed (--fingerprint FP checks it)"
+        )
+    )
     return 0
 
 
@@ -301,10 +357,13 @@ def serve_command(model: str | Path, tracking_uri: str | None = None, from_env: 
     )
 
 
-def _print_export(label: str, key: str, out: Path) -> None:
-    """How to load (Python: a string literal) and serve (the shell: quoted) an exported model folder."""
+def _print_export(label: str, key: str, out: Path, fingerprint: str) -> None:
+    """How to load (Python: a string literal) and serve (the shell: quoted) an exported model folder, its
+    fingerprint and how to check a folder against it later."""
     print(
         f"wrote config {label} ({key}) as an MLflow model to {out}\n"
+        f"  fingerprint: {fingerprint}  (keep it: nothing in the folder can vouch for the folder)\n"
+        f"  check: .venv/bin/rag-sweep verify-model {shlex.quote(str(out))} --fingerprint {fingerprint}\n"
         f"  load:  mlflow.pyfunc.load_model({str(out)!r}).predict(pandas.DataFrame({{'question': [...]}}))\n"
         f"  serve: {serve_command(out)}"
     )
@@ -341,8 +400,8 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
             if secret
             else ""
         )
-        + f"  Load it:  mlflow.set_tracking_uri({load}); "
-        f"mlflow.pyfunc.load_model({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
+        + f"  Load it:  mlflow.set_tracking_uri({load}); from shipping.registry import load_champion; "
+        f"load_champion({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
         f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "
         '-d \'{"dataframe_records": [{"question": "..."}]}\''

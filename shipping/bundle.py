@@ -19,7 +19,15 @@ from rag_core.common.local_models import model_version
 from rag_core.planning.plan import Plan
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from shipping import ExportWarning
-from shipping.pipeline import BUNDLE, MANIFEST, RagPipeline, file_sha256
+from shipping.pipeline import (
+    BUNDLE,
+    MANIFEST,
+    canonical_sha256,
+    file_sha256,
+    folder_files,
+    folder_fingerprint,
+    manifest_parts,
+)
 
 # the board's figures a model carries as its metadata (those present: holdout ones only after a confirmation)
 FIGURES = (
@@ -35,7 +43,10 @@ FIGURES = (
     "retrieval_p95_ms",
     "generation_p95_ms",
 )
-REQUIREMENTS = ["mlflow", "polars", "pyarrow", "pandas", "litellm", "lancedb", "rag-sweep"]
+REQUIREMENTS = ("mlflow", "polars", "pyarrow", "pandas", "litellm", "lancedb", "rag-sweep")
+CODE = Path(__file__).with_name("model_code.py")  # the model's code: no pickle in the folder
+# the model's input example: records (a DataFrame example makes MLflow trip a pandas deprecation warning)
+EXAMPLE = [{"question": "What does the corpus say about ...?"}]
 
 
 class ExportError(ValueError):
@@ -190,17 +201,55 @@ def _signature():
     return ModelSignature(outputs=Schema(texts + lists))
 
 
+def requirements() -> list[str]:
+    """The model's pip requirements, each pinned to the version installed here (what it was built with)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in REQUIREMENTS]
+
+
+def environment() -> dict:
+    """The model's environment as MLflow records it (conda.yaml, requirements.txt, python_env.yaml): this
+    Python and the pinned requirements. Given whole, so that MLflow neither looks up a pip version (a uv
+    environment has none: it warns) nor copies the uv project of the working directory into the model."""
+    import platform
+
+    return {
+        "name": "rag-model",
+        "channels": ["conda-forge"],
+        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": requirements()}],
+    }
+
+
 def save(bundle: Bundle, out: Path) -> Path:
-    """The model as a folder `out` (MLmodel, the bundle): `mlflow.pyfunc.load_model(out)` loads it."""
+    """The model as a folder `out` (MLmodel, the bundle, the code file `model_code.py` and no pickle):
+    `mlflow.pyfunc.load_model(out)` loads it."""
     import mlflow.pyfunc
 
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.pyfunc.save_model(
             str(out),
-            python_model=RagPipeline(),
+            python_model=str(CODE),
             artifacts={BUNDLE: str(write(bundle, Path(tmp) / BUNDLE))},
             metadata=json.loads(json.dumps(bundle.metadata, default=str)),
             signature=_signature(),
-            pip_requirements=REQUIREMENTS,
+            input_example=EXAMPLE,
+            conda_env=environment(),
+            uv_project_path=tmp,  # no uv project: not the working directory's copied into the model
         )
     return out
+
+
+def fingerprints(out: Path) -> dict[str, str]:
+    """What a saved model folder is, recorded outside it (a registered version's tags; what `rag-sweep
+    export` prints): `model_fingerprint` (every file of the folder), `model_files` (each file's sha256),
+    `bundle_fingerprint` (pipeline.json's canonical sha256: the config's settings and prompts, every
+    bundled file's hash) and `bundle_parts` (each part's, so that a changed one can be named)."""
+    files = folder_files(out)
+    manifest = json.loads((out / "artifacts" / BUNDLE / MANIFEST).read_text())
+    return {
+        "model_fingerprint": folder_fingerprint(files),
+        "model_files": json.dumps(files, sort_keys=True),
+        "bundle_fingerprint": canonical_sha256(manifest),
+        "bundle_parts": json.dumps(manifest_parts(manifest), sort_keys=True),
+    }

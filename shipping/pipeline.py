@@ -5,7 +5,12 @@ that is not a question (`question_of`) is that row's error, the others are answe
 
 Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
 sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
-naming the file. An embedded store's index is built from the bundled rows and vectors into a folder of the
+naming the file. `pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked
+against a fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
+`bundle_fingerprint`, `bundle_parts`, set at registration), looked up when the model is loaded as
+`models:/NAME@alias` or `models:/NAME/N` (MLflow writes the version it fetched into the folder,
+`registered_model_meta`, before loading it); an edited part is named. A bare folder has no such anchor: its
+printed fingerprint (`folder_fingerprint`) is what `rag-sweep export` printed, or it is not the exported one. An embedded store's index is built from the bundled rows and vectors into a folder of the
 loading process (the same backend, the same analyzer); a server store's collection is the sweep's, found by
 name with the connection settings of the environment (never a secret in the model) and checked by its count.
 LLM calls (query rewriting, LLM reranking, generation) go through the project's client, configured from the
@@ -20,10 +25,14 @@ import tempfile
 from pathlib import Path
 
 import mlflow.pyfunc
+import pandas as pd
 
 BUNDLE = "bundle"  # the artifact (a folder) holding pipeline.json and the tables
 MANIFEST = "pipeline.json"
 EMBEDDED = ("lancedb", "qdrant", "chroma", "milvus")
+# the file MLflow writes into a registered model's folder each time it downloads it (its name and version,
+# data MLflow reads, not code): not one of the files the model was registered with
+MLFLOW_WRITES = "registered_model_meta"
 
 
 class TamperedModel(RuntimeError):
@@ -38,6 +47,137 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def canonical_sha256(value) -> str:
+    """The sha256 of a JSON value's canonical text (keys sorted, no spaces): the same for the same value
+    however the file holding it is formatted."""
+    import hashlib
+
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def manifest_parts(manifest: dict) -> dict[str, str]:
+    """The sha256 of each part of a manifest, so that a changed one can be named: each section of the
+    config (`config.generation`: its model and prompts ...), each bundled file's recorded hash
+    (`content_sha256.chunks.parquet`), each identity field."""
+    parts = {}
+    for key, value in manifest.items():
+        if key in ("config", "content_sha256") and isinstance(value, dict):
+            parts.update({f"{key}.{k}": canonical_sha256(v) for k, v in value.items()})
+        else:
+            parts[key] = canonical_sha256(value)
+    return parts
+
+
+def folder_files(folder: Path) -> dict[str, str]:
+    """Every file under a model folder (its path there, `/`-separated) -> its sha256: MLmodel, the model's
+    code, its requirements, the bundle. A bytecode cache Python wrote there counts: it is code."""
+    return {
+        p.relative_to(folder).as_posix(): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def folder_fingerprint(files: dict[str, str]) -> str:
+    """The model folder's fingerprint: the sha256 of its files' hashes (`folder_files`)."""
+    return canonical_sha256(files)
+
+
+def check_files(folder: Path, expected: dict[str, str], where: str) -> None:
+    """The folder holds exactly the files `expected` lists (path -> sha256), each with its content; else
+    TamperedModel naming the first that differs (pipeline.json: the parts of it that changed, when the
+    expected parts are known). Reads no code of the folder."""
+    found = folder_files(folder)
+    for name, sha in expected.items():
+        if name not in found:
+            raise TamperedModel(f"{folder / name}: missing from the {where}: refusing to load")
+        if found[name] != sha:
+            raise TamperedModel(
+                f"{folder / name}: its content (sha256 {found[name][:12]}) is not the {where}'s "
+                f"(sha256 {sha[:12]}): refusing to load"
+            )
+    if extra := sorted(set(found) - set(expected) - {MLFLOW_WRITES}):
+        raise TamperedModel(
+            f"{folder / extra[0]}: not a file of the {where} (added to the folder): refusing to load"
+        )
+
+
+def check_manifest(manifest: dict, fingerprint: str, parts: dict[str, str] | None, where: str) -> None:
+    """`pipeline.json` is the one recorded (its canonical sha256 `fingerprint`), else TamperedModel naming
+    the parts that changed (`parts`: the recorded `manifest_parts`, when known)."""
+    if canonical_sha256(manifest) == fingerprint:
+        return
+    found = manifest_parts(manifest)
+    changed = sorted(k for k in set(found) | set(parts or {}) if found.get(k) != (parts or {}).get(k))
+    what = ", ".join(changed) if parts else "its settings, prompts or file hashes"
+    raise TamperedModel(
+        f"{MANIFEST}: {what} changed: not the manifest of the {where} (fingerprint {fingerprint[:12]}, "
+        f"found {canonical_sha256(manifest)[:12]}): refusing to load"
+    )
+
+
+def registered_as(model_uri: str) -> tuple[str, str, dict] | None:
+    """(name, version, its tags) of the registered model version a `models:/NAME@alias` or `models:/NAME/N`
+    URI names (the registry of the tracking URI set), or None for any other URI."""
+    if not isinstance(model_uri, str) or not model_uri.startswith("models:/"):
+        return None
+    from mlflow.store.artifact.utils.models import _parse_model_uri, get_model_name_and_version
+    from mlflow.tracking import MlflowClient
+
+    if _parse_model_uri(model_uri).model_id is not None:  # models:/m-<id>: a logged model, not a version
+        return None
+    name, version = get_model_name_and_version(MlflowClient(), model_uri)
+    return str(name), str(version), version_tags(str(name), str(version))
+
+
+def check_registered(folder: Path, manifest: dict | None, name: str, version: str, tags: dict) -> None:
+    """The model folder `folder` (the one MLflow downloaded) is the one registered as version `version` of
+    `name`: every file as its registry tags record (`model_files`), and `manifest` (when given: already
+    read) the recorded `bundle_fingerprint`. A version without them refuses: nothing outside its folder
+    says what it held."""
+    where = f"registered model {name} version {version}"
+    if "model_files" not in tags or "bundle_fingerprint" not in tags:
+        raise TamperedModel(
+            f"{where}: its registry tags record no fingerprint (registered before models were "
+            "fingerprinted): nothing checks its folder; register it again (rerun the sweep): refusing to load"
+        )
+    parts = json.loads(tags["bundle_parts"]) if "bundle_parts" in tags else None
+    if manifest is not None:  # first: it names the part of the manifest that changed
+        check_manifest(manifest, tags["bundle_fingerprint"], parts, where)
+    check_files(folder, json.loads(tags["model_files"]), where)
+
+
+def registered_meta(root: Path) -> tuple[str, str] | None:
+    """(name, version) of the registered version a model folder was downloaded as: MLflow writes them to
+    `registered_model_meta` each time it fetches a `models:/NAME@alias` or `models:/NAME/N` URI (for
+    `mlflow.pyfunc.load_model` and `mlflow models serve` alike), just before loading it; None for a folder
+    without it (an exported one)."""
+    import yaml
+
+    path = root / MLFLOW_WRITES
+    if not path.is_file():
+        return None
+    meta = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(meta, dict) or not meta.get("model_name") or meta.get("model_version") is None:
+        raise TamperedModel(f"{path}: not the registered name and version MLflow writes: refusing to load")
+    return str(meta["model_name"]), str(meta["model_version"])
+
+
+def version_tags(name: str, version: str) -> dict:
+    """The registry tags of version `version` of `name` (the registry of the tracking URI set); TamperedModel
+    when it holds no such version: nothing says what the folder should be."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return dict(MlflowClient().get_model_version(name, version).tags)
+    except MlflowException as e:
+        raise TamperedModel(
+            f"registered model {name} version {version}: not in the registry of this tracking URI (set "
+            f"MLFLOW_TRACKING_URI to the one it was registered in), so nothing checks its folder: refusing "
+            f"to load ({e.message})"
+        ) from e
 
 
 def verify(folder: Path, manifest: dict) -> None:
@@ -144,6 +284,9 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
 
         folder = Path(context.artifacts[BUNDLE])
         self.manifest = manifest = json.loads((folder / MANIFEST).read_text())
+        root = folder.parent.parent  # the model folder (the bundle is its artifacts/bundle)
+        if (registered := registered_meta(root)) is not None:  # loaded as a registered version: its record
+            check_registered(root, manifest, *registered, version_tags(*registered))
         verify(folder, manifest)
         self.config = RagConfig.model_validate(manifest["config"])
         self.chunks = pl.read_parquet(folder / "chunks.parquet")
@@ -189,12 +332,11 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
             )
         return store
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         """One output row per input row, in order (OUTPUT's columns). A row that cannot be answered (not a
         question: `question_of`; or the pipeline failed on it) has a null answer, no contexts and its error;
         the others are answered. No rows: an empty frame with the same columns. Nulls are None: object
         columns, which pandas would otherwise type as strings holding NaN."""
-        import pandas as pd
 
         values = rows_of(model_input)
         checked = [question_of(v) for v in values]

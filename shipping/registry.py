@@ -2,7 +2,12 @@
 config as a new version of the model named after the sweep, and moves the alias `champion` to it, so
 `models:/<sweep>@champion` is always the current winner. The same recommendation evaluated the same way (its
 evaluation fingerprint) registers nothing: a rerun, a re-ranking or a nightly re-evaluation leaves the
-registry as it is."""
+registry as it is.
+
+A version's tags record what its model folder is (`model_fingerprint`, `model_files`, `bundle_fingerprint`,
+`bundle_parts`: shipping/bundle.py `fingerprints`): they live in the tracking store, not in the artifact
+folder, so one who can rewrite the folder cannot rewrite them. `load_champion` (and `rag-sweep verify-model
+models:/...`) checks every file of a downloaded version against them before MLflow runs any of its code."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from shipping.bundle import Bundle, save
+from shipping.bundle import Bundle, fingerprints, save
 
 ALIAS = "champion"
 
@@ -25,6 +30,17 @@ def current_champion(client, name: str):
         return None
 
 
+def due(now, evaluation_fingerprint: str) -> bool:
+    """Whether the champion `now` (a model version or None) is to be replaced: none yet, another
+    evaluation, or one registered before versions recorded their folder's fingerprints (it refuses to load:
+    the same evaluation is registered again, fingerprinted)."""
+    return (
+        now is None
+        or now.tags.get("evaluation_fingerprint") != evaluation_fingerprint
+        or "model_fingerprint" not in now.tags
+    )
+
+
 def register_champion(tracking, bundle: Bundle) -> dict:
     """Register `bundle` (the recommended config) unless the champion already is its evaluation. Returns
     what the registry holds now: `{"name", "version", "registered": bool, "model_uri"}`. The model is logged
@@ -36,7 +52,7 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     uri = f"models:/{name}@{ALIAS}"
     now = current_champion(client, name)
     fingerprint = bundle.manifest["evaluation_fingerprint"]
-    if now is not None and now.tags.get("evaluation_fingerprint") == fingerprint:
+    if not due(now, fingerprint):
         return {"name": name, "version": int(now.version), "registered": False, "model_uri": uri}
     tags = {
         "kind": "champion",
@@ -48,7 +64,9 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     run_tags = {"kind": "champion", "sweep": name, "champion_config": bundle.config_key}
     run = client.create_run(tracking.experiment_id(name), run_name=f"champion: {bundle.label}", tags=run_tags)
     with tempfile.TemporaryDirectory() as tmp:
-        client.log_artifacts(run.info.run_id, str(save(bundle, Path(tmp) / "model")), "model")
+        folder = save(bundle, Path(tmp) / "model")
+        tags.update(fingerprints(folder))  # what the folder is, recorded where its writer cannot change it
+        client.log_artifacts(run.info.run_id, str(folder), "model")
     client.set_terminated(run.info.run_id)
     try:
         client.create_registered_model(name, description=f"The recommended config of sweep {name}.")
@@ -66,3 +84,40 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     )
     client.set_registered_model_alias(name, ALIAS, version.version)
     return {"name": name, "version": int(version.version), "registered": True, "model_uri": uri}
+
+
+def download_verified(model_uri: str, dst: Path | str | None = None) -> Path:
+    """The registered version `model_uri` names (`models:/NAME@alias`, `models:/NAME/N`; the tracking URI
+    set), downloaded to `dst` (default: a new temporary folder) and checked against its registry tags: every
+    file, pipeline.json's settings, prompts and file hashes. Nothing of the folder is run. TamperedModel
+    when it is not what was registered."""
+    import mlflow.artifacts
+    from mlflow.tracking import MlflowClient
+
+    from shipping.pipeline import BUNDLE, MANIFEST, check_registered, registered_as
+
+    registered = registered_as(model_uri)
+    if registered is None:
+        raise ValueError(
+            f"{model_uri}: not a registered model version (models:/NAME@alias or models:/NAME/N)"
+        )
+    name, version, tags = registered
+    source = MlflowClient().get_model_version_download_uri(name, version)
+    folder = Path(
+        mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst) if dst else None)
+    )
+    try:
+        manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None  # missing or not JSON: named by the file check
+    check_registered(folder, manifest, name, version, tags)
+    return folder
+
+
+def load_champion(model_uri: str, dst: Path | str | None = None):
+    """The registered model `model_uri` (`models:/<sweep>@champion` ...) as a pyfunc model, loaded only
+    after its downloaded folder is checked against its registry tags (`download_verified`): no code of a
+    folder that is not the registered one runs."""
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.load_model(str(download_verified(model_uri, dst)))

@@ -53,7 +53,7 @@ def _explore(capsys, data: Path) -> str:
 
 def test_the_export_lines_keep_an_odd_folder_whole(capsys, tmp_path):
     out = tmp_path / ODD / "model"
-    cli._print_export("para·bm25·k4", "para-bm25-k4", out)
+    cli._print_export("para·bm25·k4", "para-bm25-k4", out, "f" * 64)
     printed = capsys.readouterr().out
     serve = _line(printed, "serve:")
     assert shlex.split(serve)[:7] == [
@@ -106,7 +106,7 @@ def test_the_ui_lines_quote_each_value(capsys, tmp_path):
 def test_plain_paths_print_as_they_are(capsys, tmp_path):
     """Nothing to quote: the lines read as before."""
     assert shlex.quote(str(tmp_path)) == str(tmp_path)  # (pytest's folders hold no odd character)
-    cli._print_export("k4", "k4", tmp_path / "model")
+    cli._print_export("k4", "k4", tmp_path / "model", "f" * 64)
     assert (
         f"mlflow models serve -m {tmp_path / 'model'} --env-manager local -p 5001" in capsys.readouterr().out
     )

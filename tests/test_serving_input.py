@@ -12,70 +12,20 @@ import json
 
 import mlflow.pyfunc
 import pandas as pd
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_core.chunking.chunkers import chunk_corpus
-from rag_core.common.local_models import model_version
-from runner import load_data, load_plan
-from shipping.bundle import Bundle, save
+from shipping.bundle import save
 from shipping.pipeline import OUTPUT, question_of, rows_of
-from tests.conftest import EXAMPLE, write_sweep
-
-DOCS = 4  # besides the gold documents of two questions
+from tests.small_model import small_bundle
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """A hybrid-retrieval, extractive config over DOCS documents, saved and loaded as MLflow does."""
-    from resources.embedders import EmbeddingService
-
+    """A hybrid-retrieval, extractive config over a few documents, saved and loaded as MLflow does."""
     tmp = tmp_path_factory.mktemp("serving")
-    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(2)
-    corpus = pl.read_parquet(EXAMPLE / "corpus.parquet")
-    gold = corpus["doc_id"].is_in(qa["relevant_doc_ids"].explode().to_list())
-    corpus = pl.concat([corpus.filter(gold), corpus.filter(~gold).head(DOCS)])
-    corpus.write_parquet(tmp / "corpus.parquet")
-    qa.write_parquet(tmp / "queries.parquet")
-    spec = write_sweep(
-        tmp / "serve.yaml",
-        {"corpus": tmp / "corpus.parquet", "qa": tmp / "queries.parquet"},
-        name="serve",
-        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
-        retrieval={"mode": "hybrid", "top_k": 2, "hybrid_alpha": 0.5, "fusion": "weighted"},
-    )
-    plan = load_plan(spec, "lancedb", tmp)
-    key = plan.config_keys[0]
-    config = plan.config(key)
-    c = config.chunking
-    chunks = chunk_corpus(load_data(plan.sweep)[0], c.method, c.chunk_size, c.chunk_overlap)
-    vectors, _ = EmbeddingService(cache_dir=str(tmp / "cache")).embed(
-        config.embedding.model, chunks["index_text"].to_list()
-    )
-    identity = {
-        "sweep": "serve",
-        "config_key": key,
-        "label": key,
-        "evaluation_fingerprint": "e" * 64,
-        "vector_index_fingerprint": "v" * 64,
-        "store": "lancedb",
-        "collection": "serve_test",
-        "count": chunks.height,
-        "embedder_version": model_version(config.embedding.model),
-    }
-    bundle = Bundle(
-        key,
-        key,
-        {
-            "chunks.parquet": chunks,
-            "embeddings.parquet": pl.DataFrame({"chunk_id": chunks["chunk_id"], "vector": vectors.tolist()}),
-        },
-        {**identity, "config": config.model_dump(mode="json")},
-        {**identity, "figures": {}},
-    )
-    return mlflow.pyfunc.load_model(str(save(bundle, tmp / "model")))
+    return mlflow.pyfunc.load_model(str(save(small_bundle(tmp), tmp / "model")))
 
 
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"

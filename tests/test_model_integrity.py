@@ -1,0 +1,208 @@
+"""No code from data (issue 42): the shipped model folder holds no pickle (its code is a file that imports
+the project's pipeline), and loading checks the folder against a fingerprint recorded outside it: a
+registered version's registry tags. A chunk edited together with its hash in pipeline.json, an edited
+generation model or prompt, or a replaced code file refuses to load (`TamperedModel`); saving and loading
+log none of MLflow's warnings (CloudPickle, type hints, input example, pip version).
+
+The model is the small one of tests/small_model.py (built here, no sweep run); the registry is a sqlite
+MLflow store in the test's folder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import warnings
+from pathlib import Path
+
+import mlflow.pyfunc
+import pandas as pd
+import polars as pl
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rag_sweep.cli import main
+from shipping.bundle import fingerprints, save
+from shipping.pipeline import TamperedModel, file_sha256
+from shipping.registry import download_verified, load_champion, register_champion
+from tests.small_model import small_bundle
+
+QUESTION = "Who wrote Arthur's Magazine?"
+
+
+class Tracking:
+    """The slice of the project's tracking resource `register_champion` uses, on a sqlite store."""
+
+    def __init__(self, uri: str, artifacts: Path):
+        self.uri, self.artifacts = uri, artifacts
+
+    def client(self):
+        return MlflowClient(self.uri)
+
+    def experiment_id(self, name: str) -> str:
+        found = self.client().get_experiment_by_name(name)
+        return found.experiment_id if found else self.client().create_experiment(name, str(self.artifacts))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(the bundle, its saved folder, the MLflow log records and warnings of saving it)."""
+    tmp = tmp_path_factory.mktemp("integrity")
+    bundle = small_bundle(tmp)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("mlflow").addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            folder = save(bundle, tmp / "model")
+    finally:
+        logging.getLogger("mlflow").removeHandler(handler)
+    return bundle, folder, records, caught
+
+
+@pytest.fixture(scope="module")
+def registered(built, tmp_path_factory):
+    """The bundle registered as `models:/serve@champion` in a sqlite store: (tracking URI, version folder)."""
+    tmp = tmp_path_factory.mktemp("registry")
+    tracking = Tracking(f"sqlite:///{tmp / 'mlflow.db'}", tmp / "mlartifacts")
+    held = register_champion(tracking, built[0])
+    version = tracking.client().get_model_version("serve", str(held["version"]))
+    return tracking.uri, Path(tracking.client().get_model_version_download_uri("serve", version.version))
+
+
+@pytest.fixture
+def champion(registered, monkeypatch, tmp_path):
+    """The registered version's folder (restored after the test) with the tracking URI set."""
+    uri, folder = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    shutil.copytree(folder, tmp_path / "original")
+    yield folder
+    shutil.rmtree(folder)
+    shutil.copytree(tmp_path / "original", folder)
+
+
+def _manifest(folder: Path) -> Path:
+    return folder / "artifacts" / "bundle" / "pipeline.json"
+
+
+def _edit(folder: Path, change) -> None:
+    path = _manifest(folder)
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest, indent=1))
+
+
+def _inject(folder: Path) -> None:
+    """A chunk's text replaced, and its file's hash in pipeline.json updated to match."""
+    chunks = folder / "artifacts" / "bundle" / "chunks.parquet"
+    frame = pl.read_parquet(chunks)
+    frame.with_columns(pl.lit("Arthur's Magazine was written by Mallory.").alias("text")).write_parquet(
+        chunks
+    )
+    _edit(folder, lambda m: m["content_sha256"].update({"chunks.parquet": file_sha256(chunks)}))
+
+
+def test_the_model_folder_holds_no_pickle_and_loads(built):
+    _, folder, _, _ = built
+    assert not list(folder.rglob("*.pkl")) and not list(folder.rglob("*.pickle"))
+    assert (folder / "model_code.py").read_text().count("set_model(RagPipeline())") == 1
+    model = mlflow.pyfunc.load_model(str(folder))
+    assert isinstance(model.predict(pd.DataFrame({"question": [QUESTION]}))["answer"][0], str)
+
+
+def test_saving_and_loading_log_no_mlflow_warning(built, caplog):
+    """No CloudPickle warning, no type hint, input example or pip version warning: the model does what
+    MLflow asks (code file, typed predict, input example, pinned requirements)."""
+    _, folder, records, caught = built
+    with caplog.at_level(logging.WARNING, logger="mlflow"):
+        mlflow.pyfunc.load_model(str(folder))
+    logged = [r.getMessage() for r in records + caplog.records if r.levelno >= logging.WARNING]
+    assert logged == []
+    assert [str(w.message) for w in caught if "mlflow" in w.filename] == []
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert requirements and all("==" in r for r in requirements)
+    assert not (folder / "uv.lock").exists()  # the working directory's uv project is not the model's
+
+
+def test_a_registered_model_loads_through_the_registry(champion):
+    assert isinstance(load_champion("models:/serve@champion").predict([QUESTION])["answer"][0], str)
+    model = mlflow.pyfunc.load_model("models:/serve/1")
+    assert isinstance(model.predict(pd.DataFrame({"question": [QUESTION]}))["answer"][0], str)
+
+
+def _as_served(uri: str):
+    """What `mlflow models serve -m URI` loads: the folder it fetched (MLflow writes the registered name
+    and version into it), loaded as a path by the serving process."""
+    from mlflow.tracking.artifact_utils import _download_artifact_from_uri
+
+    return mlflow.pyfunc.load_model(_download_artifact_from_uri(uri))
+
+
+def test_a_chunk_edited_with_its_hash_refuses_to_load_from_the_registry(champion):
+    _inject(champion)
+    for load in (load_champion, mlflow.pyfunc.load_model, _as_served):
+        with pytest.raises(TamperedModel, match=r"content_sha256\.chunks\.parquet changed"):
+            load("models:/serve@champion")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("model", "openai/gpt-4o-mini"), ("prompt_template", "Ignore the context. {context} {query}")],
+)
+def test_an_edited_generation_model_or_prompt_refuses_to_load(champion, field, value):
+    _edit(champion, lambda m: m["config"]["generation"].update({field: value}))
+    for load in (load_champion, mlflow.pyfunc.load_model, _as_served):
+        with pytest.raises(TamperedModel, match=r"config\.generation changed"):
+            load("models:/serve/1")
+
+
+def test_a_replaced_code_file_is_refused_before_it_runs(champion, tmp_path):
+    marker = tmp_path / "ran"
+    (champion / "model_code.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    with pytest.raises(TamperedModel, match="model_code.py: its content"):
+        load_champion("models:/serve@champion")
+    assert not marker.exists()
+
+
+def test_a_registered_version_records_its_fingerprints(champion, registered):
+    tags = MlflowClient(registered[0]).get_model_version("serve", "1").tags
+    assert {k: tags[k] for k in fingerprints(champion)} == fingerprints(champion)
+    assert download_verified("models:/serve@champion").joinpath("MLmodel").is_file()
+
+
+def test_verify_model_downloads_a_registered_version_checked(champion, tmp_path, capsys):
+    assert main(["verify-model", "models:/serve@champion", "--download", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "model" / "model_code.py").is_file()
+    assert "the registered model" in capsys.readouterr().out
+    _inject(champion)
+    assert main(["verify-model", "models:/serve@champion", "--download", str(tmp_path / "b")]) == 1
+    assert "content_sha256.chunks.parquet changed" in capsys.readouterr().err
+
+
+def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp_path, capsys):
+    folder = shutil.copytree(built[1], tmp_path / "model")
+    fingerprint = fingerprints(folder)["model_fingerprint"]
+    assert main(["verify-model", str(folder), "--fingerprint", fingerprint]) == 0
+    assert fingerprint in capsys.readouterr().out
+    _edit(folder, lambda m: m["config"]["generation"].update({"model": "openai/gpt-4o-mini"}))
+    assert main(["verify-model", str(folder), "--fingerprint", fingerprint]) == 1
+    assert "not the fingerprint" in capsys.readouterr().err
+
+
+def test_a_champion_without_fingerprints_is_registered_again(registered, built, monkeypatch):
+    """A version registered before fingerprints were recorded refuses to load; the same evaluation is
+    registered anew, fingerprinted (an unchanged rerun registers nothing once it is). (Last: it moves the
+    alias.)"""
+    uri, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    for key in fingerprints(built[1]):
+        client.delete_model_version_tag("serve", "1", key)
+    with pytest.raises(TamperedModel, match="record no fingerprint"):
+        download_verified("models:/serve/1")
+    tracking = Tracking(uri, Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    assert register_champion(tracking, built[0])["version"] == 2
+    again = register_champion(tracking, built[0])
+    assert again["version"] == 2 and again["registered"] is False
