@@ -1,11 +1,13 @@
 """The plan a fleet's workers read from the data dir is data, never code (issue 42): JSON from which a
 worker resolves the runner's plan, named by the SHA-256 of its bytes and refused when they do not match;
-no pickle is ever read from there (a pickle's `__reduce__` would run on every worker). No broker needed."""
+no pickle is ever read from there (a pickle's `__reduce__` would run on every worker), GEPA's saved state
+included. No broker needed."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -115,3 +117,23 @@ def test_a_pickle_at_the_old_plan_path_is_never_loaded(tmp_path):
     (plans / f"{name}.pkl").write_bytes(blob)
     step_jobs.step_job(str(data), name, "embeddings")
     assert not marker.exists()
+
+
+def test_gepa_state_a_data_dir_holds_is_never_loaded(tmp_path, monkeypatch):
+    """GEPA saves its state as a pickle and loads it to resume: it lives in this user's private cache dir,
+    never under the data dir (whose old `gepa_state/<fp>/` is not read)."""
+    from gepa.core.state import GEPAState
+
+    from rag_assets.prompt_optimization import _gepa_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    data, fp, marker = tmp_path / "data", "f" * 64, tmp_path / "pwned"
+    (data / "gepa_state" / fp).mkdir(parents=True)
+    (data / "gepa_state" / fp / "gepa_state.bin").write_bytes(pickle.dumps(_CreatesAFile(marker)))
+    run_dir = Path(_gepa_dir(str(data), fp))
+    assert not run_dir.is_relative_to(data)
+    assert (run_dir.parent.parent.stat().st_mode & 0o777) == 0o700  # no other user writes a state there
+    if os.path.exists(os.path.join(run_dir, "gepa_state.bin")):  # what gepa's initialize_gepa_state asks
+        GEPAState.load(str(run_dir))
+    assert not marker.exists()
+    assert _gepa_dir(str(data), fp) == str(run_dir) != _gepa_dir(str(tmp_path / "other"), fp)  # resumable
