@@ -16,7 +16,6 @@ import difflib
 import html
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -24,14 +23,15 @@ import polars as pl
 
 from rag_assets.retrievals import live_index
 from rag_assets.stage_asset import asset_key, forced
-from rag_core.common.fingerprint import fingerprint
+from rag_core.common.fingerprint import fingerprint, short_hash
 from rag_core.common.local_models import model_version
 from rag_core.decision.holdout import SELECTION
 from rag_core.optimization.contexts import Contexts
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import stage
 from resources.artifacts import Artifact, QuestionSplit
-from resources.storage import atomic_write, data_root, is_remote
+from resources.environment import user_cache_dir
+from resources.storage import atomic_write, data_root
 
 OPTIMIZATION = "prompt_optimizations"
 VERSION = 1  # bump when the optimization's code changes what it finds for the same inputs
@@ -110,11 +110,13 @@ def optimization_due(plan: Plan, key: str, data, inputs: dict[str, str], fps: di
 
 
 def _gepa_dir(data, fp: str) -> str:
-    """GEPA's state (resumable): beside the artifacts on a local data dir, else in this machine's temp."""
-    root = (
-        Path(tempfile.gettempdir()) / "rag-sweep-gepa" if is_remote(str(data)) else Path(data) / "gepa_state"
-    )
-    path = root / fp
+    """GEPA's state (resumable), in this user's cache dir on this machine, one folder per data dir: GEPA
+    saves and loads it as a pickle, so it is never kept where whoever can write the data dir (or bucket)
+    could put one (loading it would run their code), nor in a temp dir another user can write."""
+    root = user_cache_dir() / "gepa_state"
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    path = root / short_hash(str(data), 16) / fp
     path.mkdir(parents=True, exist_ok=True)
     return str(path)
 

@@ -4,13 +4,14 @@ definitions a runner materializes it with (its assets and the shared resources).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
-from rag_core.planning.spec import load_sweep
+from rag_core.planning.spec import Sweep, component_used, load_sweep
 from resources import build_resources
 from resources.environment import default_data_dir, deployment_store, llm_api_base
 
@@ -31,6 +32,42 @@ def load_plan(spec: str | Path, store: str | None = None, data_dir: str | Path |
     return Plan.resolve(sweep, store or deployment_store(), llm_api_base(), optimized)
 
 
+PLAN_FORMAT = "rag-sweep plan 1"
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    """The plan as plain data (JSON): the loaded sweep and what the environment added when it was resolved
+    (the default store, the LLM endpoint, the prompts optimizations found, the local models' versions);
+    `plan_from_document` resolves the same plan from it on another machine."""
+    components = plan.sweep.optimize.components if plan.sweep.optimize is not None else []
+    optimized = {
+        base: {n: plan.config(key).text(n) for n in components if component_used(plan.config(key), n)}
+        for key, base in plan.optimized_from.items()
+    }
+    return {
+        "format": PLAN_FORMAT,
+        "sweep": plan.sweep.model_dump(mode="json"),
+        "store": plan.store,
+        "llm_api_base": plan.llm_api_base,
+        "optimized": optimized,
+        "model_versions": plan.model_versions,
+    }
+
+
+def plan_from_document(doc: Any) -> Plan:
+    """The plan a `plan_document` describes, resolved by Plan.resolve (data only: nothing in it runs);
+    ValueError when it is not such a document."""
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        raise ValueError(f"not a rag-sweep plan (format {PLAN_FORMAT!r})")
+    try:
+        sweep = Sweep.model_validate(doc["sweep"])
+        return Plan.resolve(
+            sweep, doc["store"], doc["llm_api_base"], doc["optimized"] or None, doc["model_versions"]
+        )
+    except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        raise ValueError(f"not a valid rag-sweep plan: {e}") from None
+
+
 def runner_definitions(plan: Plan, data_dir: str, resources: dict | None = None) -> dg.Definitions:
     """The sweep's assets with the shared resources (`resources` overrides some): what a step needs."""
     return dg.Definitions(
@@ -38,4 +75,4 @@ def runner_definitions(plan: Plan, data_dir: str, resources: dict | None = None)
     )
 
 
-__all__ = ["asset_key", "load_plan", "runner_definitions"]
+__all__ = ["asset_key", "load_plan", "plan_document", "plan_from_document", "runner_definitions"]

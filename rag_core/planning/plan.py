@@ -79,6 +79,9 @@ class Plan:
     holdout_partitions: dict[str, dict[str, Partition]] = dataclasses.field(default_factory=dict)
     # configs whose prompts a prompt optimization evolved (`optimize:`): their key -> the config they started from
     optimized_from: dict[str, str] = dataclasses.field(default_factory=dict)
+    llm_api_base: str | None = None  # the deployment's LLM endpoint it was resolved with
+    # the version of every local model its fingerprints name, as resolved (local path -> version)
+    model_versions: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def resolve(
@@ -87,11 +90,13 @@ class Plan:
         store: str = "lancedb",
         llm_api_base: str | None = None,
         optimized: dict[str, dict[str, str]] | None = None,
+        versions: dict[str, str | None] | None = None,
     ) -> Plan:
         """`store`: the vector store of configs that name none; `llm_api_base`: the deployment's LLM
         endpoint, part of the fingerprint of every partition that calls an LLM; `optimized`: the prompts
         prompt optimizations found (the config key they started from -> component -> text), each a new
-        config after the sweep's own, sharing every partition up to its first optimized stage."""
+        config after the sweep's own, sharing every partition up to its first optimized stage; `versions`:
+        each local model's version as another machine read it (model_versions), instead of this one's."""
         if store not in VECTOR_STORES:
             raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
         configs = tuple(_with_store(c, store) for c in sweep.configs)
@@ -119,7 +124,13 @@ class Plan:
                     f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"
                 )
         partitions: dict[str, dict[str, Partition]] = {}
-        version = functools.cache(model_version)  # each local model's folder is looked at once
+        found: dict[str | None, str | None] = {}  # each local model's folder is looked at once
+
+        def version(model: str | None) -> str | None:
+            if model not in found:
+                found[model] = model_version(model) if versions is None else versions.get(model or "")
+            return found[model]
+
         chains: dict[tuple[str, str], list] = {}
         for s in PARTITIONED:
             by_key: dict[str, Partition] = {}
@@ -163,6 +174,8 @@ class Plan:
             partitions=partitions,
             holdout_partitions=held,
             optimized_from=optimized_from,
+            llm_api_base=llm_api_base,
+            model_versions={m: v for m, v in found.items() if m and v},
         )
         if sweep.optimize is not None and isinstance(sweep.optimize.configs, list):
             plan.named_optimization_starts()  # named configs exist and use every component: checked on load
