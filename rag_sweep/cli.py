@@ -128,9 +128,14 @@ _default_show_warning = warnings.showwarning
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A loader's DataWarning (rows or values it dropped, counted) as one line, like the CLI's own warnings."""
-    from shipping.bundle import ExportWarning
+    # not imported from here: a warning raised while shipping.bundle is being imported (MLflow warns when
+    # its pipeline class is defined) would import it again half-initialized; an ExportWarning comes from
+    # shipping.bundle, so the module is loaded whenever one is shown
+    export_warning = getattr(sys.modules.get("shipping.bundle"), "ExportWarning", None)
 
-    if issubclass(category, DataWarning | ExportWarning):
+    if issubclass(category, DataWarning) or (
+        export_warning is not None and issubclass(category, export_warning)
+    ):
         print(f"warning: {message}", file=sys.stderr)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)
