@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         return _main(argv)
+    except (KeyboardInterrupt, DagsterExecutionInterruptedError):  # after the run: printing its board
+        _interrupted()
     except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
@@ -221,13 +223,7 @@ def _main(argv: list[str] | None) -> int:
         t0 = time.perf_counter()
         run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
     except (KeyboardInterrupt, DagsterExecutionInterruptedError):
-        print(
-            "\ninterrupted: every complete artifact is kept; run the same command again to resume",
-            file=sys.stderr,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
+        _interrupted()
     except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
         if getattr(args, "verbose", False):  # a server's URL in it keeps no password
             lines = traceback.format_exception(e.__cause__ or e)
@@ -237,6 +233,16 @@ def _main(argv: list[str] | None) -> int:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
         return 2 if not isinstance(e, StepFailed) else 1
     return _print_run(run, args, time.perf_counter() - t0)
+
+
+def _interrupted() -> None:
+    print(
+        "\ninterrupted: every complete artifact is kept; run the same command again to resume",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
 
 
 def _validate(spec: str) -> int:

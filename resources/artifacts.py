@@ -132,6 +132,18 @@ def latest_fingerprint(instance: dg.DagsterInstance, key: dg.AssetKey, partition
     return version.value if version else None
 
 
+def materialized_fingerprints(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None
+) -> set[str]:
+    """The data versions (= artifact fingerprints) every materialization of an asset partition recorded:
+    a halving rung's artifact the partition materialized before it moved on to the next rung."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1000
+    ).records
+    versions = (extract_data_version_from_entry(r.event_log_entry) for r in records)
+    return {v.value for v in versions if v is not None}
+
+
 def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
     """partition -> the data version of its latest materialization, for every partition of an asset in
     one query (the event log indexes the data version tag): asking partition by partition takes minutes on

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,43 @@ IN_FLIGHT = 16
 # Without `verbose` Dagster's console stays silent: warnings are returned one per line after each step, and a
 # failed step raised as one line (file, row, field), its traceback kept for --verbose.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+class _InterruptsSeen(dict):
+    """Dagster's record of a deferred SIGINT (`dagster._utils.interrupts._received_interrupt`), remembering
+    that one came even after Dagster clears it."""
+
+    seen = False
+
+    def __setitem__(self, key, value) -> None:
+        if key == "received" and value:
+            self.seen = True
+        super().__setitem__(key, value)
+
+
+def _interrupts_seen() -> _InterruptsSeen:
+    from dagster._utils import interrupts
+
+    if not isinstance(interrupts._received_interrupt, _InterruptsSeen):
+        interrupts._received_interrupt = _InterruptsSeen(interrupts._received_interrupt)
+    return interrupts._received_interrupt
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """Around a Dagster run in this process: a Ctrl-C is raised (KeyboardInterrupt), wherever it landed.
+    Dagster defers a SIGINT that arrives outside a step's code (while it stores events, starts or ends the
+    run) to its next checkpoint; the in-process executor has none after the last step, and the deferred
+    interrupt is dropped when the run ends, so the run succeeded and the sweep went on (Ctrl-C while the
+    champion was registered ended `rag-sweep run` with exit 0)."""
+    seen = _interrupts_seen()
+    seen.seen = False
+    try:
+        yield
+    finally:
+        if seen.seen:
+            seen.seen = False
+            raise KeyboardInterrupt
 
 
 def _warnings(instance, run_id: str, where: str) -> list[str]:
@@ -79,16 +118,17 @@ class StepRunner:
     def __call__(self, stage: str, key: str | None = None, extra_tags: dict | None = None) -> list[str]:
         where = f"{stage}[{key}]" if key else stage
         try:
-            result = dg.materialize(
-                self.assets,
-                selection=[asset_key(self.plan, stage)],
-                partition_key=key,
-                instance=self.instance,
-                resources=self.defs.resources,
-                tags={**self.tags, **(extra_tags or {})},
-                run_config={} if self.verbose else QUIET_LOGS,
-                raise_on_error=True,
-            )
+            with interrupts_kept():
+                result = dg.materialize(
+                    self.assets,
+                    selection=[asset_key(self.plan, stage)],
+                    partition_key=key,
+                    instance=self.instance,
+                    resources=self.defs.resources,
+                    tags={**self.tags, **(extra_tags or {})},
+                    run_config={} if self.verbose else QUIET_LOGS,
+                    raise_on_error=True,
+                )
         except DagsterExecutionStepExecutionError as e:
             raise StepFailed.of(where, e.user_exception) from e
         except (KeyboardInterrupt, DagsterExecutionInterruptedError):
@@ -121,12 +161,13 @@ class FleetStepRunner:
 
         where = f"{stage}[{key}]" if key else stage
         tags = {**self.tags, **(extra_tags or {}), **({"dagster/partition": key} if key else {})}
-        result = dg.execute_job(
-            reconstructable_step(self.data_dir, self.plan_name, stage),
-            instance=self.instance,
-            tags=tags,
-            run_config={} if self.verbose else QUIET_LOGS,
-        )
+        with interrupts_kept():
+            result = dg.execute_job(
+                reconstructable_step(self.data_dir, self.plan_name, stage),
+                instance=self.instance,
+                tags=tags,
+                run_config={} if self.verbose else QUIET_LOGS,
+            )
         if not result.success:
             failures = result.get_step_failure_events()
             if not failures:

@@ -40,6 +40,7 @@ from runner.step_runs import (
     QUIET_LOGS,
     FleetStepRunner,
     StepRunner,
+    interrupts_kept,
     run_on_fleet,
     step_label,
 )
@@ -122,7 +123,8 @@ def run_sweep(
         sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
         # the input files' content hashes, as the UI would observe them; an unchanged file is not observed again
         if changed := unobserved(instance, sources):
-            observe(changed, instance=instance, run_config={} if verbose else QUIET_LOGS)
+            with interrupts_kept():
+                observe(changed, instance=instance, run_config={} if verbose else QUIET_LOGS)
         for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
             materialize(stage)
         stores = defs.resources["vector_stores"]

@@ -17,7 +17,12 @@ from rag_core.common.fingerprint import file_hash
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from rag_core.planning.stages import stage as stage_of
-from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
+from resources.artifacts import (
+    ArtifactRef,
+    latest_fingerprint,
+    latest_fingerprints,
+    materialized_fingerprints,
+)
 
 Step = tuple[str, str | None]  # (stage, partition key; None for an unpartitioned stage)
 Complete = Callable[[str, str | None], ArtifactRef | None]
@@ -34,10 +39,13 @@ def completed(
     """`complete(stage, key)`: the artifact ref of a partition whose latest materialization holds the
     artifact the materialized input snapshots give, whole in `data`; else None. With `questions`: the
     artifact of that halving rung (the QA set's first N questions in the search's order), whole in
-    `data`, whatever the partition materialized since. A vector index is complete only when `stores`
-    (the VectorStores resource) still hold the collection its marker records. An artifact holding failed
-    LLM calls is not complete (they are asked again), unless `with_failures` (a search reading what it
-    ran: the failures count against the config, as a grid's leaderboard counts them)."""
+    `data`, that the partition materialized at some point, whatever it materialized since. An artifact
+    another sweep made (they are content-addressed, shared) is not complete for this sweep until its own
+    partition records it (a step that reuses it): its downstream steps read their inputs from what this
+    sweep's partitions materialized. A vector index is complete only when `stores` (the VectorStores
+    resource) still hold the collection its marker records. An artifact holding failed LLM calls is not
+    complete (they are asked again), unless `with_failures` (a search reading what it ran: the failures
+    count against the config, as a grid's leaderboard counts them)."""
     inputs = input_fingerprints(plan, instance)
     expected: dict[tuple[str, str | None], str] = plan.fingerprints(inputs, rung=questions)
     expected[("leaderboard", None)] = plan.board_fingerprint(inputs, expected)
@@ -53,17 +61,22 @@ def completed(
         if (stage, key) not in expected:  # a confirmation before its leaderboard
             return None
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
-        if questions is None:  # (a past rung: its artifact is enough, the partition moved on since)
-            if stage not in latest:
-                latest[stage] = (
-                    latest_fingerprints(instance, asset_key(plan, stage))
-                    if stage_of(stage).partitioned
-                    else {None: latest_fingerprint(instance, asset_key(plan, stage), None)}
-                )
-            if latest[stage].get(key) != ref.fp and ref.exists():  # materialized since that read?
-                latest[stage][key] = latest_fingerprint(instance, asset_key(plan, stage), key)
-            if latest[stage].get(key) != ref.fp:
-                return None
+        # the artifact alone is not enough: it is content-addressed, shared by every sweep on the data dir,
+        # but a step reads its inputs from what this sweep's partitions materialized (`<sweep>/<stage>`)
+        if stage not in latest:
+            latest[stage] = (
+                latest_fingerprints(instance, asset_key(plan, stage))
+                if stage_of(stage).partitioned
+                else {None: latest_fingerprint(instance, asset_key(plan, stage), None)}
+            )
+        if latest[stage].get(key) != ref.fp and ref.exists():  # materialized since that read?
+            latest[stage][key] = latest_fingerprint(instance, asset_key(plan, stage), key)
+        if latest[stage].get(key) != ref.fp and (
+            questions is None
+            or not ref.exists()  # a past rung: its artifact, once this sweep's partition recorded it
+            or ref.fp not in materialized_fingerprints(instance, asset_key(plan, stage), key)
+        ):
+            return None
         # not intact: another data dir, same instance; failed LLM calls: asked again
         if not ref.intact() or (not with_failures and ref.failed_calls()):
             return None

@@ -383,3 +383,24 @@ def test_the_recommendation_says_what_each_undefined_metric_needs(tmp_path, monk
     out = capsys.readouterr().out
     assert "left out of the overall score: exact_match, token_f1 (no question has what they need: " in out
     assert "exact_match, token_f1 need reference answers (answers))" in out and "gold doc" not in out
+
+
+def test_a_warning_while_the_shipping_module_loads_does_not_break_the_cli():
+    """MLflow warns while shipping/pipeline.py defines its model class; the CLI's warning handler imported
+    shipping.bundle to recognise an ExportWarning and failed on the half-imported module, so `rag-sweep run`
+    crashed (ImportError) where it first loads the shipping code: before registering the champion."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings\n"
+        "from rag_sweep import cli\n"
+        "warnings.showwarning = cli._show_warning\n"
+        "import shipping.bundle\n"
+        "warnings.warn(shipping.bundle.ExportWarning('no holdout figure'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warning: no holdout figure" in done.stderr
