@@ -403,7 +403,7 @@ def test_queries_without_gold_documents_are_left_out_of_retrieval_metrics_and_co
     assert row["n_queries_without_gold"] == 20
     rest = {m: w for m, w in run.plan.sweep.weights.items() if m not in RETRIEVAL_METRICS}
     assert row["overall_score"] == pytest.approx(overall_score(row, rest))
-    assert "no query has gold documents" in capsys.readouterr().err
+    assert "gold document ids (relevant_doc_ids)" in capsys.readouterr().err
     assert run.search is None and run.board["overall_score"].is_not_null().all()
     report = (data / "leaderboards" / "none.report.md").read_text()
     assert "Undefined for every config, so left out: recall_at_k" in report
