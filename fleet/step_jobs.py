@@ -38,7 +38,9 @@ class PlanFileError(RuntimeError):
 
 def plan_file(plan: Plan) -> bytes:
     """The plan's file (JSON), checked to resolve back to this very plan."""
-    blob = json.dumps(plan_document(plan), sort_keys=True, separators=(",", ":")).encode()
+    # the plan's own key order, not sorted: the order of the weights is the order the overall score sums
+    # in, and a worker summing in another order scored exact ties a last bit apart (p-values moved)
+    blob = json.dumps(plan_document(plan), separators=(",", ":")).encode()
     if plan_from_document(json.loads(blob)) != plan:
         raise ValueError(
             f"{plan.sweep.path}: the plan does not resolve to itself from its file (a local model changed "

@@ -69,7 +69,10 @@ def test_the_plan_a_worker_reads_is_json_and_resolves_to_the_runners_plan(tmp_pa
     assert step_jobs.publish_plan(plan, str(data)) == name  # the same plan, the same file
     # the worker has none of the runner's disk: the local model's version comes from the file
     shutil.rmtree(tmp_path / "runner_disk")
-    _same(plan, step_jobs.read_plan(str(data), name))
+    read = step_jobs.read_plan(str(data), name)
+    _same(plan, read)
+    # in the same order: the overall score sums the weights in it (sorted, exact ties moved a last bit)
+    assert list(read.sweep.weights) == list(plan.sweep.weights) != sorted(plan.sweep.weights)
 
 
 def test_a_plan_file_whose_content_is_not_its_name_is_refused(tmp_path):
