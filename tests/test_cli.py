@@ -370,7 +370,7 @@ def test_an_optimize_budget_too_small_for_the_qa_set_is_refused_before_any_work(
 
 def test_the_recommendation_says_what_each_undefined_metric_needs(tmp_path, monkeypatch, capsys):
     """A BEIR set (no answers) was told its exact_match and token_f1 needed gold documents."""
-    from rag_sweep import cli as cli_module
+    from rag_sweep import printing as cli_module  # what the CLI prints
 
     decision = {
         "recommended": "bm25",
