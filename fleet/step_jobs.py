@@ -5,7 +5,7 @@ named by (data dir, plan name, stage), plain strings Dagster sends with each tas
 rebuilds it from them (`step_job`) with its own resources, read from its own environment: the sweep
 file, its input files and the runner's disk are never needed on a worker.
 
-The plan file is data, never code: JSON (runner.plans.plan_document) from which the worker resolves the
+The plan file is data, never code: JSON (orchestration.plans.plan_document) from which the worker resolves the
 plan as the runner did, named by the SHA-256 of its bytes, which the worker checks before reading it.
 Whoever can write the data dir (or bucket) can make a step fail, but cannot make a worker run code.
 """
@@ -21,13 +21,13 @@ import dagster as dg
 from dagster_celery import celery_executor
 
 from fleet.celery_app import CELERY_SETTINGS
+from orchestration.plans import plan_document, plan_from_document
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from resources import build_resources
 from resources.environment import celery_broker_url
 from resources.storage import atomic_write_bytes, data_root
-from runner.plans import plan_document, plan_from_document
 
 PLANS = "fleet/plans"
 
@@ -84,9 +84,18 @@ def read_plan(data_dir: str, name: str) -> Plan:
         raise PlanFileError(f"{path}: {e}") from None
 
 
+# dagster-celery's orchestrating loop sleeps this long between looks at its steps' results (1 s by
+# default): a step's run paid up to a second after the worker finished it. Its results arrive on the
+# broker (rpc://), so looking is a local check.
+POLL_SECONDS = 0.05
+
+
 def fleet_executor() -> dg.ExecutorDefinition:
     """Dagster's Celery executor on $CELERY_BROKER_URL; configured in code, so the broker's credentials
     never enter a run's config (which the instance stores)."""
+    import dagster_celery.core_execution_loop as loop
+
+    loop.TICK_SECONDS = POLL_SECONDS
     return celery_executor.configured(
         {"broker": celery_broker_url(), "backend": "rpc://", "config_source": CELERY_SETTINGS}
     )

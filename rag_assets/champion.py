@@ -40,6 +40,22 @@ def serve_line(model_uri: str) -> str:
     return f"mlflow models serve -m {shlex.quote(model_uri)} --env-manager local -p 5001"
 
 
+def follows_the_decision(plan: Plan) -> dg.AutomationCondition:
+    """With a holdout, the champion follows the confirmation alone: a new leaderboard is not confirmed
+    until its finalists' holdout evaluations are (the holdout driver then requests the confirmation)."""
+    if not plan.holdout:
+        return FOLLOWS_INPUTS
+    _A = dg.AutomationCondition
+    return (
+        _A.any_deps_updated()
+        .allow(dg.AssetSelection.assets(asset_key(plan, "confirmation")))
+        .since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
+        & ~_A.any_deps_missing()
+        & ~_A.any_deps_in_progress()
+        & ~_A.in_progress()
+    ).with_label("follows_the_confirmation")
+
+
 def champion_asset(plan: Plan) -> dg.AssetsDefinition:
     upstream = ["leaderboard", *(["confirmation"] if plan.holdout else [])]
 
@@ -49,7 +65,7 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
         required_resource_keys={"artifacts", "tracking"},
         group_name=plan.prefix,
         kinds={"mlflow"},
-        automation_condition=FOLLOWS_INPUTS,
+        automation_condition=follows_the_decision(plan),
         description=(
             f"The recommended config of sweep {plan.sweep.name} as an MLflow pyfunc model (its index rows "
             f"and vectors, settings, prompts and figures), registered as `models:/{plan.sweep.name}@champion`; "

@@ -44,17 +44,11 @@ class Confirmation(StageLogic):
     def kinds(self, plan) -> set[str]:
         return {"parquet", "mlflow"}
 
-    def automation(self, key: dg.AssetKey, plan) -> dg.AutomationCondition:
-        """It follows the leaderboard and the finalists' holdout evaluations; the holdout partitions of
-        the other configs are never materialized, so their absence blocks nothing."""
-        evaluations = dg.AssetSelection.assets(dg.AssetKey([*key.path[:-1], "evaluations"]))
-        _A = dg.AutomationCondition
-        return (
-            _A.any_deps_updated().since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
-            & ~_A.any_deps_missing().ignore(evaluations)
-            & ~_A.any_deps_in_progress()
-            & ~_A.in_progress()
-        ).with_label("follows_the_leaderboard")
+    def automation(self, key: dg.AssetKey, plan) -> dg.AutomationCondition | None:
+        """None: it needs the finalists' holdout evaluations of the current leaderboard, which no condition
+        on its dependencies can tell apart from the other configs' (never materialized); the holdout
+        driver (sensors/holdout.py) requests it once they are complete, as `rag-sweep run` does."""
+        return None
 
     def reusable(self, run: StageRun) -> bool:
         """Not when the leaderboard or a finalist's holdout evaluation was computed again since (the

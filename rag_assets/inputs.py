@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key
+from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key, queue_tags
 from rag_core.common.fingerprint import file_hash
 from rag_core.data.datasets import DataWarning, load_corpus, load_qa
 from rag_core.data.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
@@ -92,6 +92,7 @@ def generated_qa_file(plan, corpus: Path, qa: Path, settings: QAGeneration) -> d
         "(review and edit it: an existing file is used as is); its data version is the SHA-256 of its bytes.",
         metadata={"path": dg.MetadataValue.path(str(qa)), "generator_model": settings.model},
         pool="llm",
+        op_tags=queue_tags(plan, "qa_file"),
     )
     def qa_file(
         context: dg.AssetExecutionContext,

@@ -9,24 +9,41 @@ compute, what to report, what to publish beyond the artifact and which checks to
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import dagster as dg
 import polars as pl
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    get_input_data_version_tag,
+)
 
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.spec import RagConfig
-from rag_core.planning.stages import Stage, artifact_fingerprint, stage
-from resources.artifacts import Artifact, ArtifactRef, QuestionSplit, QuestionSubset
-from resources.environment import gpu_queue
+from rag_core.planning.stages import CONFIG_STAGE, Stage, artifact_fingerprint, stage
+from resources.artifacts import (
+    Artifact,
+    ArtifactRef,
+    QuestionSplit,
+    QuestionSubset,
+    latest_fingerprints,
+    store_artifact,
+)
+from resources.environment import batch_size, gpu_queue, input_queue
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
 # A successive-halving rung: the run's stages see the QA set's first N questions in the search's order.
 QUESTIONS_TAG = "rag/questions"
+# A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
+BATCH_TAG = "rag/partitions"
 # Output(data_version=...) is how an asset states its own data version (the artifact fingerprint).
 warnings.filterwarnings("ignore", message="Parameter `data_version`", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
 
 # A stage follows its inputs: it runs when an input was updated (by a run that did not already target the
 # stage), never merely because it is missing, so a new deployment or an opened UI starts nothing by itself.
@@ -99,8 +116,9 @@ class StageLogic:
     def kinds(self, plan: Plan) -> set[str]:
         return {"parquet"}
 
-    def automation(self, key: dg.AssetKey, plan: Plan) -> dg.AutomationCondition:
-        """When the automation sensor materializes the stage: when its inputs change (FOLLOWS_INPUTS)."""
+    def automation(self, key: dg.AssetKey, plan: Plan) -> dg.AutomationCondition | None:
+        """When the automation sensor materializes the stage: when its inputs change (FOLLOWS_INPUTS);
+        None: only when requested."""
         return FOLLOWS_INPUTS
 
     def narrow(self, context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -137,6 +155,118 @@ class StageLogic:
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
         return []
+
+
+class PartitionsFailed(Exception):
+    """Partitions of a batch that raised; the others were materialized. Names each with its cause."""
+
+    def __init__(self, stage_name: str, failures: list[tuple[str, BaseException]]):
+        self.stage, self.failures = stage_name, failures
+        causes = "; ".join(f"{stage_name}[{k}]: {type(e).__name__}: {e}" for k, e in failures[:5])
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} partition(s) failed: {causes}{more}")
+
+
+class _PartitionLog:
+    """A batch's logger for one partition: every line names it (the run's log holds many)."""
+
+    def __init__(self, log, where: str):
+        self._log, self._where = log, where
+
+    def __getattr__(self, level: str):
+        method = getattr(self._log, level)
+        return lambda msg, *a, **kw: method(f"{self._where}: {msg}", *a, **kw)
+
+
+class OnePartition:
+    """The run's context as one partition of a batch sees it: its own partition key, its own log lines."""
+
+    def __init__(self, context: dg.AssetExecutionContext, key: str):
+        self._context, self.partition_key, self.has_partition_key = context, key, True
+        self.log = _PartitionLog(context.log, key)
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+def range_tags(plan: Plan, stage_name: str, keys) -> dict[str, str]:
+    """The tags of one run over several partitions of a stage (a batch): the range of the stage's
+    partitions they span (Dagster's range tags), and the keys (`rag/partitions`) unless they are all of it."""
+    index = {k: i for i, k in enumerate(plan.all_keys(stage_name))}
+    first, last = min(keys, key=index.__getitem__), max(keys, key=index.__getitem__)
+    tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+    if index[last] - index[first] + 1 != len(set(keys)):
+        tags[BATCH_TAG] = json.dumps(sorted(set(keys), key=index.__getitem__))
+    return tags
+
+
+def batch_keys(context: dg.AssetExecutionContext) -> tuple[list[str], bool]:
+    """The partitions a batch materializes, and whether the run listed them (`rag/partitions`): the
+    runner's batches want only some keys of the range they span; a UI backfill wants the whole range."""
+    if listed := context.run.tags.get(BATCH_TAG):
+        keys = json.loads(listed)
+        outside = set(keys) - set(context.partition_keys)
+        if outside:
+            raise dg.Failure(f"{BATCH_TAG} names partitions outside the run's range: {sorted(outside)[:5]}")
+        return keys, True
+    return list(context.partition_keys), False
+
+
+def _inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:
+    """A batch partition's own inputs: the upstream partition it reads, out of every one the batch loaded."""
+    out = {}
+    for name, value in loaded.items():
+        if isinstance(value, dict) and name in partition.reads:
+            if partition.reads[name] not in value:
+                raise dg.Failure(
+                    f"{name}[{partition.reads[name]}] is not materialized yet: materialize it first"
+                )
+            value = value[partition.reads[name]]
+        out[name] = value
+    return out
+
+
+def _version_tags(plan: Plan, fp: str, code_version: int, inputs: dict[str, Any]) -> dict[str, str]:
+    """The tags a materialization's data version is read from, as Dagster writes them for an Output."""
+    return {
+        DATA_VERSION_TAG: fp,
+        DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
+        CODE_VERSION_TAG: str(code_version),
+        **{
+            get_input_data_version_tag(asset_key(plan, name)): ref.fp
+            for name, ref in inputs.items()
+            if isinstance(ref, ArtifactRef)
+        },
+    }
+
+
+def _merged(key: dg.AssetKey, found: list[tuple[str, dg.AssetCheckResult]]) -> dg.AssetCheckResult:
+    """One check's result over a batch: it passes when every partition's passed; otherwise it says which
+    failed and what the first one's result said."""
+    failed = [(k, r) for k, r in found if not r.passed]
+    first = found[0][1]
+    if not failed:
+        return dg.AssetCheckResult(
+            asset_key=key,
+            check_name=first.check_name,
+            passed=True,
+            metadata={"partitions": len(found)} if len(found) > 1 else dict(first.metadata or {}),
+        )
+    k, r = failed[0]
+    meta = {m: getattr(v, "value", v) for m, v in (r.metadata or {}).items()}
+    says = meta.get("message") or meta.get("verdict") or ", ".join(f"{m}={v}" for m, v in meta.items())
+    severe = any(x.severity == dg.AssetCheckSeverity.ERROR for _, x in failed)
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=first.check_name,
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR if severe else dg.AssetCheckSeverity.WARN,
+        metadata={
+            **(r.metadata or {}),
+            "message": f"{k}: {says}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            "failed_partitions": dg.MetadataValue.json([k for k, _ in failed]),
+        },
+    )
 
 
 def forced(context: dg.AssetExecutionContext) -> bool:
@@ -207,10 +337,16 @@ def loads_model(plan: Plan, name: str) -> bool:
     return False
 
 
+INPUT_SNAPSHOTS = ("corpus", "qa_set", "qa_file")  # the steps that read the sweep's own files
+
+
 def queue_tags(plan: Plan, name: str) -> dict[str, str]:
-    """The Celery queue of the stage's steps on a fleet ($RAG_GPU_QUEUE for those that load a model; the
-    default queue otherwise): an op tag, which the other executors ignore."""
+    """The Celery queue of the stage's steps on a fleet ($RAG_GPU_QUEUE for those that load a model,
+    $RAG_INPUT_QUEUE for those that read the input files; the default queue otherwise): an op tag, which
+    the other executors ignore."""
     if (queue := gpu_queue()) and loads_model(plan, name):
+        return {"dagster-celery/queue": queue}
+    if (queue := input_queue()) and name in INPUT_SNAPSHOTS:
         return {"dagster-celery/queue": queue}
     return {}
 
@@ -254,6 +390,18 @@ def stage_asset(
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
         op_tags=queue_tags(plan, name),
+        # a backfill of many partitions is one run per stage (the asset loops over its partitions, recording
+        # each); Dagster puts assets with the same partitions and policy in one run, and a batch's asset has
+        # no output for the next asset of its run to read: the evaluations (whose keys are the answers')
+        # get a policy of their own
+        backfill_policy=(
+            None
+            if not s.partitioned
+            else dg.BackfillPolicy.multi_run(batch_size())
+            if name == CONFIG_STAGE
+            else dg.BackfillPolicy.single_run()
+        ),
+        output_required=not s.partitioned,  # a batch records its partitions itself (`_batch`)
         # an adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate
         automation_condition=None if plan.sweep.search.adaptive else logic.automation(key, plan),
         check_specs=[
@@ -263,15 +411,32 @@ def stage_asset(
         description=logic.description,
     )
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
-        part = plan.partition(name, context.partition_key) if s.partitioned else None
+        if not s.partitioned:
+            out, meta, checks = _step(context, None, inputs)
+            yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
+            yield from checks
+        elif context.has_partition_key:  # one partition: as its own run always did
+            out, meta, checks = _step(context, context.partition_key, inputs)
+            yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
+            yield from checks
+        else:
+            yield from _batch(context, inputs)
+
+    def _prepared(context, key: str | None, inputs: dict) -> StageRun:
+        """A partition's run with its artifact ref: the fingerprint of its settings and what it reads."""
+        part = plan.partition(name, key) if s.partitioned else None
         if s.partitioned:
             inputs = rung_inputs(context, plan, split_inputs(plan, part.split, inputs))
         inputs = logic.narrow(context, plan, inputs)
         run = StageRun(context, plan, part, inputs)
         fp = artifact_fingerprint(name, logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads})
-        ref = run.ref = context.resources.artifacts.ref(
-            name, fp, context.partition_key if s.partitioned else None
-        )
+        run.ref = context.resources.artifacts.ref(name, fp, key)
+        return run
+
+    def _step(context, key: str | None, inputs: dict) -> tuple[Artifact, dict, list]:
+        """One partition: its artifact (reused or computed), its metadata and its checks' results."""
+        run = _prepared(context, key, inputs)
+        ref = run.ref
         reused = logic.reusable(run) and not forced(context)
         if reused:
             out = Artifact(ref)
@@ -281,17 +446,56 @@ def stage_asset(
             out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
             frame = out.frame
         run.output = out
-        yield dg.Output(
-            out,
-            data_version=dg.DataVersion(fp),
-            metadata={
-                "fingerprint": dg.MetadataValue.text(fp),
-                "path": dg.MetadataValue.path(str(ref.path())),
-                "reused": dg.MetadataValue.bool(reused),
-                **logic.report(run, frame, reused),
-                **logic.publish(run, frame, reused),
-            },
-        )
-        yield from logic.check(run, frame)
+        metadata = {
+            "fingerprint": dg.MetadataValue.text(ref.fp),
+            "path": dg.MetadataValue.path(str(ref.path())),
+            "reused": dg.MetadataValue.bool(reused),
+            **logic.report(run, frame, reused),
+            **logic.publish(run, frame, reused),
+        }
+        return out, metadata, logic.check(run, frame)
+
+    def _batch(context, loaded: dict):
+        """Many partitions in one run (rag_core/planning/batches.py): each is computed, stored and recorded
+        (its own materialization, fingerprint and metadata) before the next starts, so a killed run keeps
+        what it finished. One that fails does not stop the others; the run then fails naming it."""
+        wanted, listed = batch_keys(context)
+        # the runner lists the partitions it wants (never up to date); a range from the UI may hold some
+        latest = latest_fingerprints(context.instance, key) if not (listed or forced(context)) else {}
+        results: dict[str, list[dg.AssetCheckResult]] = {}
+        failed: list[tuple[str, BaseException]] = []
+        done = 0
+        for k in wanted:
+            one = OnePartition(context, k)
+            try:
+                inputs = _inputs_of(plan.partition(name, k), loaded)
+                if _recorded(one, k, inputs, latest):
+                    continue  # up to date: its latest materialization records this artifact
+                out, meta, checks = _step(one, k, inputs)
+            except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
+                context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
+                failed.append((k, e))
+                continue
+            store_artifact(out)
+            context.log_event(
+                dg.AssetMaterialization(
+                    key, partition=k, metadata=meta, tags=_version_tags(plan, out.ref.fp, s.version, inputs)
+                )
+            )
+            for result in checks:
+                results.setdefault(result.check_name, []).append((k, result))
+            done += 1
+        context.log.info(f"{done} of {len(wanted)} {name} partitions materialized, {len(failed)} failed")
+        yield from (_merged(key, found) for found in results.values())
+        if failed:
+            raise PartitionsFailed(name, failed)
+
+    def _recorded(context, k: str, inputs: dict, latest: dict[str, str]) -> bool:
+        """Whether a partition of a range is up to date: its latest materialization holds the artifact its
+        inputs give now, intact, so a backfill of a finished sweep records nothing new."""
+        if k not in latest:
+            return False
+        run = _prepared(context, k, inputs)
+        return latest[k] == run.ref.fp and logic.reusable(run)
 
     return _stage

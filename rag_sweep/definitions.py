@@ -16,7 +16,7 @@ from rag_core.planning.plan import Plan, check_distinct_prefixes
 from rag_sweep.lib.rag_sweep import RagSweep
 from rag_sweep.sweep_defs import sweep_definitions
 from resources import build_resources
-from resources.environment import default_data_dir, sweep_file
+from resources.environment import default_data_dir, executor, sweep_file
 from sensors import automation_sensor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +34,19 @@ def build_definitions(
 
 
 def deployment_definitions(data_dir: str | None = None, resources: dict | None = None) -> dg.Definitions:
+    """The automation sensor and the shared resources; with $RAG_EXECUTOR=celery, the fleet's executor for
+    every job (UI materializations and backfills, schedules, sensors), as `rag-sweep run` uses it."""
     return dg.Definitions(
         sensors=[automation_sensor()],
         resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
+        executor=fleet_executor() if executor() == "celery" else None,
     )
+
+
+def fleet_executor():
+    from fleet.step_jobs import fleet_executor as celery
+
+    return celery()
 
 
 @dg.definitions

@@ -1,10 +1,13 @@
 """The Dagster definitions of one sweep, read from its plan: its assets (rag_assets/sweep_assets.py), the
 evaluation job and its nightly schedule, the drift alerts, for an adaptive search the job that starts it
-and the sensor that drives it, and for prompt optimization the sensor that requests it. Shared parts
+and the sensor that drives it, for a grid sweep with a holdout the sensor that confirms each leaderboard
+on it, and for prompt optimization the sensor that requests it. Shared parts
 (resources, the automation sensor) are added once per deployment (definitions.py).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import dagster as dg
 
@@ -13,9 +16,15 @@ from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from sensors.alerts import drift_alerts
+from sensors.holdout import holdout_driver, holdout_jobs
 from sensors.prompt_optimization import optimization_jobs, prompt_optimization_driver
 from sensors.schedules import nightly_reevaluation
 from sensors.search import search_driver, search_job, step_jobs
+
+
+# The evaluation job runs the answers and the evaluations, whose backfill policies differ on purpose
+# (rag_assets/stage_asset.py); the job takes the smaller batches, which is what it should do.
+warnings.filterwarnings("ignore", message="Asset job .* materializes assets with varying BackfillPolicies")
 
 
 def sweep_definitions(
@@ -29,17 +38,21 @@ def sweep_definitions(
     adaptive = plan.sweep.search.adaptive
     steps = step_jobs(plan) if adaptive else {}
     optimizing = optimization_jobs(plan) if plan.optimizable_keys else {}
+    # a grid sweep's holdout (an adaptive search's driver confirms its own leaderboard)
+    holdout = holdout_jobs(plan) if plan.holdout and not adaptive else {}
     return dg.Definitions(
         assets=stage_assets(plan),
         jobs=[
             evaluate_job,
             *([search_job(plan, data_dir), *steps.values()] if adaptive else []),
             *optimizing.values(),
+            *holdout.values(),
         ],
         schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir)] if nightly_cron else [],
         sensors=[
             drift_alerts(plan.sweep.name, asset_key(plan, "leaderboard"), f"{plan.prefix}__drift_alerts"),
             *([search_driver(plan, steps, data_dir)] if adaptive else []),
             *([prompt_optimization_driver(plan, optimizing, data_dir)] if optimizing else []),
+            *([holdout_driver(plan, holdout, data_dir)] if holdout else []),
         ],
     )

@@ -160,6 +160,15 @@ def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[
     return latest
 
 
+def store_artifact(obj: Artifact) -> None:
+    """Write a computed artifact, its side tables first: the main file last marks it whole."""
+    if obj.frame is None:  # reused: the artifact is already on disk
+        return
+    for part, frame in obj.parts.items():
+        atomic_write_parquet(frame, obj.ref.path(part))
+    atomic_write_parquet(obj.frame, obj.ref.path())
+
+
 class ArtifactIOManager(dg.ConfigurableIOManager):
     """Stores every stage's artifacts under `data_dir`; see the module docstring."""
 
@@ -173,11 +182,7 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         return ArtifactRef(self.root, stage, fp, partition)
 
     def handle_output(self, context: dg.OutputContext, obj: Artifact) -> None:
-        if obj.frame is None:  # reused: the artifact is already on disk
-            return
-        for part, frame in obj.parts.items():
-            atomic_write_parquet(frame, obj.ref.path(part))
-        atomic_write_parquet(obj.frame, obj.ref.path())
+        store_artifact(obj)
 
     def load_input(self, context: dg.InputContext) -> ArtifactRef | dict[str, ArtifactRef]:
         key = context.asset_key
@@ -185,8 +190,11 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         if not context.has_asset_partitions:
             return self._upstream(context.instance, key, stage, None)
         if not (context.definition_metadata or {}).get("all_partitions"):
-            (partition,) = context.asset_partition_keys  # every stage reads one upstream partition
-            return self._upstream(context.instance, key, stage, partition)
+            keys = context.asset_partition_keys
+            if len(keys) == 1:  # every partition reads one upstream partition
+                return self._upstream(context.instance, key, stage, keys[0])
+        # a batch (each of its partitions picks its own) or the leaderboard: every partition materialized
+        # so far (their fingerprints in one query)
         # the leaderboard: every partition materialized so far (their fingerprints in one query)
         latest = latest_fingerprints(context.instance, key)
         return {k: self.ref(stage, latest[k], k) for k in context.asset_partition_keys if k in latest}

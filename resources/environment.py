@@ -139,6 +139,28 @@ def executor() -> str:
     return env_choice("RAG_EXECUTOR", "in_process", ("in_process", "celery"))
 
 
+def _positive(name: str, default: int) -> int:
+    raw = os.environ.get(name) or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"${name} must be a whole number of at least 1, not {raw!r}")
+    return value
+
+
+def batch_size() -> int:
+    """The most partitions of a stage one Dagster run materializes ($RAG_BATCH_SIZE, default 100)."""
+    return _positive("RAG_BATCH_SIZE", 100)
+
+
+def fleet_workers() -> int:
+    """How many runs a stage's partitions are split into on the fleet, one per worker that may take one
+    ($RAG_FLEET_WORKERS, default 2)."""
+    return _positive("RAG_FLEET_WORKERS", 2)
+
+
 def celery_broker_url() -> str | None:
     """The fleet's broker ($CELERY_BROKER_URL, e.g. amqp://user:password@rabbitmq:5672//), read by the
     runner and every worker; never stored (the executor is configured in code, not in a run's config)."""
@@ -149,6 +171,13 @@ def gpu_queue() -> str | None:
     """The Celery queue of the steps that load a model (embedding, cross-encoder reranking): $RAG_GPU_QUEUE,
     served by the GPU workers only; unset, every step goes to the default queue (`dagster`)."""
     return os.environ.get("RAG_GPU_QUEUE") or None
+
+
+def input_queue() -> str | None:
+    """The Celery queue of the steps that read the sweep's input files (the corpus and QA set snapshots,
+    a generated QA file) on a deployment's fleet: a queue served where those files are
+    ($RAG_INPUT_QUEUE; unset: the default queue, every worker seeing the files)."""
+    return os.environ.get("RAG_INPUT_QUEUE") or None
 
 
 def mlflow_tracking_uri() -> str | None:

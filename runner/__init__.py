@@ -1,22 +1,22 @@
-"""The sweep runner: what runs a sweep, shared by the `rag-sweep` CLI, the deployment, tests and benchmarks.
+"""The `rag-sweep` CLI's driver: what runs a sweep from a terminal, tests and benchmarks. A deployment
+never imports it: what both need lives in orchestration/ (re-exported here for the CLI's users).
 
-- `load_plan`: a sweep file's plan with the deployment's settings (the one place that builds it);
-- `run_sweep`: materialize a sweep end to end in this process (`SweepRun`: its leaderboard and artifacts);
-- `steps`, `completed`, `holdout_steps`: what a run has to do, what is complete (runner/todo.py);
-- `SearchController`, `begin_search`: an adaptive search as state in the data dir, driven by the CLI in
-  process or by a deployment's sensor (runner/search.py);
+- `run_sweep`: materialize a sweep end to end in this process (`SweepRun`: its leaderboard and artifacts),
+  a stage's due partitions in one Dagster run (rag_core/planning/batches.py);
+- `load_plan`, `steps`, `completed`, `holdout_steps`, `SearchController`, `begin_search`: from
+  orchestration/ (the plan, what is complete, the adaptive search's controller);
 - `exclusive`: one run per data dir; `close_abandoned_runs`: end the Dagster runs a killed run left started;
 - `load_data`, `bill`: the data as a run reads it, and what a run would compute (runner/estimate.py).
 """
 
+from orchestration.plans import asset_key, load_plan, runner_definitions
+from orchestration.search import SearchController, SearchReport, SearchState, begin_search
+from orchestration.todo import completed, holdout_steps, stale_snapshots, steps, unobserved
 from runner.errors import CheckFailed, DataDirError, StepFailed
 from runner.estimate import bill, load_data
 from runner.instance import RUNNER_PID_TAG, close_abandoned_runs, local_instance
 from runner.lock import exclusive
-from runner.plans import asset_key, load_plan, runner_definitions
-from runner.search import SearchController, SearchReport, SearchState, begin_search
 from runner.sweep import SweepRun, run_sweep
-from runner.todo import completed, holdout_steps, stale_snapshots, steps, unobserved
 
 __all__ = [
     "RUNNER_PID_TAG",

@@ -18,9 +18,13 @@ class StepFailed(RuntimeError):
     def of(cls, where: str, cause: BaseException) -> Exception:
         import dagster as dg
 
+        from rag_assets.stage_asset import PartitionsFailed
         from rag_core.data.datasets import DatasetError
         from rag_core.planning.spec import SpecError
 
+        if isinstance(cause, PartitionsFailed) and len(cause.failures) == 1:  # as a run of its own would say
+            key, error = cause.failures[0]
+            return cls.of(f"{cause.stage}[{key}]", error)
         if isinstance(cause, DatasetError | SpecError):  # already names the file, row and field
             return cause
         what = cause.description if isinstance(cause, dg.Failure) else f"{type(cause).__name__}: {cause}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from orchestration.plans import load_plan
 from rag_assets.inputs import snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.data.datasets import DatasetError, load_corpus, load_qa
@@ -17,7 +18,6 @@ from resources.embedders import EmbeddingService
 from resources.environment import default_data_dir
 from resources.llm import price
 from resources.storage import data_root
-from runner.plans import load_plan
 
 
 def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:

@@ -20,8 +20,8 @@ from typing import Any
 import dagster as dg
 from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
 
+from orchestration.plans import asset_key
 from runner.errors import CheckFailed, StepFailed
-from runner.plans import asset_key
 
 # Steps a fleet run keeps in flight: the broker queues them until a worker is free, so this only bounds
 # the threads (and database connections) this process spends waiting on them.
@@ -94,6 +94,18 @@ def _check_says(check) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items())
 
 
+def batch_run(plan, stage: str, key) -> tuple[str | None, dict[str, str], str]:
+    """How a run targets a step or a batch (a tuple of keys): its partition key, or the range its keys
+    span (rag_assets.stage_asset.range_tags), and how messages name it."""
+    from rag_assets.stage_asset import range_tags
+
+    if key is None or isinstance(key, str):
+        return key, {}, step_label(plan, stage, key) if key else stage
+    if len(key) == 1:
+        return key[0], {}, step_label(plan, stage, key[0])
+    return None, range_tags(plan, stage, key), f"{stage}[{len(key)} partitions]"
+
+
 def _raise_failed_checks(result, where: str) -> None:
     for check in result.get_asset_check_evaluations():
         if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
@@ -115,17 +127,21 @@ class StepRunner:
     def __post_init__(self):
         self.assets = list(self.defs.assets)
 
-    def __call__(self, stage: str, key: str | None = None, extra_tags: dict | None = None) -> list[str]:
-        where = f"{stage}[{key}]" if key else stage
+    def __call__(self, stage, key=None, extra_tags: dict | None = None) -> list[str]:
+        """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
+        unpartitioned ones (the input snapshots: one run for them all)."""
+        stages = stage if isinstance(stage, tuple) else (stage,)
+        key, range_tags, where = batch_run(self.plan, stages[0], key)
+        where = where if len(stages) == 1 else " + ".join(stages)
         try:
             with interrupts_kept():
                 result = dg.materialize(
                     self.assets,
-                    selection=[asset_key(self.plan, stage)],
+                    selection=[asset_key(self.plan, s) for s in stages],
                     partition_key=key,
                     instance=self.instance,
                     resources=self.defs.resources,
-                    tags={**self.tags, **(extra_tags or {})},
+                    tags={**self.tags, **(extra_tags or {}), **range_tags},
                     run_config={} if self.verbose else QUIET_LOGS,
                     raise_on_error=True,
                 )
@@ -149,6 +165,7 @@ class FleetStepRunner:
     instance: Any
     tags: dict[str, str]
     verbose: bool
+    plan: Any
 
     def __post_init__(self):
         # Dagster configures the instance's Python log handlers (logging.config.dictConfig) for every run
@@ -156,11 +173,16 @@ class FleetStepRunner:
         handlers = self.instance.get_yaml_python_handlers()
         self.instance.get_yaml_python_handlers = lambda: handlers
 
-    def __call__(self, stage: str, key: str | None = None, extra_tags: dict | None = None) -> list[str]:
+    def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
         from fleet.step_jobs import reconstructable_step
 
-        where = f"{stage}[{key}]" if key else stage
-        tags = {**self.tags, **(extra_tags or {}), **({"dagster/partition": key} if key else {})}
+        key, range_tags, where = batch_run(self.plan, stage, key)
+        tags = {
+            **self.tags,
+            **(extra_tags or {}),
+            **range_tags,
+            **({"dagster/partition": key} if key else {}),
+        }
         with interrupts_kept():
             result = dg.execute_job(
                 reconstructable_step(self.data_dir, self.plan_name, stage),

@@ -1,7 +1,7 @@
 """Run a sweep end to end through the same Dagster assets a deployment runs: the input files are observed
-and snapshotted in this process, then the steps to do (runner/todo.py) run, each as a Dagster run, in this
+and snapshotted in this process, then the steps to do (orchestration/todo.py) run, each as a Dagster run, in this
 process or on a worker fleet (runner/step_runs.py, fleet/), into a persistent Dagster instance; an
-adaptive search is driven by its controller (runner/search.py)."""
+adaptive search is driven by its controller (orchestration/search.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import dagster as dg
-from dagster._core.definitions.observe import observe  # not re-exported at the top level
 from tqdm import tqdm
 
+from orchestration.plans import asset_key, load_plan, runner_definitions
+from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
+from orchestration.todo import completed, holdout_steps, reads, stale_snapshots, steps, unobserved
 from rag_assets.champion import CHAMPION, champion_due
 from rag_assets.leaderboard import leaderboard_path
 from rag_assets.stage_asset import FORCE_TAG
+from rag_core.common.fingerprint import file_hash
 from rag_core.common.progress import listening
+from rag_core.planning.batches import batch_reads, batches, steps_in
 from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
-from resources.environment import default_data_dir, executor, mlflow_tracking_uri
+from resources.environment import (
+    batch_size,
+    default_data_dir,
+    executor,
+    fleet_workers,
+    mlflow_tracking_uri,
+)
 from resources.storage import data_root, read_parquet
 from resources.tracking import check_reachable
 from runner.estimate import load_data
@@ -33,18 +43,13 @@ from runner.instance import (
     require_fleet,
 )
 from runner.lock import claim_prefix, exclusive
-from runner.plans import asset_key, load_plan, runner_definitions
 from runner.progress_bars import WorkBars, steps_bar
-from runner.search import SearchController, SearchReport, begin_search, step_tags
 from runner.step_runs import (
-    QUIET_LOGS,
     FleetStepRunner,
     StepRunner,
-    interrupts_kept,
     run_on_fleet,
     step_label,
 )
-from runner.todo import completed, holdout_steps, reads, stale_snapshots, steps, unobserved
 
 # MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -109,10 +114,16 @@ def run_sweep(
         if fleet:  # every step goes to the workers but the input snapshots, which read this machine's files
             from fleet.step_jobs import publish_plan
 
-            on_fleet = FleetStepRunner(str(data), publish_plan(plan, str(data)), instance, tags, verbose)
+            on_fleet = FleetStepRunner(
+                str(data), publish_plan(plan, str(data)), instance, tags, verbose, plan
+            )
 
-        def materialize(stage: str, key: str | None = None, extra_tags: dict | None = None) -> None:
-            run = on_fleet if fleet and stage not in SNAPSHOTS else runner
+        def materialize(stage: str, key=None, extra_tags: dict | None = None) -> None:
+            """A step, or a batch (`key` a tuple of partition keys: one run for them all)."""
+            local = (
+                isinstance(stage, tuple) or stage in SNAPSHOTS
+            )  # the input snapshots read this machine's files
+            run = on_fleet if fleet and not local else runner
             for line in run(stage, key, extra_tags):
                 tqdm.write(line, file=sys.stderr)
 
@@ -121,12 +132,12 @@ def run_sweep(
             print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
             materialize("qa_file")  # an existing file (a reviewed copy) is used as is
         sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
-        # the input files' content hashes, as the UI would observe them; an unchanged file is not observed again
-        if changed := unobserved(instance, sources):
-            with interrupts_kept():
-                observe(changed, instance=instance, run_config={} if verbose else QUIET_LOGS)
-        for stage in ("corpus", "qa_set") if force else stale_snapshots(plan, instance, data):
-            materialize(stage)
+        # the input files' content hashes, as the UI would observe them; an unchanged file is not observed
+        # again, and a changed one is recorded without a run (a run costs more than hashing a file)
+        for source in unobserved(instance, sources):
+            record_observation(instance, source)
+        if stale := (["corpus", "qa_set"] if force else stale_snapshots(plan, instance, data)):
+            materialize(tuple(stale))  # one run for both snapshots
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         search = None
@@ -141,13 +152,13 @@ def run_sweep(
             else:
                 # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
                 bar = steps_bar(len(todo), progress)
-                if fleet:  # a worker runs one step at a time: no stage waits for a machine of its own
-                    run_on_fleet(StepGraph(todo, lambda step: reads(plan, step)), on_fleet, plan, bar)
+                if fleet:  # a worker runs one batch at a time: a stage's batches run side by side
+                    units = batches(todo, plan.all_keys, batch_size(), fleet_workers())
+                    run_on_fleet(
+                        StepGraph(units, batch_reads(units, lambda s: reads(plan, s))), on_fleet, plan, bar
+                    )
                 else:
-                    for stage, key in todo:
-                        bar.set_description(step_label(plan, stage, key)[:60])
-                        materialize(stage, key)
-                        bar.update(1)
+                    run_batches(batches(todo, plan.all_keys, batch_size()), plan, materialize, bar)
                 bar.close()
             if plan.holdout:  # the finalists, on the questions no selection step saw
                 held = holdout_steps(
@@ -156,10 +167,7 @@ def run_sweep(
                 if not todo and not held:
                     print("every partition is up to date: nothing to compute", file=sys.stderr)
                 bar = steps_bar(len(held), progress and bool(held))
-                for stage, key in held:
-                    bar.set_description(step_label(plan, stage, key)[:60])
-                    materialize(stage, key)
-                    bar.update(1)
+                run_batches(batches(held, plan.all_keys, batch_size()), plan, materialize, bar)
                 bar.close()
             # prompt optimization: its best prompts are new configs, evaluated by a run of the new plan
             if plan.sweep.optimize is not None and optimize_prompts(plan, instance, data, materialize):
@@ -179,6 +187,30 @@ def run_sweep(
             return SweepRun(board, defs, instance, plan, data, search)
     # the optimized configs join the plan: their steps run, and the leaderboard ranks them with the rest
     return run_sweep(spec, data_dir, False, verbose, progress, resources, store)
+
+
+def record_observation(instance, source) -> None:
+    """An input file's observation (its content hash as the data version), as the UI's observe records it."""
+    from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+    path = source.metadata["path"].path
+    instance.report_runless_asset_event(
+        dg.AssetObservation(source.key, tags={DATA_VERSION_TAG: file_hash(path)}, metadata={"path": path})
+    )
+
+
+def run_batches(units, plan, materialize, bar) -> None:
+    """Materialize batches one after the other (each one Dagster run), the bar counting their steps."""
+    for stage, keys in units:
+        bar.set_description(batch_label(plan, stage, keys)[:60])
+        materialize(stage, keys or None)
+        bar.update(steps_in((stage, keys)))
+
+
+def batch_label(plan, stage: str, keys: tuple[str, ...]) -> str:
+    if len(keys) == 1:
+        return step_label(plan, stage, keys[0])
+    return f"{stage}[{len(keys)} partitions]" if keys else stage
 
 
 def optimize_prompts(plan, instance, data: Path, materialize) -> bool:
@@ -207,10 +239,16 @@ def drive_search(
     bar = tqdm(desc="search", unit="step", disable=not progress, file=sys.stderr)
     try:
         while (advance := controller.advance()).report is None:
+            by_rung: dict[int | None, list] = {}  # a rung's steps share their questions: one batch per stage
             for step in advance.steps:
-                bar.set_description(step_label(plan, step[0], step[1])[:60])
-                materialize(step[0], step[1], step_tags(state, step))
-                bar.update(1)
+                by_rung.setdefault(step[2], []).append(step)
+            for n, group in by_rung.items():
+                for stage, keys in batches([s[:2] for s in group], plan.all_keys, batch_size()):
+                    bar.set_description(batch_label(plan, stage, keys)[:60])
+                    materialize(
+                        stage, keys or None, batch_tags(state, [(stage, k, n) for k in keys or (None,)])
+                    )
+                    bar.update(steps_in((stage, keys)))
     except BaseException as e:
         state.finish("failed", f"{type(e).__name__}: {e}")
         raise

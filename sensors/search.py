@@ -1,6 +1,6 @@
 """An adaptive search (halving, bayesian) on a deployment: the `<sweep>__search` job starts or continues it
 (its budget as run config), and this sensor drives it. At each tick the search's controller
-(runner/search.py) replays the search against what is complete and names the steps it needs next; the
+(orchestration/search.py) replays the search against what is complete and names the steps it needs next; the
 sensor requests each as an ordinary run (the step's asset and partition, tagged with the search), through
 the run queue, so whatever run launcher and executor the deployment has carry it. When the search reports,
 the leaderboard is requested, then the finalists' holdout partitions and the confirmation.
@@ -10,18 +10,21 @@ dies and restarts, or a search started twice, continues; a step already requeste
 done) is never requested again (its run key is the search's and the step's).
 """
 
+import hashlib
+import json
 from pathlib import Path
 
 import dagster as dg
 
+from orchestration.plans import asset_key
+from orchestration.search import RungStep, SearchController, SearchState, batch_tags, begin_search, runs_of
+from orchestration.todo import completed, holdout_steps, stale_snapshots
+from rag_assets.stage_asset import range_tags
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores
-from runner.plans import asset_key
-from runner.search import RungStep, SearchController, SearchState, begin_search, runs_of, step_tags
-from runner.todo import completed, holdout_steps, stale_snapshots
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -168,8 +171,10 @@ def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: di
         elif plan.holdout:
             ranked = max(r.create_timestamp.timestamp() for r in runs[board])
             held = holdout_steps(plan, instance, data, state.force, True, stores)
-            steps = [(s, k, None) for s, k in held if not _after(runs, (s, k, None), ranked)][:1]
-    requests, waiting = [], 0
+            # the next holdout stage's steps (one run), the confirmation last
+            todo = [(s, k, None) for s, k in held if not _after(runs, (s, k, None), ranked)]
+            steps = [t for t in todo if t[0] == todo[0][0]] if todo else []
+    ready, waiting = [], 0
     for step in steps:
         mine = runs.get(step, [])
         if any(r.dagster_run.status in LIVE for r in mine):
@@ -187,13 +192,31 @@ def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: di
                 waiting,
                 f"{stage}[{key}] failed (run {run_id}); launch the search job again to retry it",
             )
-        stage, key, n = step
+        ready.append((step, len(mine)))
+    return batched_requests(plan, state, jobs, ready), waiting, ""
+
+
+def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) -> list[dg.RunRequest]:
+    """The steps as runs: a stage's steps of one rung in one run (a batch over their partitions)."""
+    groups: dict[tuple, list] = {}
+    for (stage, key, n), tries in ready:
+        groups.setdefault((stage, n), []).append((key, tries))
+    requests = []
+    for (stage, n), found in groups.items():
+        keys = [k for k, _ in found if k is not None]
+        tries = max(t for _, t in found)
+        steps = [(stage, k, n) for k, _ in found]
+        digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
         requests.append(
             dg.RunRequest(
-                run_key=f"{state.id}:{stage}:{key}:{n}:{len(mine)}",  # a step asked again: a new key
+                run_key=f"{state.id}:{stage}:{n}:{digest}:{tries}",  # a step asked again: a new key
                 job_name=jobs[stage].name,
-                partition_key=key,
-                tags={"sweep": plan.sweep.name, **step_tags(state, step)},
+                partition_key=keys[0] if len(keys) == 1 else None,
+                tags={
+                    "sweep": plan.sweep.name,
+                    **batch_tags(state, steps),
+                    **(range_tags(plan, stage, keys) if len(keys) > 1 else {}),
+                },
             )
         )
-    return requests, waiting, ""
+    return requests

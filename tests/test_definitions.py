@@ -35,7 +35,11 @@ def test_definitions_load(tmp_path):
         f"{EXAMPLE}/qa_file",
         f"{EXAMPLE}/champion_model",
     }
-    assert {s.name for s in defs.sensors} == {"rag_automation_sensor", f"{EXAMPLE}__drift_alerts"}
+    assert {s.name for s in defs.sensors} == {
+        "rag_automation_sensor",
+        f"{EXAMPLE}__drift_alerts",
+        f"{EXAMPLE}__holdout_driver",  # the example holds questions out: each leaderboard is confirmed
+    }
     assert [s.name for s in defs.schedules] == [f"{EXAMPLE}__evaluate_nightly"]
 
 

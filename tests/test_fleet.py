@@ -112,15 +112,16 @@ def _instance(fleet: dict) -> dg.DagsterInstance:
 
 
 def _workers_by_step(instance, sweep: str) -> dict[tuple[str, str | None], list[str]]:
-    """(stage, partition) -> the workers that started it, in order, from the engine events Dagster's Celery
-    tasks record in each step's run."""
+    """(stage, partition or first partition of a batch) -> the workers that started it, in order, from the
+    engine events Dagster's Celery tasks record in each step's run."""
     out = defaultdict(list)
     for run in instance.get_runs(filters=dg.RunsFilter(tags={"sweep": sweep})):
         stage = run.job_name.rsplit("__", 1)[-1]
+        key = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start")
         for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
             worker = entry.dagster_event.engine_event_data.metadata.get("Celery worker")
             if worker is not None:
-                out[(stage, run.tags.get("dagster/partition"))].append(worker.value.split("@")[0])
+                out[(stage, key)].append(worker.value.split("@")[0])
     return out
 
 

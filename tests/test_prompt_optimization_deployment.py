@@ -54,9 +54,9 @@ def test_a_deployment_optimizes_after_its_leaderboard_and_requests_the_optimized
     later stages follow through the automation sensor); what is complete is never requested again."""
     import dagster as dg
 
+    from orchestration.plans import load_plan
     from rag_sweep.sweep_defs import sweep_definitions
     from resources import build_resources
-    from runner.plans import load_plan
     from runner.step_runs import StepRunner
 
     qa = pl.read_parquet(slice_data["qa"])

@@ -22,9 +22,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_assets.leaderboard import read_decision
 from runner import run_sweep
-from runner.search import SEARCH_TAG, STEP_TAG, SearchState
 from tests.conftest import write_sweep
 from tests.servers import _stop, free_port, graphql, wait_http
 

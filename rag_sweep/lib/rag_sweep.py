@@ -17,9 +17,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from orchestration.plans import load_plan
 from rag_core.planning.plan import Plan
 from rag_sweep.sweep_defs import sweep_definitions
-from runner.plans import load_plan
 
 
 class RagSweep(dg.Component, dg.Model, dg.Resolvable):

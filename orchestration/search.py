@@ -30,6 +30,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from orchestration.todo import Complete, completed, input_fingerprints
 from rag_core.metrics import overall_score
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig
@@ -39,7 +40,6 @@ from rag_core.search.halving import question_scores
 from resources.artifacts import ArtifactRef
 from resources.llm_cache import open_cache
 from resources.storage import atomic_write_bytes, data_root
-from runner.todo import Complete, completed, input_fingerprints
 
 # The stages whose settings make a config; the first three decide the index (the expensive part).
 DIMENSIONS = ("chunksets", "embeddings", "vector_index", "retrievals", "rerankings", "answers")
@@ -47,7 +47,8 @@ EXPENSIVE = ("chunksets", "embeddings", "vector_index")
 
 
 SEARCH_TAG = "rag/search"  # the search (its id) that requested a run
-STEP_TAG = "rag/step"  # the step a search's run materializes: JSON [stage, key, questions]
+# the step a search's run materializes: JSON [stage, key, questions]; a batch's: a list of those
+STEP_TAG = "rag/step"
 RungStep = tuple[str, str | None, int | None]  # (stage, partition, halving rung: its questions; None: all)
 
 
@@ -389,9 +390,15 @@ def runs_of(instance, state: SearchState, statuses: list | None = None) -> dict[
     records = instance.get_run_records(filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}, statuses=statuses))
     out: dict[RungStep, list] = {}
     for r in sorted(records, key=lambda r: r.create_timestamp):
-        s, k, n = json.loads(r.dagster_run.tags[STEP_TAG])
-        out.setdefault((s, k, n), []).append(r)
+        steps = json.loads(r.dagster_run.tags[STEP_TAG])
+        for s, k, n in steps if steps and isinstance(steps[0], list) else [steps]:
+            out.setdefault((s, k, n), []).append(r)
     return out
+
+
+def batch_tags(state: SearchState, steps: list[RungStep]) -> dict[str, str]:
+    """The tags of the run that materializes several steps of one rung (a batch)."""
+    return {**step_tags(state, steps[0]), STEP_TAG: json.dumps([list(step) for step in steps])}
 
 
 @dataclass

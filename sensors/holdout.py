@@ -1,0 +1,118 @@
+"""The holdout of a grid sweep on a deployment: after its leaderboard, the finalists scored on the
+questions no selection step saw, then the confirmation, then the champion, with no CLI anywhere.
+
+What the leaderboard decides (its finalists) is data, not a dependency Dagster can see: every config's
+holdout partitions exist, and only the finalists' are ever materialized. So this sensor, every
+`interval_s` while the sweep is quiet (no run or backfill of its assets in flight):
+- requests the finalists' partitions of the first holdout stage (their retrievals), one run for them all;
+  the automation sensor carries them through the later holdout stages (their inputs updated);
+- once every finalist's holdout evaluation is complete for the current leaderboard, requests the
+  confirmation; the champion follows it (rag_assets/champion.py).
+Each request's run key names the leaderboard's materialization, so a leaderboard is confirmed once, and
+a new one (a nightly re-evaluation, changed inputs) is confirmed again. An adaptive sweep's search driver
+does the same for its own leaderboard (sensors/search.py).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from orchestration.plans import asset_key
+from orchestration.todo import holdout_steps
+from rag_assets.stage_asset import range_tags
+from rag_core.planning.plan import Plan
+from resources.environment import default_data_dir
+from resources.storage import data_root
+from resources.vector_stores import VectorStores
+
+LIVE = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+)
+HOLDOUT_TAG = "rag/holdout"  # the leaderboard materialization (its storage id) a holdout run confirms
+
+
+def holdout_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
+    """`<sweep>__holdout_<stage>`: the first holdout stage's job and the confirmation's."""
+    first = next(iter(plan.holdout_partitions))
+    return {
+        s: dg.define_asset_job(
+            f"{plan.prefix}__holdout_{s}",
+            selection=[asset_key(plan, s)],
+            description=f"The finalists' holdout {s} of sweep {plan.sweep.name}, requested by its holdout driver.",
+        )
+        for s in (first, "confirmation")
+    }
+
+
+def sweep_busy(instance, plan: Plan) -> str | None:
+    """What of the sweep is in flight (a run or a backfill of its assets), else None."""
+    prefix = plan.prefix
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=list(LIVE)), limit=200):
+        keys = run.asset_selection or set()
+        if any(k.path[0] == prefix for k in keys) or run.tags.get("sweep") == plan.sweep.name:
+            return f"run {run.run_id}"
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    for backfill in instance.get_backfills(filters=None, limit=50):
+        if backfill.status != BulkActionStatus.REQUESTED:
+            continue
+        keys = backfill.asset_selection or []
+        if any(k.path[0] == prefix for k in keys):
+            return f"backfill {backfill.backfill_id}"
+    return None
+
+
+def _latest(instance, key: dg.AssetKey):
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records
+    return records[0] if records else None
+
+
+def next_holdout_request(plan: Plan, instance, data, stores, jobs: dict) -> dg.RunRequest | str:
+    """The run the holdout needs next, or why there is none."""
+    board = _latest(instance, asset_key(plan, "leaderboard"))
+    if board is None:
+        return "no leaderboard yet"
+    confirmed = _latest(instance, asset_key(plan, "confirmation"))
+    board_newer = confirmed is None or confirmed.storage_id < board.storage_id
+    held = holdout_steps(plan, instance, data, False, board_newer, stores)
+    if not held:
+        return "the leaderboard is confirmed"
+    first = next(iter(plan.holdout_partitions))
+    keys = [k for s, k in held if s == first]
+    tags = {"sweep": plan.sweep.name, HOLDOUT_TAG: str(board.storage_id)}
+    if keys:
+        many = len(keys) > 1
+        return dg.RunRequest(
+            run_key=f"holdout:{board.storage_id}:{first}",
+            job_name=jobs[first].name,
+            partition_key=None if many else keys[0],
+            tags={**tags, **(range_tags(plan, first, keys) if many else {})},
+        )
+    if held != [("confirmation", None)]:  # later holdout stages: the automation sensor carries them
+        return f"waiting for the finalists' holdout {', '.join(sorted({s for s, _ in held}))}"
+    return dg.RunRequest(
+        run_key=f"holdout:{board.storage_id}:confirmation", job_name=jobs["confirmation"].name, tags=tags
+    )
+
+
+def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 10):
+    @dg.sensor(
+        name=f"{plan.prefix}__holdout_driver",
+        jobs=list(jobs.values()),
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"After each leaderboard of sweep {plan.sweep.name}: its finalists on the holdout, then "
+        "the confirmation (the champion follows it).",
+    )
+    def _driver(context: dg.SensorEvaluationContext):
+        if busy := sweep_busy(context.instance, plan):
+            return dg.SkipReason(f"waiting for {busy}")
+        data = data_root(data_dir or default_data_dir())
+        found = next_holdout_request(plan, context.instance, data, VectorStores.from_env(str(data)), jobs)
+        return found if isinstance(found, dg.RunRequest) else dg.SkipReason(found)
+
+    return _driver
