@@ -1,6 +1,12 @@
 """Benchmark: the example sweep on a worker fleet of one Celery worker against two.
 
     .venv/bin/python benchmarks/fleet.py [--repeats 2] [--workers 2] [--in-process]
+    .venv/bin/python benchmarks/fleet.py --baseline 4834182 [--repeats 1] [--workers 2]
+
+With `--baseline REF`: that commit (checked out into a temporary git worktree; its runner and its workers
+run its code) against this tree, each with `--workers` workers and in process on the same deployment,
+alternating: the fleet's own cost per step (a partition materialized) is (fleet wall - in-process wall) /
+steps, before and after.
 
 Starts what the fleet tests start (RabbitMQ, the S3-compatible server, PostgreSQL, the MLflow server; run
 scripts/ensure_servers.sh first), then alternating, `--repeats` times: the example sweep cold
@@ -34,9 +40,23 @@ from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, st
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 SWEEP = "hotpotqa-example"
+STAGE_NAMES = (
+    "corpus",
+    "qa_set",
+    "chunksets",
+    "embeddings",
+    "vector_index",
+    "retrievals",
+    "rerankings",
+    "answers",
+    "evaluations",
+    "leaderboard",
+    "confirmation",
+    "champion_model",
+)
 
 
-def run(n: int, label: str, servers: dict, tmp: Path) -> dict:
+def run(n: int, label: str, servers: dict, tmp: Path, tree: Path = ROOT) -> dict:
     pg, s3 = servers["pg"], servers["s3"]
     db = pg.create_db(f"fleet_{label}")
     home = tmp / f"home-{label}"
@@ -57,6 +77,7 @@ def run(n: int, label: str, servers: dict, tmp: Path) -> dict:
         "CELERY_BROKER_URL": servers["broker"].url,
     }
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
+    base["PYTHONPATH"] = str(tree)  # the code of the tree measured, for the runner and its workers
     data = f"s3://{s3.bucket}/bench/{label}"
     out = tmp / f"{label}.parquet"
     cpu, t0 = children_cpu(), time.perf_counter()
@@ -65,7 +86,15 @@ def run(n: int, label: str, servers: dict, tmp: Path) -> dict:
     cwd.mkdir()
     executor = "celery" if n else "in_process"
     env = {**base, **shared, "DAGSTER_HOME": str(home), "RAG_EXECUTOR": executor, "RAG_DATA_DIR": data}
-    cmd = [sys.executable, "-m", "rag_sweep.cli", "run", str(EXAMPLE), "--output", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rag_sweep.cli",
+        "run",
+        str(tree / EXAMPLE.relative_to(ROOT)),
+        "--output",
+        str(out),
+    ]
     subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
     wall = time.perf_counter() - t0
     for w in workers:
@@ -74,16 +103,57 @@ def run(n: int, label: str, servers: dict, tmp: Path) -> dict:
     saved = {k: os.environ.get(k) for k in shared}
     os.environ.update(shared)
     try:
-        steps = dg.DagsterInstance.from_config(str(home)).get_runs_count(dg.RunsFilter(tags={"sweep": SWEEP}))
+        instance = dg.DagsterInstance.from_config(str(home))
+        runs = instance.get_runs_count(dg.RunsFilter(tags={"sweep": SWEEP}))
+        steps = sum(  # partitions materialized (a run may materialize a batch of them)
+            len(
+                instance.fetch_materializations(dg.AssetKey(["hotpotqa_example", stage]), limit=10000).records
+            )
+            for stage in STAGE_NAMES
+        )
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     board = pl.read_parquet(out)
-    return {"wall": wall, "cpu": cpu, "steps": steps, "configs": board.height, "board": board}
+    return {"wall": wall, "cpu": cpu, "steps": steps, "runs": runs, "configs": board.height, "board": board}
 
 
 def name(n: int) -> str:
     return f"{n} worker(s)" if n else "in process"
+
+
+def worktree(ref: str, where: Path) -> Path:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref], check=True)
+    (where / ".venv").symlink_to(ROOT / ".venv")
+    return where
+
+
+def against_baseline(ref: str, workers: int, repeats: int) -> None:
+    """The fleet's cost per step, this tree against `ref`, each with `workers` workers and in process."""
+    pg = Postgres.start()
+    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
+    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    figures: dict[str, list[float]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    trees = {"baseline": worktree(ref, tmp / "baseline"), "now": ROOT}
+    try:
+        for i in range(repeats):
+            for tree in list(trees) if i % 2 == 0 else list(trees)[::-1]:
+                fleet = run(workers, f"{tree}-w{workers}-{i}", servers, tmp, trees[tree])
+                local = run(0, f"{tree}-local-{i}", servers, tmp, trees[tree])
+                per_step = (fleet["wall"] - local["wall"]) / fleet["steps"]
+                figures.setdefault(tree, []).append(per_step)
+                print(
+                    f"  repeat {i + 1}, {tree:8}: {workers} workers {fleet['wall']:.0f} s ({fleet['runs']} runs), "
+                    f"in process {local['wall']:.0f} s ({local['runs']} runs), {fleet['steps']} steps: "
+                    f"the fleet adds {per_step:.2f} s a step",
+                    flush=True,
+                )
+    finally:
+        stop_all()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline")])
+    b, n = (statistics.median(figures[t]) for t in ("baseline", "now"))
+    print(f"the fleet's cost per step (medians): {b:.2f} s -> {n:.2f} s (x{n / b:.2f})")
 
 
 def main() -> None:
@@ -91,7 +161,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--in-process", action="store_true", help="also every step in the runner's process")
+    ap.add_argument("--baseline", help="a commit: its fleet cost per step against this tree's")
     args = ap.parse_args()
+    if args.baseline:
+        return against_baseline(args.baseline, args.workers, args.repeats)
     modes = (1, args.workers, 0) if args.in_process else (1, args.workers)
     pg = Postgres.start()
     servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}

@@ -21,6 +21,7 @@ from dagster._core.definitions.data_version import (
     DATA_VERSION_IS_USER_PROVIDED_TAG,
     DATA_VERSION_TAG,
     get_input_data_version_tag,
+    get_input_event_pointer_tag,
 )
 
 from rag_core.planning.plan import Partition, Plan
@@ -31,7 +32,6 @@ from resources.artifacts import (
     ArtifactRef,
     QuestionSplit,
     QuestionSubset,
-    latest_fingerprints,
     store_artifact,
 )
 from resources.environment import batch_size, gpu_queue, input_queue
@@ -168,7 +168,8 @@ class PartitionsFailed(Exception):
 
 
 class _PartitionLog:
-    """A batch's logger for one partition: every line names it (the run's log holds many)."""
+    """A batch's logger for one partition: every line names it, `stage[key]: ` (the run's log holds
+    many; the runner prints a batch's warnings as they read)."""
 
     def __init__(self, log, where: str):
         self._log, self._where = log, where
@@ -181,9 +182,9 @@ class _PartitionLog:
 class OnePartition:
     """The run's context as one partition of a batch sees it: its own partition key, its own log lines."""
 
-    def __init__(self, context: dg.AssetExecutionContext, key: str):
+    def __init__(self, context: dg.AssetExecutionContext, stage_name: str, key: str):
         self._context, self.partition_key, self.has_partition_key = context, key, True
-        self.log = _PartitionLog(context.log, key)
+        self.log = _PartitionLog(context.log, f"{stage_name}[{key}]")
 
     def __getattr__(self, name: str):
         return getattr(self._context, name)
@@ -226,18 +227,44 @@ def _inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _version_tags(plan: Plan, fp: str, code_version: int, inputs: dict[str, Any]) -> dict[str, str]:
-    """The tags a materialization's data version is read from, as Dagster writes them for an Output."""
-    return {
+def _input_pointers(context, plan: Plan, reads) -> dict[str, dict[str | None, int]]:
+    """upstream stage -> partition (None: unpartitioned) -> the storage id of its latest materialization,
+    one query per upstream asset for the whole batch."""
+    from dagster import DagsterEventType
+
+    out: dict[str, dict[str | None, int]] = {}
+    for name in reads:
+        key = asset_key(plan, name)
+        if stage(name).partitioned:
+            out[name] = dict(
+                context.instance.event_log_storage.get_latest_storage_id_by_partition(
+                    key, DagsterEventType.ASSET_MATERIALIZATION
+                )
+            )
+        else:
+            records = context.instance.fetch_materializations(key, limit=1).records
+            out[name] = {None: records[0].storage_id} if records else {}
+    return out
+
+
+def _version_tags(
+    plan: Plan, fp: str, code_version: int, partition: Partition, inputs: dict[str, Any], pointers: dict
+) -> dict[str, str]:
+    """The tags a materialization's data version and provenance are read from, as Dagster writes them for
+    an Output: its data and code versions, and each input's data version and materialization."""
+    tags = {
         DATA_VERSION_TAG: fp,
         DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
         CODE_VERSION_TAG: str(code_version),
-        **{
-            get_input_data_version_tag(asset_key(plan, name)): ref.fp
-            for name, ref in inputs.items()
-            if isinstance(ref, ArtifactRef)
-        },
     }
+    for name, ref in inputs.items():
+        if not isinstance(ref, ArtifactRef):
+            continue
+        tags[get_input_data_version_tag(asset_key(plan, name))] = ref.fp
+        pointer = pointers.get(name, {}).get(partition.reads.get(name))
+        if pointer is not None:
+            tags[get_input_event_pointer_tag(asset_key(plan, name))] = str(pointer)
+    return tags
 
 
 def _merged(key: dg.AssetKey, found: list[tuple[str, dg.AssetCheckResult]]) -> dg.AssetCheckResult:
@@ -459,29 +486,25 @@ def stage_asset(
         """Many partitions in one run (rag_core/planning/batches.py): each is computed, stored and recorded
         (its own materialization, fingerprint and metadata) before the next starts, so a killed run keeps
         what it finished. One that fails does not stop the others; the run then fails naming it."""
-        wanted, listed = batch_keys(context)
-        # the runner lists the partitions it wants (never up to date); a range from the UI may hold some
-        latest = latest_fingerprints(context.instance, key) if not (listed or forced(context)) else {}
+        # a UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
+        # for a materialization of each partition it asked for)
+        wanted, _ = batch_keys(context)
+        pointers = _input_pointers(context, plan, s.reads)
         results: dict[str, list[dg.AssetCheckResult]] = {}
         failed: list[tuple[str, BaseException]] = []
         done = 0
         for k in wanted:
-            one = OnePartition(context, k)
+            one = OnePartition(context, name, k)
             try:
                 inputs = _inputs_of(plan.partition(name, k), loaded)
-                if _recorded(one, k, inputs, latest):
-                    continue  # up to date: its latest materialization records this artifact
                 out, meta, checks = _step(one, k, inputs)
             except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
                 context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
                 failed.append((k, e))
                 continue
             store_artifact(out)
-            context.log_event(
-                dg.AssetMaterialization(
-                    key, partition=k, metadata=meta, tags=_version_tags(plan, out.ref.fp, s.version, inputs)
-                )
-            )
+            tags = _version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
+            context.log_event(dg.AssetMaterialization(key, partition=k, metadata=meta, tags=tags))
             for result in checks:
                 results.setdefault(result.check_name, []).append((k, result))
             done += 1
@@ -489,13 +512,5 @@ def stage_asset(
         yield from (_merged(key, found) for found in results.values())
         if failed:
             raise PartitionsFailed(name, failed)
-
-    def _recorded(context, k: str, inputs: dict, latest: dict[str, str]) -> bool:
-        """Whether a partition of a range is up to date: its latest materialization holds the artifact its
-        inputs give now, intact, so a backfill of a finished sweep records nothing new."""
-        if k not in latest:
-            return False
-        run = _prepared(context, k, inputs)
-        return latest[k] == run.ref.fp and logic.reusable(run)
 
     return _stage

@@ -1,7 +1,8 @@
 """The deployment's Definitions: every sweep of `defs/` (a `RagSweep` component instance each), the
 shared resources and the automation sensor.
 
-`$RAG_SWEEP` (a sweep file) replaces the `defs/` folder with that one sweep, as `rag-sweep run` prints it;
+`$RAG_SWEEP` (a sweep file) replaces the `defs/` folder with that one sweep, as `rag-sweep run` prints it
+(its nightly re-evaluation at `$RAG_NIGHTLY_CRON`, default 02:00 UTC);
 artifacts go to `$RAG_DATA_DIR` (default `./.rag_data`); configs that name no vector store use
 `$RAG_VECTOR_STORE` (default lancedb).
 """
@@ -16,7 +17,7 @@ from rag_core.planning.plan import Plan, check_distinct_prefixes
 from rag_sweep.lib.rag_sweep import RagSweep
 from rag_sweep.sweep_defs import sweep_definitions
 from resources import build_resources
-from resources.environment import default_data_dir, executor, sweep_file
+from resources.environment import default_data_dir, executor, nightly_cron, sweep_file
 from sensors import automation_sensor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ def build_definitions(
     """Definitions of the given sweeps with the shared resources (`resources` overrides some)."""
     check_distinct_prefixes([(p.sweep.name, str(p.sweep.path)) for p in plans])
     return dg.Definitions.merge(
-        *(sweep_definitions(p, data_dir=data_dir) for p in plans),
+        *(sweep_definitions(p, nightly_cron(), data_dir) for p in plans),
         deployment_definitions(data_dir, resources),
     )
 

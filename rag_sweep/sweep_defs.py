@@ -21,7 +21,6 @@ from sensors.prompt_optimization import optimization_jobs, prompt_optimization_d
 from sensors.schedules import nightly_reevaluation
 from sensors.search import search_driver, search_job, step_jobs
 
-
 # The evaluation job runs the answers and the evaluations, whose backfill policies differ on purpose
 # (rag_assets/stage_asset.py); the job takes the smaller batches, which is what it should do.
 warnings.filterwarnings("ignore", message="Asset job .* materializes assets with varying BackfillPolicies")

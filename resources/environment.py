@@ -95,6 +95,12 @@ def llm_api_base() -> str | None:
     return os.environ.get("RAG_LLM_API_BASE") or None
 
 
+def nightly_cron() -> str:
+    """When the nightly re-evaluation of a `$RAG_SWEEP` deployment runs ($RAG_NIGHTLY_CRON, default
+    02:00 UTC; a defs/ component instance sets its own `nightly_cron`)."""
+    return os.environ.get("RAG_NIGHTLY_CRON") or "0 2 * * *"
+
+
 def sweep_file() -> str | None:
     """$RAG_SWEEP: one sweep file that replaces the deployment's `defs/` folder (what `rag-sweep run` prints)."""
     return os.environ.get("RAG_SWEEP") or None

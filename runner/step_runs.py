@@ -72,9 +72,13 @@ def _warnings(instance, run_id: str, where: str) -> list[str]:
     """The step's warning logs and its failed checks (a WARN check, such as nightly_drift, stops nothing
     but says something the user must see), one line each."""
     lines = []
+    stage = where.split("[", 1)[0]
     for entry in instance.all_logs(run_id):
         if entry.level >= logging.WARNING and not entry.is_dagster_event:
-            lines.append(f"warning: {where}: {entry.user_message}")
+            message = entry.user_message
+            # a batch's partitions name themselves (`stage[key]: ...`, rag_assets/stage_asset.py)
+            said = message if message.startswith(f"{stage}[") else f"{where}: {message}"
+            lines.append(f"warning: {said}")
         elif (
             entry.is_dagster_event
             and entry.dagster_event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
@@ -99,10 +103,10 @@ def batch_run(plan, stage: str, key) -> tuple[str | None, dict[str, str], str]:
     span (rag_assets.stage_asset.range_tags), and how messages name it."""
     from rag_assets.stage_asset import range_tags
 
-    if key is None or isinstance(key, str):
-        return key, {}, step_label(plan, stage, key) if key else stage
+    if not key or isinstance(key, str):  # one partition, or an unpartitioned stage (None, an empty batch)
+        return key or None, {}, f"{stage}[{key}]" if key else stage
     if len(key) == 1:
-        return key[0], {}, step_label(plan, stage, key[0])
+        return key[0], {}, f"{stage}[{key[0]}]"
     return None, range_tags(plan, stage, key), f"{stage}[{len(key)} partitions]"
 
 
@@ -217,9 +221,18 @@ def step_label(plan, stage: str, key: str | None) -> str:
     return f"{stage}[{plan.labels.get(key, key)}]" if key else stage
 
 
+def batch_label(plan, stage: str, keys) -> str:
+    """A batch (a tuple of partition keys) as the progress bars show it."""
+    if not keys or isinstance(keys, str):
+        return step_label(plan, stage, keys or None)
+    if len(keys) == 1:
+        return step_label(plan, stage, keys[0])
+    return f"{stage}[{len(keys)} partitions]"
+
+
 def run_on_fleet(graph, runner: FleetStepRunner, plan, bar) -> None:
-    """Run every step of `graph` on the fleet, each as soon as its inputs are complete. A step that fails
-    stops new steps from starting; the running ones finish (their artifacts are complete and kept), then
+    """Run every batch of `graph` on the fleet, each as soon as its inputs are complete. A batch that fails
+    stops new ones from starting; the running ones finish (their artifacts are complete and kept), then
     the first failure is raised. A worker that dies does not fail its step: the broker hands the step to
     another worker of its queue."""
     from tqdm import tqdm
@@ -233,7 +246,7 @@ def run_on_fleet(graph, runner: FleetStepRunner, plan, bar) -> None:
                 for step in graph.ready()[: IN_FLIGHT - len(running)]:
                     graph.start(step)
                     running[pool.submit(runner, *step)] = step
-                    bar.set_description(f"{len(running)} running, last {step_label(plan, *step)}"[:60])
+                    bar.set_description(f"{len(running)} running, last {batch_label(plan, *step)}"[:60])
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -246,7 +259,7 @@ def run_on_fleet(graph, runner: FleetStepRunner, plan, bar) -> None:
                     failure = failure or e
                     continue
                 graph.finish(step)
-                bar.update(1)
+                bar.update(max(1, len(step[1] or ())) if isinstance(step[1], tuple) else 1)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if failure is not None:

@@ -47,8 +47,8 @@ from runner.progress_bars import WorkBars, steps_bar
 from runner.step_runs import (
     FleetStepRunner,
     StepRunner,
+    batch_label,
     run_on_fleet,
-    step_label,
 )
 
 # MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
@@ -205,12 +205,6 @@ def run_batches(units, plan, materialize, bar) -> None:
         bar.set_description(batch_label(plan, stage, keys)[:60])
         materialize(stage, keys or None)
         bar.update(steps_in((stage, keys)))
-
-
-def batch_label(plan, stage: str, keys: tuple[str, ...]) -> str:
-    if len(keys) == 1:
-        return step_label(plan, stage, keys[0])
-    return f"{stage}[{len(keys)} partitions]" if keys else stage
 
 
 def optimize_prompts(plan, instance, data: Path, materialize) -> bool:

@@ -8,6 +8,7 @@
 - RabbitMQ: Debian's rabbitmq-server ($RABBITMQ_SERVER_BIN) as a plain process with its own node name,
   ports and files in a temp dir: the fleet's broker.
 - A Celery worker of the fleet (`celery -A fleet.celery_app worker`) in an empty working directory.
+- A Dagster deployment: the webserver and the daemon on a PostgreSQL instance (`deployment`).
 Each start measures its own start-up time (printed in the test log).
 """
 
@@ -26,6 +27,8 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -474,3 +477,123 @@ class CeleryWorker:
         if self in LIVE:
             LIVE.remove(self)
         _stop(self.proc)
+
+
+class Deployment:
+    """The webserver and the daemon of a deployment whose instance lives in PostgreSQL, on one sweep file
+    (`$RAG_SWEEP`). `env` adds to or overrides the deployment's environment (an MLflow server, a fleet);
+    `instance_yaml` is appended to deploy/dagster.yaml."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        spec: Path,
+        data,
+        postgres: Postgres,
+        env: dict | None = None,
+        instance_yaml: str = "",
+    ):
+        self.tmp = tmp
+        self.home = tmp / "dagster_home"
+        self.home.mkdir(parents=True)
+        # the deployment's instance, with run monitoring that gives up on a run whose worker never started
+        # after 20 s (180 s in deploy/): a run a killed daemon was launching is failed, then asked again
+        instance = (ROOT / "deploy" / "dagster.yaml").read_text()
+        instance = instance.replace(
+            "start_timeout_seconds: 180", "start_timeout_seconds: 20\n  poll_interval_seconds: 5"
+        )
+        assert "poll_interval_seconds: 5" in instance
+        (self.home / "dagster.yaml").write_text(instance + instance_yaml)
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(self.home),
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(postgres.port),
+            "DAGSTER_PG_USER": postgres.user,
+            "DAGSTER_PG_PASSWORD": "unused",
+            "DAGSTER_PG_DB": postgres.create_db(f"dagster_{tmp.name[-20:]}".replace("-", "_").lower()),
+            "RAG_SWEEP": str(spec),
+            "RAG_DATA_DIR": str(data),
+            "RAG_VECTOR_STORE": "lancedb",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+            **(env or {}),
+        }
+        self._bin = Path(sys.executable).parent
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.webserver = self._start(
+            "webserver", "dagster-webserver", "-h", "127.0.0.1", "-p", str(self.port)
+        )
+        self.daemon = self.start_daemon()
+
+    def _start(self, name: str, exe: str, *args: str) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("a")
+        return subprocess.Popen(
+            [str(self._bin / exe), *args, "-w", "workspace.yaml"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def start_daemon(self) -> subprocess.Popen:
+        return self._start("daemon", "dagster-daemon", "run")
+
+    def instance(self):
+        import dagster as dg
+
+        keys = [k for k in self.env if k.startswith("DAGSTER_PG_")]
+        saved = {k: os.environ.get(k) for k in keys}
+        os.environ.update({k: self.env[k] for k in keys})
+        try:
+            return dg.DagsterInstance.from_config(str(self.home))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()[-4000:]
+
+    def launch_backfill(self, assets: list[list[str]], title: str = "backfill") -> str:
+        """A backfill of every partition of `assets` (asset key paths), as the UI's "Materialize all"."""
+        launched = graphql(
+            self.url,
+            LAUNCH_BACKFILL,
+            {
+                "params": {
+                    "assetSelection": [{"path": p} for p in assets],
+                    "allPartitions": True,
+                    "title": title,
+                }
+            },
+        )["launchPartitionBackfill"]
+        assert launched["__typename"] == "LaunchBackfillSuccess", launched
+        return launched["backfillId"]
+
+    def stop(self) -> None:
+        for p in (self.webserver, self.daemon):
+            _stop(p)
+
+
+LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+  }
+}"""
+
+
+@contextmanager
+def deployment(
+    tmp: Path, spec: Path, data, postgres: Postgres, env: dict | None = None, instance_yaml: str = ""
+):
+    d = Deployment(tmp, spec, data, postgres, env, instance_yaml)
+    try:
+        wait_http(f"{d.url}/server_info", 120, d.webserver, tmp / "webserver.log")
+        yield d
+    finally:
+        d.stop()

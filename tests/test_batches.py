@@ -78,6 +78,20 @@ def test_a_stage_is_one_run_and_each_partition_its_own_materialization(three_chu
         records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=100).records
         metadata = {r.partition_key: r.asset_materialization.metadata for r in records}
         assert {k: m["fingerprint"].value for k, m in metadata.items()} == latest
+    # provenance as Dagster records it for an Output: each input's data version and materialization
+    evaluations, answers = (dg.AssetKey(plan.asset_path(s)) for s in ("evaluations", "answers"))
+    latest_answers = {
+        r.partition_key: r
+        for r in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=answers), limit=100).records
+    }
+    for r in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=evaluations), limit=100).records:
+        tags = r.asset_materialization.tags
+        upstream = latest_answers[plan.partition("evaluations", r.partition_key).reads["answers"]]
+        assert tags[f"dagster/input_event_pointer/{answers.to_user_string()}"] == str(upstream.storage_id)
+        assert tags[f"dagster/input_data_version/{answers.to_user_string()}"] == (
+            upstream.asset_materialization.tags["dagster/data_version"]
+        )
+        assert tags["dagster/code_version"] and tags["dagster/data_version_is_user_provided"] == "true"
     assert run.board.height == 3
 
 

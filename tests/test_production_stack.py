@@ -77,7 +77,8 @@ def test_dagster_runs_events_and_partitions_are_in_postgres(stack_run, postgres_
     with psycopg2.connect(url) as conn, conn.cursor() as cur:
         cur.execute("select count(*), count(*) filter (where status = 'SUCCESS') from runs")
         total, ok = cur.fetchone()
-        assert total == ok >= 1 + 1 + 1 + 1 + 1 + 3 + 3 + 3 + 1
+        # one run per stage (a batch of its partitions): the snapshots, 7 stages, the leaderboard, the champion
+        assert total == ok and 1 + 7 + 1 <= total <= 1 + 7 + 1 + 1, total
         cur.execute(
             "select asset_key, count(distinct partition) from event_logs "
             "where dagster_event_type = 'ASSET_MATERIALIZATION' group by asset_key"

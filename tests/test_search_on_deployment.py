@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -26,7 +23,7 @@ from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_assets.leaderboard import read_decision
 from runner import run_sweep
 from tests.conftest import write_sweep
-from tests.servers import _stop, free_port, graphql, wait_http
+from tests.servers import Deployment, deployment, graphql
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -55,83 +52,6 @@ def _sweep(tmp_path: Path, slice_data: dict) -> Path:
         search={"strategy": "halving", "start_questions": 10, "growth": 2},
         decision={"holdout": 0, "prefer": "best"},
     )
-
-
-class Deployment:
-    """The webserver and the daemon of a deployment whose instance lives in PostgreSQL."""
-
-    def __init__(self, tmp_path: Path, spec: Path, data: Path, postgres_server, mlflow_server):
-        self.tmp = tmp_path
-        self.home = tmp_path / "dagster_home"
-        self.home.mkdir()
-        # the deployment's instance, with run monitoring that gives up on a run whose worker never started
-        # after 20 s (180 s in deploy/): a run the killed daemon was launching is failed, then asked again
-        instance = (ROOT / "deploy" / "dagster.yaml").read_text()
-        instance = instance.replace(
-            "start_timeout_seconds: 180", "start_timeout_seconds: 20\n  poll_interval_seconds: 5"
-        )
-        assert "poll_interval_seconds: 5" in instance
-        (self.home / "dagster.yaml").write_text(instance)
-        self.env = {
-            **os.environ,
-            "DAGSTER_HOME": str(self.home),
-            "DAGSTER_PG_HOST": "127.0.0.1",
-            "DAGSTER_PG_PORT": str(postgres_server.port),
-            "DAGSTER_PG_USER": postgres_server.user,
-            "DAGSTER_PG_PASSWORD": "unused",
-            "DAGSTER_PG_DB": postgres_server.create_db(f"dagster_{tmp_path.name[-20:]}".replace("-", "_")),
-            "RAG_SWEEP": str(spec),
-            "RAG_DATA_DIR": str(data),
-            "RAG_VECTOR_STORE": "lancedb",
-            "MLFLOW_TRACKING_URI": mlflow_server.url,
-        }
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.webserver = self._start(
-            "webserver", "dagster-webserver", "-h", "127.0.0.1", "-p", str(self.port)
-        )
-        self.daemon = self.start_daemon()
-
-    def _start(self, name: str, exe: str, *args: str) -> subprocess.Popen:
-        log = (self.tmp / f"{name}.log").open("a")
-        return subprocess.Popen(
-            [str(Path(sys.executable).parent / exe), *args, "-w", "workspace.yaml"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def start_daemon(self) -> subprocess.Popen:
-        return self._start("daemon", "dagster-daemon", "run")
-
-    def instance(self) -> dg.DagsterInstance:
-        keys = [k for k in self.env if k.startswith("DAGSTER_PG_")]
-        saved = {k: os.environ.get(k) for k in keys}
-        os.environ.update({k: self.env[k] for k in keys})
-        try:
-            return dg.DagsterInstance.from_config(str(self.home))
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-
-    def log(self, name: str) -> str:
-        return (self.tmp / f"{name}.log").read_text()[-4000:]
-
-    def stop(self) -> None:
-        for p in (self.webserver, self.daemon):
-            _stop(p)
-
-
-@contextmanager
-def deployment(tmp_path, spec, data, postgres_server, mlflow_server):
-    d = Deployment(tmp_path, spec, data, postgres_server, mlflow_server)
-    try:
-        wait_http(f"{d.url}/server_info", 120, d.webserver, tmp_path / "webserver.log")
-        yield d
-    finally:
-        d.stop()
 
 
 def _launch_search(d: Deployment, budget: dict) -> str:
@@ -163,10 +83,16 @@ def _wait(d: Deployment, data: Path, until, timeout: float = 900) -> SearchState
     raise TimeoutError(f"search state {SearchState.load(data, NAME)}\n{d.log('daemon')}")
 
 
+def _steps_of(run) -> list[tuple]:
+    """The steps a search's run materialized: one, or a batch of a stage's partitions."""
+    steps = json.loads(run.tags[STEP_TAG])
+    return [tuple(s) for s in steps] if steps and isinstance(steps[0], list) else [tuple(steps)]
+
+
 def _step_runs(instance, state: SearchState, statuses: list | None = None) -> Counter:
     """How many runs the search requested for each step (a step requested twice counts 2)."""
     runs = instance.get_runs(filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}, statuses=statuses))
-    return Counter(tuple(json.loads(r.tags[STEP_TAG])) for r in runs)
+    return Counter(step for r in runs for step in _steps_of(r))
 
 
 def _same_board(deployed: Path, local: Path) -> None:
@@ -189,7 +115,7 @@ def test_a_halving_search_launched_from_the_ui_survives_its_daemon_and_matches_t
     t0 = time.perf_counter()
     spec = _sweep(tmp_path, slice_data)
     data = tmp_path / "data"
-    with deployment(tmp_path, spec, data, postgres_server, mlflow_server) as d:
+    with deployment(tmp_path, spec, data, postgres_server, {"MLFLOW_TRACKING_URI": mlflow_server.url}) as d:
         first = _launch_search(d, {"max_configs": 3})
         instance = d.instance()
 
@@ -197,7 +123,7 @@ def test_a_halving_search_launched_from_the_ui_survives_its_daemon_and_matches_t
             done = instance.get_runs(
                 filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}, statuses=[dg.DagsterRunStatus.SUCCESS])
             )
-            return any(json.loads(r.tags[STEP_TAG])[0] == "evaluations" for r in done)
+            return any(step[0] == "evaluations" for r in done for step in _steps_of(r))
 
         _wait(d, data, some_evaluated)
         os.kill(d.daemon.pid, signal.SIGKILL)  # the daemon dies mid-search (its runs in flight go on)

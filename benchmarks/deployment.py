@@ -1,0 +1,161 @@
+"""Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
+
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving]
+
+A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
+run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
+the CLI on the same machine, alternating, each into a fresh data dir and instance:
+1. the example grid sweep: on the deployment a backfill of its stages and leaderboard through GraphQL (the
+   UI's "Materialize all"), then nothing but the daemon: the holdout driver, the confirmation and the
+   champion follow; timed from the launch to the champion's registration. The CLI: `rag-sweep run`.
+2. the example as a halving search (`search: {strategy: halving, start_questions: 25}`): on the
+   deployment the search job launched through GraphQL, timed to the champion; the CLI: `rag-sweep run`.
+Prints each wall time, the Dagster runs each made, and the ratio deployment / CLI (goals: <= 1.5 for the
+grid, <= 2 for the search).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+for name in ("DAGSTER_HOME", "MLFLOW_TRACKING_URI", "RAG_EXECUTOR"):  # the embedded defaults for both
+    os.environ.pop(name, None)
+
+import dagster as dg  # noqa: E402
+
+from tests.servers import Postgres, deployment, graphql, stop_all  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
+PY = ROOT / ".venv" / "bin" / "python"
+
+LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message stack }
+  }
+}"""
+
+
+def sweep_file(folder: Path, halving: bool) -> Path:
+    """The example with absolute data paths (and, for the search, a halving strategy and its own name)."""
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["data"] = {k: str((EXAMPLE.parent / v).resolve()) for k, v in spec["data"].items()}
+    if halving:
+        spec["name"] = "hotpotqa-halving"
+        spec["search"] = {"strategy": "halving", "start_questions": 25, "growth": 2}
+    path = folder / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def cli(spec: Path, data: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [str(PY), "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        raise SystemExit(f"rag-sweep run failed:\n{out.stderr[-3000:]}")
+    with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
+        return wall, instance.get_runs_count()
+
+
+def champion_after(instance, prefix: str, t0: float) -> bool:
+    records = instance.fetch_materializations(dg.AssetKey([prefix, "champion_model"]), limit=1).records
+    return bool(records) and records[0].timestamp > t0
+
+
+def on_deployment(
+    spec: Path, work: Path, pg: Postgres, halving: bool, timeout: float = 1800
+) -> tuple[float, int]:
+    plan = yaml.safe_load(spec.read_text())
+    prefix = plan["name"].replace("-", "_")
+    with deployment(work, spec, work / "data", pg) as d:
+        instance = d.instance()
+        t0 = time.time()
+        if halving:
+            launched = graphql(
+                d.url,
+                LAUNCH_RUN,
+                {
+                    "params": {
+                        "selector": {
+                            "repositoryLocationName": "rag_sweep",
+                            "repositoryName": "__repository__",
+                            "jobName": f"{prefix}__search",
+                        }
+                    }
+                },
+            )["launchRun"]
+            assert launched["__typename"] == "LaunchRunSuccess", launched
+        else:
+            from rag_core.planning.stages import STAGES
+
+            d.launch_backfill([[prefix, s.name] for s in STAGES if s.name != "confirmation"], "benchmark")
+        while not champion_after(instance, prefix, t0):
+            if time.time() - t0 > timeout:
+                raise SystemExit(f"no champion after {timeout:.0f} s\n{d.log('daemon')}")
+            time.sleep(1)
+        wall = time.time() - t0
+        return wall, instance.get_runs_count()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--skip-halving", action="store_true")
+    args = ap.parse_args()
+    pg = Postgres.start()
+    results: dict[str, list[tuple[float, int]]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            for kind in ["grid"] + ([] if args.skip_halving else ["halving"]):
+                spec = sweep_file(tmp, kind == "halving")
+                for i in range(args.repeats):
+                    order = ["cli", "deployment"] if i % 2 == 0 else ["deployment", "cli"]
+                    for where in order:
+                        work = tmp / f"{kind}-{where}-{i}"
+                        work.mkdir()
+                        if where == "cli":
+                            got = cli(spec, work / "data")
+                        else:
+                            got = on_deployment(spec, work, pg, kind == "halving")
+                        results.setdefault(f"{kind}/{where}", []).append(got)
+                        print(
+                            f"  {kind:8} {where:10} repeat {i + 1}: {got[0]:.0f} s, {got[1]} Dagster runs",
+                            flush=True,
+                        )
+    finally:
+        pg.stop()
+        stop_all()
+    for kind, goal in (("grid", 1.5), ("halving", 2.0)):
+        if f"{kind}/cli" not in results:
+            continue
+        c = statistics.median(w for w, _ in results[f"{kind}/cli"])
+        d = statistics.median(w for w, _ in results[f"{kind}/deployment"])
+        print(
+            f"{kind}: CLI {c:.0f} s, deployment (from the UI to the champion) {d:.0f} s: x{d / c:.2f} (goal <= {goal})"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

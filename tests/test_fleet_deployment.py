@@ -1,0 +1,170 @@
+"""The deployment on a fleet, with no CLI anywhere: with $RAG_EXECUTOR=celery every run the daemon launches
+executes its steps on the Celery workers. A grid sweep with a holdout is materialized from the UI (a
+backfill through GraphQL, as "Materialize all"); the daemon alone then confirms its leaderboard on the
+holdout (the holdout driver) and registers the champion. Then the nightly schedule ticks and its runs go to
+the workers too. The board is the one `rag-sweep run` gives in process; every step names the worker that
+ran it; nothing of the chain runs twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from rag_core.planning.stages import STAGES
+from tests.conftest import TIMED, assert_same_board, write_sweep
+from tests.servers import CeleryWorker, deployment, mlflow_tracking
+
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
+NAME, PREFIX = "fleet-ui", "fleet_ui"
+NO_COMPUTE_LOGS = """
+compute_logs:
+  module: dagster._core.storage.noop_compute_log_manager
+  class: NoOpComputeLogManager
+"""
+
+
+def _latest(instance, stage: str):
+    records = instance.fetch_materializations(dg.AssetKey([PREFIX, stage]), limit=1).records
+    return records[0] if records else None
+
+
+def _wait(d, until, what: str, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s\n{d.log('daemon')}"
+        time.sleep(2)
+
+
+def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
+    """run id -> the workers its steps ran on (Dagster's Celery tasks record one engine event per step)."""
+    out = {}
+    for run in runs:
+        found = set()
+        for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+            worker = entry.dagster_event.engine_event_data.metadata.get("Celery worker")
+            if worker is not None:
+                found.add(worker.value.split("@")[0])
+        out[run.run_id] = found
+    return out
+
+
+def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champion(
+    slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, tmp_path
+):
+    from runner import run_sweep
+    from shipping.registry import current_champion
+
+    t0 = time.perf_counter()
+    spec = write_sweep(
+        tmp_path / "fleet-ui.yaml",
+        slice_data,
+        name=NAME,
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": ["vector", "hybrid"], "top_k": 3, "hybrid_alpha": 0.5, "fusion": "weighted"},
+        decision={"holdout": 0.3, "prefer": "best"},
+    )
+    data = f"s3://{s3_server.bucket}/fleet-ui"
+    env = {
+        **s3_server.env(),
+        "MLFLOW_TRACKING_URI": mlflow_server.url,
+        "CELERY_BROKER_URL": rabbitmq_server.url,
+        "RAG_EXECUTOR": "celery",
+    }
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
+    with deployment(tmp_path / "ui", spec, data, postgres_server, env, NO_COMPUTE_LOGS) as d:
+        # the workers load the deployment's code (the same environment as its code server)
+        worker_env = {
+            **base,
+            **{k: v for k, v in d.env.items() if k.startswith(("DAGSTER_PG_", "RAG_"))},
+            **env,
+        }
+        workers = [CeleryWorker.start(n, "dagster", worker_env, tmp_path) for n in ("w1", "w2")]
+        try:
+            instance = d.instance()
+            d.launch_backfill([[PREFIX, s.name] for s in STAGES if s.name != "confirmation"], "from the UI")
+            _wait(d, lambda: _latest(instance, "champion_model") is not None, "champion")
+            backfill_runs = instance.get_runs()
+            # the nightly: the same deployment with its schedule due every minute; it re-asks every config
+            # and the finalists' holdout, and the daemon confirms the new leaderboard again
+            board_before = _latest(instance, "leaderboard").storage_id
+            d.daemon.terminate()
+            d.daemon.wait()
+            d.env["RAG_NIGHTLY_CRON"] = "* * * * *"
+            d.daemon = d.start_daemon()
+            _wait(
+                d,
+                lambda: (
+                    (c := _latest(instance, "confirmation")) is not None
+                    and c.storage_id > board_before
+                    and _latest(instance, "leaderboard").storage_id > board_before
+                ),
+                "nightly confirmation",
+                timeout=600,
+            )
+            _wait(
+                d,
+                lambda: (
+                    not instance.get_runs(
+                        filters=dg.RunsFilter(
+                            statuses=[
+                                dg.DagsterRunStatus.QUEUED,
+                                dg.DagsterRunStatus.STARTING,
+                                dg.DagsterRunStatus.STARTED,
+                            ]
+                        )
+                    )
+                ),
+                "quiet deployment",
+                timeout=300,
+            )
+            nightly = instance.get_runs(
+                filters=dg.RunsFilter(tags={"dagster/schedule_name": f"{PREFIX}__evaluate_nightly"})
+            )
+        finally:
+            for w in workers:
+                w.stop()
+        runs = instance.get_runs()
+        ran_on = _worker_of_each_run(instance, runs)
+        failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+        assert not failed, f"failed runs {failed}\n{d.log('daemon')}"
+    # every run's steps ran on the fleet, both workers took some, the nightly's too
+    assert all(ran_on[r.run_id] for r in runs), {r.job_name: ran_on[r.run_id] for r in runs}
+    assert set().union(*ran_on.values()) == {"w1", "w2"}
+    assert nightly and all(ran_on[r.run_id] for r in nightly)
+    assert len(backfill_runs) <= 15, [r.job_name for r in backfill_runs]  # a stage's partitions in one run
+    # the chain: the backfill's leaderboard confirmed once; the nightly's last leaderboard confirmed
+    confirmations = instance.fetch_materializations(dg.AssetKey([PREFIX, "confirmation"]), limit=100).records
+    boards = instance.fetch_materializations(dg.AssetKey([PREFIX, "leaderboard"]), limit=100).records
+    first = [c for c in confirmations if c.storage_id < board_before]
+    assert len(first) == 1 and 2 <= len(confirmations) <= len(boards), (len(confirmations), len(boards))
+    assert confirmations[0].storage_id > boards[0].storage_id  # the latest leaderboard is the confirmed one
+    evaluations = instance.fetch_materializations(dg.AssetKey([PREFIX, "evaluations"]), limit=1000).records
+    held = [
+        r.partition_key
+        for r in evaluations
+        if r.partition_key.endswith("~holdout") and r.storage_id < board_before
+    ]
+    assert held and len(held) == len(set(held))  # each holdout evaluation once before the nightly
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_server.url)
+    champion = current_champion(client, NAME)
+    with mlflow_tracking(mlflow_server.url):
+        versions = client.search_model_versions(f"name='{NAME}'")
+    assert champion is not None and len(versions) == 1  # the nightly's same recommendation: no new version
+    # the leaderboard `rag-sweep run` gives in process on the same sweep
+    local = run_sweep(str(spec), str(tmp_path / "local"), progress=False)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        key=s3_server.key_id, secret=s3_server.secret, client_kwargs={"endpoint_url": s3_server.endpoint}
+    )
+    deployed = pl.read_parquet(fs.open(f"{s3_server.bucket}/fleet-ui/leaderboards/{NAME}.parquet", "rb"))
+    assert_same_board(deployed, local.board, skip=TIMED)
+    assert champion.tags["config_key"] == local.board.filter(pl.col("recommended"))["config_key"][0]
+    print(f"fleet deployment: {len(runs)} runs ({len(nightly)} nightly), {time.perf_counter() - t0:.0f} s")
