@@ -88,8 +88,9 @@ def test_a_stage_is_one_run_and_each_partition_its_own_materialization(three_chu
         tags = r.asset_materialization.tags
         upstream = latest_answers[plan.partition("evaluations", r.partition_key).reads["answers"]]
         assert tags[f"dagster/input_event_pointer/{answers.to_user_string()}"] == str(upstream.storage_id)
-        assert tags[f"dagster/input_data_version/{answers.to_user_string()}"] == (
-            upstream.asset_materialization.tags["dagster/data_version"]
+        assert (
+            tags[f"dagster/input_data_version/{answers.to_user_string()}"]
+            == (upstream.asset_materialization.tags["dagster/data_version"])
         )
         assert tags["dagster/code_version"] and tags["dagster/data_version_is_user_provided"] == "true"
     assert run.board.height == 3
