@@ -9,38 +9,31 @@ compute, what to report, what to publish beyond the artifact and which checks to
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import dagster as dg
 import polars as pl
-from dagster._core.definitions.data_version import (
-    CODE_VERSION_TAG,
-    DATA_VERSION_IS_USER_PROVIDED_TAG,
-    DATA_VERSION_TAG,
-    get_input_data_version_tag,
-    get_input_event_pointer_tag,
-)
 
+from rag_assets.batch import (
+    OnePartition,
+    PartitionsFailed,
+    batch_keys,
+    input_pointers,
+    inputs_of,
+    merged_check,
+    version_tags,
+)
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import CONFIG_STAGE, Stage, artifact_fingerprint, stage
-from resources.artifacts import (
-    Artifact,
-    ArtifactRef,
-    QuestionSplit,
-    QuestionSubset,
-    store_artifact,
-)
+from resources.artifacts import Artifact, ArtifactRef, QuestionSplit, QuestionSubset, store_artifact
 from resources.environment import batch_size, gpu_queue, input_queue
 
 FORCE_TAG = "rag/force"  # recompute even when the artifact exists (the nightly schedule, `--force`)
 # A successive-halving rung: the run's stages see the QA set's first N questions in the search's order.
 QUESTIONS_TAG = "rag/questions"
-# A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
-BATCH_TAG = "rag/partitions"
 # Output(data_version=...) is how an asset states its own data version (the artifact fingerprint).
 warnings.filterwarnings("ignore", message="Parameter `data_version`", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
@@ -155,145 +148,6 @@ class StageLogic:
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:
         return []
-
-
-class PartitionsFailed(Exception):
-    """Partitions of a batch that raised; the others were materialized. Names each with its cause."""
-
-    def __init__(self, stage_name: str, failures: list[tuple[str, BaseException]]):
-        self.stage, self.failures = stage_name, failures
-        causes = "; ".join(f"{stage_name}[{k}]: {type(e).__name__}: {e}" for k, e in failures[:5])
-        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
-        super().__init__(f"{len(failures)} partition(s) failed: {causes}{more}")
-
-
-class _PartitionLog:
-    """A batch's logger for one partition: every line names it, `stage[key]: ` (the run's log holds
-    many; the runner prints a batch's warnings as they read)."""
-
-    def __init__(self, log, where: str):
-        self._log, self._where = log, where
-
-    def __getattr__(self, level: str):
-        method = getattr(self._log, level)
-        return lambda msg, *a, **kw: method(f"{self._where}: {msg}", *a, **kw)
-
-
-class OnePartition:
-    """The run's context as one partition of a batch sees it: its own partition key, its own log lines."""
-
-    def __init__(self, context: dg.AssetExecutionContext, stage_name: str, key: str):
-        self._context, self.partition_key, self.has_partition_key = context, key, True
-        self.log = _PartitionLog(context.log, f"{stage_name}[{key}]")
-
-    def __getattr__(self, name: str):
-        return getattr(self._context, name)
-
-
-def range_tags(plan: Plan, stage_name: str, keys) -> dict[str, str]:
-    """The tags of one run over several partitions of a stage (a batch): the range of the stage's
-    partitions they span (Dagster's range tags), and the keys (`rag/partitions`) unless they are all of it."""
-    index = {k: i for i, k in enumerate(plan.all_keys(stage_name))}
-    first, last = min(keys, key=index.__getitem__), max(keys, key=index.__getitem__)
-    tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
-    if index[last] - index[first] + 1 != len(set(keys)):
-        tags[BATCH_TAG] = json.dumps(sorted(set(keys), key=index.__getitem__))
-    return tags
-
-
-def batch_keys(context: dg.AssetExecutionContext) -> tuple[list[str], bool]:
-    """The partitions a batch materializes, and whether the run listed them (`rag/partitions`): the
-    runner's batches want only some keys of the range they span; a UI backfill wants the whole range."""
-    if listed := context.run.tags.get(BATCH_TAG):
-        keys = json.loads(listed)
-        outside = set(keys) - set(context.partition_keys)
-        if outside:
-            raise dg.Failure(f"{BATCH_TAG} names partitions outside the run's range: {sorted(outside)[:5]}")
-        return keys, True
-    return list(context.partition_keys), False
-
-
-def _inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:
-    """A batch partition's own inputs: the upstream partition it reads, out of every one the batch loaded."""
-    out = {}
-    for name, value in loaded.items():
-        if isinstance(value, dict) and name in partition.reads:
-            if partition.reads[name] not in value:
-                raise dg.Failure(
-                    f"{name}[{partition.reads[name]}] is not materialized yet: materialize it first"
-                )
-            value = value[partition.reads[name]]
-        out[name] = value
-    return out
-
-
-def _input_pointers(context, plan: Plan, reads) -> dict[str, dict[str | None, int]]:
-    """upstream stage -> partition (None: unpartitioned) -> the storage id of its latest materialization,
-    one query per upstream asset for the whole batch."""
-    from dagster import DagsterEventType
-
-    out: dict[str, dict[str | None, int]] = {}
-    for name in reads:
-        key = asset_key(plan, name)
-        if stage(name).partitioned:
-            out[name] = dict(
-                context.instance.event_log_storage.get_latest_storage_id_by_partition(
-                    key, DagsterEventType.ASSET_MATERIALIZATION
-                )
-            )
-        else:
-            records = context.instance.fetch_materializations(key, limit=1).records
-            out[name] = {None: records[0].storage_id} if records else {}
-    return out
-
-
-def _version_tags(
-    plan: Plan, fp: str, code_version: int, partition: Partition, inputs: dict[str, Any], pointers: dict
-) -> dict[str, str]:
-    """The tags a materialization's data version and provenance are read from, as Dagster writes them for
-    an Output: its data and code versions, and each input's data version and materialization."""
-    tags = {
-        DATA_VERSION_TAG: fp,
-        DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
-        CODE_VERSION_TAG: str(code_version),
-    }
-    for name, ref in inputs.items():
-        if not isinstance(ref, ArtifactRef):
-            continue
-        tags[get_input_data_version_tag(asset_key(plan, name))] = ref.fp
-        pointer = pointers.get(name, {}).get(partition.reads.get(name))
-        if pointer is not None:
-            tags[get_input_event_pointer_tag(asset_key(plan, name))] = str(pointer)
-    return tags
-
-
-def _merged(key: dg.AssetKey, found: list[tuple[str, dg.AssetCheckResult]]) -> dg.AssetCheckResult:
-    """One check's result over a batch: it passes when every partition's passed; otherwise it says which
-    failed and what the first one's result said."""
-    failed = [(k, r) for k, r in found if not r.passed]
-    first = found[0][1]
-    if not failed:
-        return dg.AssetCheckResult(
-            asset_key=key,
-            check_name=first.check_name,
-            passed=True,
-            metadata={"partitions": len(found)} if len(found) > 1 else dict(first.metadata or {}),
-        )
-    k, r = failed[0]
-    meta = {m: getattr(v, "value", v) for m, v in (r.metadata or {}).items()}
-    says = meta.get("message") or meta.get("verdict") or ", ".join(f"{m}={v}" for m, v in meta.items())
-    severe = any(x.severity == dg.AssetCheckSeverity.ERROR for _, x in failed)
-    return dg.AssetCheckResult(
-        asset_key=key,
-        check_name=first.check_name,
-        passed=False,
-        severity=dg.AssetCheckSeverity.ERROR if severe else dg.AssetCheckSeverity.WARN,
-        metadata={
-            **(r.metadata or {}),
-            "message": f"{k}: {says}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
-            "failed_partitions": dg.MetadataValue.json([k for k, _ in failed]),
-        },
-    )
 
 
 def forced(context: dg.AssetExecutionContext) -> bool:
@@ -489,27 +343,27 @@ def stage_asset(
         # a UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
         # for a materialization of each partition it asked for)
         wanted, _ = batch_keys(context)
-        pointers = _input_pointers(context, plan, s.reads)
+        pointers = input_pointers(context, plan, s.reads)
         results: dict[str, list[dg.AssetCheckResult]] = {}
         failed: list[tuple[str, BaseException]] = []
         done = 0
         for k in wanted:
             one = OnePartition(context, name, k)
             try:
-                inputs = _inputs_of(plan.partition(name, k), loaded)
+                inputs = inputs_of(plan.partition(name, k), loaded)
                 out, meta, checks = _step(one, k, inputs)
             except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
                 context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
                 failed.append((k, e))
                 continue
             store_artifact(out)
-            tags = _version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
+            tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
             context.log_event(dg.AssetMaterialization(key, partition=k, metadata=meta, tags=tags))
             for result in checks:
                 results.setdefault(result.check_name, []).append((k, result))
             done += 1
         context.log.info(f"{done} of {len(wanted)} {name} partitions materialized, {len(failed)} failed")
-        yield from (_merged(key, found) for found in results.values())
+        yield from (merged_check(key, found) for found in results.values())
         if failed:
             raise PartitionsFailed(name, failed)
 

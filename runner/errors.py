@@ -18,7 +18,7 @@ class StepFailed(RuntimeError):
     def of(cls, where: str, cause: BaseException) -> Exception:
         import dagster as dg
 
-        from rag_assets.stage_asset import PartitionsFailed
+        from rag_assets.batch import PartitionsFailed
         from rag_core.data.datasets import DatasetError
         from rag_core.planning.spec import SpecError
 

@@ -101,7 +101,7 @@ def _check_says(check) -> str:
 def batch_run(plan, stage: str, key) -> tuple[str | None, dict[str, str], str]:
     """How a run targets a step or a batch (a tuple of keys): its partition key, or the range its keys
     span (rag_assets.stage_asset.range_tags), and how messages name it."""
-    from rag_assets.stage_asset import range_tags
+    from rag_assets.batch import range_tags
 
     if not key or isinstance(key, str):  # one partition, or an unpartitioned stage (None, an empty batch)
         return key or None, {}, f"{stage}[{key}]" if key else stage

@@ -11,6 +11,8 @@ def automation_sensor() -> dg.AutomationConditionSensorDefinition:
         "rag_automation_sensor",
         target=dg.AssetSelection.all(),
         default_status=dg.DefaultSensorStatus.RUNNING,
+        # every 10 s, not Dagster's 30: a UI sweep's chain (holdout stages, champion) follows it step by step
+        minimum_interval_seconds=10,
         description="Observes the input files on a cron and materializes downstream stages when their "
         "inputs change (the eager conditions on the assets).",
     )

@@ -19,7 +19,7 @@ import dagster as dg
 
 from orchestration.plans import asset_key
 from orchestration.todo import holdout_steps
-from rag_assets.stage_asset import range_tags
+from rag_assets.batch import range_tags
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root

@@ -19,7 +19,7 @@ import dagster as dg
 from orchestration.plans import asset_key
 from orchestration.search import RungStep, SearchController, SearchState, batch_tags, begin_search, runs_of
 from orchestration.todo import completed, holdout_steps, stale_snapshots
-from rag_assets.stage_asset import range_tags
+from rag_assets.batch import range_tags
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir

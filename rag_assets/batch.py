@@ -1,0 +1,169 @@
+"""A batch: one Dagster run over many partitions of a stage (rag_core/planning/batches.py).
+
+The run targets a partition key range (Dagster's range tags; `rag/partitions` names the keys it wants when
+they are not the whole range). Dagster records a range's output as one data version for every partition,
+while each partition here has its own fingerprint: so the stage's asset (rag_assets/stage_asset.py) loops
+over the batch and records each partition itself, as a materialization with the tags Dagster writes for an
+Output (data and code versions, each input's data version and materialization). This module holds what
+that loop needs: the keys, each partition's inputs and context, its tags, the checks merged, the failure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+)
+
+from rag_core.planning.plan import Partition, Plan
+from rag_core.planning.stages import stage
+from resources.artifacts import ArtifactRef
+
+# A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
+BATCH_TAG = "rag/partitions"
+
+
+class PartitionsFailed(Exception):
+    """Partitions of a batch that raised; the others were materialized. Names each with its cause."""
+
+    def __init__(self, stage_name: str, failures: list[tuple[str, BaseException]]):
+        self.stage, self.failures = stage_name, failures
+        causes = "; ".join(f"{stage_name}[{k}]: {type(e).__name__}: {e}" for k, e in failures[:5])
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} partition(s) failed: {causes}{more}")
+
+
+class _PartitionLog:
+    """A batch's logger for one partition: every line names it, `stage[key]: ` (the run's log holds
+    many; the runner prints a batch's warnings as they read)."""
+
+    def __init__(self, log, where: str):
+        self._log, self._where = log, where
+
+    def __getattr__(self, level: str):
+        method = getattr(self._log, level)
+        return lambda msg, *a, **kw: method(f"{self._where}: {msg}", *a, **kw)
+
+
+class OnePartition:
+    """The run's context as one partition of a batch sees it: its own partition key, its own log lines."""
+
+    def __init__(self, context: dg.AssetExecutionContext, stage_name: str, key: str):
+        self._context, self.partition_key, self.has_partition_key = context, key, True
+        self.log = _PartitionLog(context.log, f"{stage_name}[{key}]")
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+def range_tags(plan: Plan, stage_name: str, keys) -> dict[str, str]:
+    """The tags of one run over several partitions of a stage (a batch): the range of the stage's
+    partitions they span (Dagster's range tags), and the keys (`rag/partitions`) unless they are all of it."""
+    index = {k: i for i, k in enumerate(plan.all_keys(stage_name))}
+    first, last = min(keys, key=index.__getitem__), max(keys, key=index.__getitem__)
+    tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+    if index[last] - index[first] + 1 != len(set(keys)):
+        tags[BATCH_TAG] = json.dumps(sorted(set(keys), key=index.__getitem__))
+    return tags
+
+
+def batch_keys(context: dg.AssetExecutionContext) -> tuple[list[str], bool]:
+    """The partitions a batch materializes, and whether the run listed them (`rag/partitions`): the
+    runner's batches want only some keys of the range they span; a UI backfill wants the whole range."""
+    if listed := context.run.tags.get(BATCH_TAG):
+        keys = json.loads(listed)
+        outside = set(keys) - set(context.partition_keys)
+        if outside:
+            raise dg.Failure(f"{BATCH_TAG} names partitions outside the run's range: {sorted(outside)[:5]}")
+        return keys, True
+    return list(context.partition_keys), False
+
+
+def inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:
+    """A batch partition's own inputs: the upstream partition it reads, out of every one the batch loaded."""
+    out = {}
+    for name, value in loaded.items():
+        if isinstance(value, dict) and name in partition.reads:
+            if partition.reads[name] not in value:
+                raise dg.Failure(
+                    f"{name}[{partition.reads[name]}] is not materialized yet: materialize it first"
+                )
+            value = value[partition.reads[name]]
+        out[name] = value
+    return out
+
+
+def input_pointers(context, plan: Plan, reads) -> dict[str, dict[str | None, int]]:
+    """upstream stage -> partition (None: unpartitioned) -> the storage id of its latest materialization,
+    one query per upstream asset for the whole batch."""
+    from dagster import DagsterEventType
+
+    out: dict[str, dict[str | None, int]] = {}
+    for name in reads:
+        key = dg.AssetKey(plan.asset_path(name))
+        if stage(name).partitioned:
+            out[name] = dict(
+                context.instance.event_log_storage.get_latest_storage_id_by_partition(
+                    key, DagsterEventType.ASSET_MATERIALIZATION
+                )
+            )
+        else:
+            records = context.instance.fetch_materializations(key, limit=1).records
+            out[name] = {None: records[0].storage_id} if records else {}
+    return out
+
+
+def version_tags(
+    plan: Plan, fp: str, code_version: int, partition: Partition, inputs: dict[str, Any], pointers: dict
+) -> dict[str, str]:
+    """The tags a materialization's data version and provenance are read from, as Dagster writes them for
+    an Output: its data and code versions, and each input's data version and materialization."""
+    tags = {
+        DATA_VERSION_TAG: fp,
+        DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
+        CODE_VERSION_TAG: str(code_version),
+    }
+    for name, ref in inputs.items():
+        if not isinstance(ref, ArtifactRef):
+            continue
+        tags[get_input_data_version_tag(dg.AssetKey(plan.asset_path(name)))] = ref.fp
+        pointer = pointers.get(name, {}).get(partition.reads.get(name))
+        if pointer is not None:
+            tags[get_input_event_pointer_tag(dg.AssetKey(plan.asset_path(name)))] = str(pointer)
+    return tags
+
+
+def merged_check(key: dg.AssetKey, found: list[tuple[str, dg.AssetCheckResult]]) -> dg.AssetCheckResult:
+    """One check's result over a batch: it passes when every partition's passed; otherwise it says which
+    failed and what the first one's result said."""
+    failed = [(k, r) for k, r in found if not r.passed]
+    first = found[0][1]
+    if not failed:
+        return dg.AssetCheckResult(
+            asset_key=key,
+            check_name=first.check_name,
+            passed=True,
+            metadata={"partitions": len(found)} if len(found) > 1 else dict(first.metadata or {}),
+        )
+    k, r = failed[0]
+    meta = {m: getattr(v, "value", v) for m, v in (r.metadata or {}).items()}
+    says = meta.get("message") or meta.get("verdict") or ", ".join(f"{m}={v}" for m, v in meta.items())
+    severe = any(x.severity == dg.AssetCheckSeverity.ERROR for _, x in failed)
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=first.check_name,
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR if severe else dg.AssetCheckSeverity.WARN,
+        metadata={
+            **(r.metadata or {}),
+            "message": f"{k}: {says}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            "failed_partitions": dg.MetadataValue.json([k for k, _ in failed]),
+        },
+    )
