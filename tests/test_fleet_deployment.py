@@ -1,9 +1,11 @@
-"""The deployment on a fleet, with no CLI anywhere: with $RAG_EXECUTOR=celery every run the daemon launches
-executes its steps on the Celery workers. A grid sweep with a holdout is materialized from the UI (a
-backfill through GraphQL, as "Materialize all"); the daemon alone then confirms its leaderboard on the
-holdout (the holdout driver) and registers the champion. Then the nightly schedule ticks and its runs go to
-the workers too. The board is the one `rag-sweep run` gives in process; every step names the worker that
-ran it; nothing of the chain runs twice.
+"""The whole stack, with no CLI anywhere: the Dagster webserver and daemon on PostgreSQL, indexes in the
+Weaviate server, runs on the MLflow server, artifacts on the S3 server, and with $RAG_EXECUTOR=celery every
+run the daemon launches executes its steps on two Celery workers (a RabbitMQ broker). A grid sweep with a
+holdout is materialized from the UI (a backfill through GraphQL, as "Materialize all"); the daemon alone
+then confirms its leaderboard on the holdout (the holdout driver) and registers the champion, which loads
+and answers from its Weaviate collection. Then the nightly schedule ticks and its runs go to the workers
+too. The board is the one `rag-sweep run` gives in process; every step names the worker that ran it;
+nothing of the chain runs twice.
 """
 
 from __future__ import annotations
@@ -33,10 +35,19 @@ def _latest(instance, stage: str):
     return records[0] if records else None
 
 
-def _wait(d, until, what: str, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
+def _settled(d, instance, until, what: str, timeout: float = 600, quiet_s: float = 30) -> None:
+    """`until` holds, no run is in flight, and no new run was created for `quiet_s` (longer than the
+    sensors' intervals: the automation sensor and the holdout driver would have asked by then)."""
+    live = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    deadline, since, runs = time.monotonic() + timeout, None, -1
+    while True:
         assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s\n{d.log('daemon')}"
+        now = instance.get_runs_count()
+        if until() and not instance.get_runs(filters=dg.RunsFilter(statuses=live)) and now == runs:
+            if time.monotonic() - since >= quiet_s:
+                return
+        else:
+            since, runs = time.monotonic(), now
         time.sleep(2)
 
 
@@ -54,7 +65,7 @@ def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
 
 
 def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champion(
-    slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, tmp_path
+    slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, weaviate_server, tmp_path
 ):
     from runner import run_sweep
     from shipping.registry import current_champion
@@ -74,6 +85,9 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
         "MLFLOW_TRACKING_URI": mlflow_server.url,
         "CELERY_BROKER_URL": rabbitmq_server.url,
         "RAG_EXECUTOR": "celery",
+        "RAG_VECTOR_STORE": "weaviate",
+        "WEAVIATE_URL": weaviate_server.url,
+        "WEAVIATE_GRPC_PORT": str(weaviate_server.grpc_port),
     }
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
     with deployment(tmp_path / "ui", spec, data, postgres_server, env, NO_COMPUTE_LOGS) as d:
@@ -87,40 +101,42 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
         try:
             instance = d.instance()
             d.launch_backfill([[PREFIX, s.name] for s in STAGES if s.name != "confirmation"], "from the UI")
-            _wait(d, lambda: _latest(instance, "champion_model") is not None, "champion")
+            _settled(d, instance, lambda: _latest(instance, "champion_model") is not None, "champion", 900)
             backfill_runs = instance.get_runs()
             # the nightly: the same deployment with its schedule due every minute; it re-asks every config
-            # and the finalists' holdout, and the daemon confirms the new leaderboard again
+            # and the finalists' holdout, and the daemon confirms its last leaderboard again
             board_before = _latest(instance, "leaderboard").storage_id
+            confirmed_before = _latest(instance, "confirmation").storage_id
             d.daemon.terminate()
             d.daemon.wait()
             d.env["RAG_NIGHTLY_CRON"] = "* * * * *"
             d.daemon = d.start_daemon()
-            _wait(
+            schedule = {"dagster/schedule_name": f"{PREFIX}__evaluate_nightly"}
+            deadline = time.monotonic() + 300
+            before = -1  # the tick's runs (every config and the finalists' holdout), all submitted
+            while True:
+                assert time.monotonic() < deadline, f"no nightly tick\n{d.log('daemon')}"
+                now = len(instance.get_runs(filters=dg.RunsFilter(tags=schedule)))
+                if now and now == before:
+                    break
+                before = now
+                time.sleep(5)
+            # one tick, not one a minute: the daemon again with the deployment's nightly (02:00)
+            d.daemon.terminate()
+            d.daemon.wait()
+            del d.env["RAG_NIGHTLY_CRON"]
+            d.daemon = d.start_daemon()
+            _settled(
                 d,
-                lambda: (
-                    (c := _latest(instance, "confirmation")) is not None
-                    and c.storage_id > board_before
-                    and _latest(instance, "leaderboard").storage_id > board_before
+                instance,
+                lambda: (  # the champion follows the confirmation of the last leaderboard
+                    _latest(instance, "leaderboard").storage_id > board_before
+                    and _latest(instance, "confirmation").storage_id
+                    > _latest(instance, "leaderboard").storage_id
+                    and _latest(instance, "champion_model").storage_id
+                    > _latest(instance, "confirmation").storage_id
                 ),
-                "nightly confirmation",
-                timeout=600,
-            )
-            _wait(
-                d,
-                lambda: (
-                    not instance.get_runs(
-                        filters=dg.RunsFilter(
-                            statuses=[
-                                dg.DagsterRunStatus.QUEUED,
-                                dg.DagsterRunStatus.STARTING,
-                                dg.DagsterRunStatus.STARTED,
-                            ]
-                        )
-                    )
-                ),
-                "quiet deployment",
-                timeout=300,
+                "nightly confirmation and champion",
             )
             nightly = instance.get_runs(
                 filters=dg.RunsFilter(tags={"dagster/schedule_name": f"{PREFIX}__evaluate_nightly"})
@@ -140,7 +156,7 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     # the chain: the backfill's leaderboard confirmed once; the nightly's last leaderboard confirmed
     confirmations = instance.fetch_materializations(dg.AssetKey([PREFIX, "confirmation"]), limit=100).records
     boards = instance.fetch_materializations(dg.AssetKey([PREFIX, "leaderboard"]), limit=100).records
-    first = [c for c in confirmations if c.storage_id < board_before]
+    first = [c for c in confirmations if c.storage_id <= confirmed_before]
     assert len(first) == 1 and 2 <= len(confirmations) <= len(boards), (len(confirmations), len(boards))
     assert confirmations[0].storage_id > boards[0].storage_id  # the latest leaderboard is the confirmed one
     evaluations = instance.fetch_materializations(dg.AssetKey([PREFIX, "evaluations"]), limit=1000).records
@@ -167,4 +183,28 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     deployed = pl.read_parquet(fs.open(f"{s3_server.bucket}/fleet-ui/leaderboards/{NAME}.parquet", "rb"))
     assert_same_board(deployed, local.board, skip=TIMED)
     assert champion.tags["config_key"] == local.board.filter(pl.col("recommended"))["config_key"][0]
+    # the index lives in Weaviate; the registered champion loads and answers from its collection
+    from resources.vector_stores.weaviate_store import WeaviateStore
+
+    store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
+    markers = [p for p in fs.find(f"{s3_server.bucket}/fleet-ui/vector_index") if p.endswith(".parquet")]
+    (marker,) = markers  # one index (one chunking, one embedder)
+    collection = pl.read_parquet(fs.open(marker, "rb"))["collection"][0]
+    assert store.info(collection)["exists"] and store.info(collection)["count"] > 100
+    saved = {k: os.environ.get(k) for k in ("WEAVIATE_URL", "WEAVIATE_GRPC_PORT")}
+    os.environ.update(
+        {"WEAVIATE_URL": weaviate_server.url, "WEAVIATE_GRPC_PORT": str(weaviate_server.grpc_port)}
+    )
+    try:
+        with mlflow_tracking(mlflow_server.url):  # the artifacts are the server's (mlflow-artifacts:/)
+            model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+        questions = pl.read_parquet(slice_data["qa"])["question"].head(3).to_list()
+        predicted = model.predict(pl.DataFrame({"question": questions}).to_pandas())
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert (
+        model.metadata.metadata["store"] == "weaviate" and model.metadata.metadata["collection"] == collection
+    )
+    assert [len(ids) for ids in predicted["doc_ids"]] == [3, 3, 3]
     print(f"fleet deployment: {len(runs)} runs ({len(nightly)} nightly), {time.perf_counter() - t0:.0f} s")

@@ -69,7 +69,10 @@ class VectorStores(dg.ConfigurableResource):
         return makers[backend]()
 
     def teardown_after_execution(self, context) -> None:
-        # release the embedded stores' single-client locks when a step ends
+        # release the embedded stores' single-client locks when a step ends (a data dir on object storage
+        # has none: those stores are refused there, and asking for them would fail the teardown)
+        if is_remote(data_root(self.data_dir)):
+            return
         for backend in ("qdrant", "milvus"):
             self.get(backend).teardown_after_execution(context)
 
