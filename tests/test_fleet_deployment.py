@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 
 import dagster as dg
 import polars as pl
@@ -28,6 +29,18 @@ compute_logs:
   module: dagster._core.storage.noop_compute_log_manager
   class: NoOpComputeLogManager
 """
+
+
+@contextmanager
+def _weaviate_env(server):
+    """This process's Weaviate settings, as the deployment's (the model and a local run read them)."""
+    saved = {k: os.environ.get(k) for k in ("WEAVIATE_URL", "WEAVIATE_GRPC_PORT")}
+    os.environ.update({"WEAVIATE_URL": server.url, "WEAVIATE_GRPC_PORT": str(server.grpc_port)})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 def _latest(instance, stage: str):
@@ -173,38 +186,33 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     with mlflow_tracking(mlflow_server.url):
         versions = client.search_model_versions(f"name='{NAME}'")
     assert champion is not None and len(versions) == 1  # the nightly's same recommendation: no new version
-    # the leaderboard `rag-sweep run` gives in process on the same sweep
-    local = run_sweep(str(spec), str(tmp_path / "local"), progress=False)
+    # the index lives in Weaviate; the registered champion loads and answers from its collection
+    from resources.vector_stores.weaviate_store import WeaviateStore
+
+    store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
     import s3fs
 
     fs = s3fs.S3FileSystem(
         key=s3_server.key_id, secret=s3_server.secret, client_kwargs={"endpoint_url": s3_server.endpoint}
     )
-    deployed = pl.read_parquet(fs.open(f"{s3_server.bucket}/fleet-ui/leaderboards/{NAME}.parquet", "rb"))
-    assert_same_board(deployed, local.board, skip=TIMED)
-    assert champion.tags["config_key"] == local.board.filter(pl.col("recommended"))["config_key"][0]
-    # the index lives in Weaviate; the registered champion loads and answers from its collection
-    from resources.vector_stores.weaviate_store import WeaviateStore
-
-    store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
     markers = [p for p in fs.find(f"{s3_server.bucket}/fleet-ui/vector_index") if p.endswith(".parquet")]
     (marker,) = markers  # one index (one chunking, one embedder)
     collection = pl.read_parquet(fs.open(marker, "rb"))["collection"][0]
     assert store.info(collection)["exists"] and store.info(collection)["count"] > 100
-    saved = {k: os.environ.get(k) for k in ("WEAVIATE_URL", "WEAVIATE_GRPC_PORT")}
-    os.environ.update(
-        {"WEAVIATE_URL": weaviate_server.url, "WEAVIATE_GRPC_PORT": str(weaviate_server.grpc_port)}
-    )
-    try:
+    with _weaviate_env(weaviate_server):
         with mlflow_tracking(mlflow_server.url):  # the artifacts are the server's (mlflow-artifacts:/)
             model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
         questions = pl.read_parquet(slice_data["qa"])["question"].head(3).to_list()
         predicted = model.predict(pl.DataFrame({"question": questions}).to_pandas())
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     assert (
         model.metadata.metadata["store"] == "weaviate" and model.metadata.metadata["collection"] == collection
     )
     assert [len(ids) for ids in predicted["doc_ids"]] == [3, 3, 3]
+    # the leaderboard `rag-sweep run` gives in process on the same sweep and store (after the model's
+    # check: the local run publishes the same collections again)
+    with _weaviate_env(weaviate_server):
+        local = run_sweep(str(spec), str(tmp_path / "local"), progress=False, store="weaviate")
+    deployed = pl.read_parquet(fs.open(f"{s3_server.bucket}/fleet-ui/leaderboards/{NAME}.parquet", "rb"))
+    assert_same_board(local.board, deployed, skip=TIMED)  # (the nightly added its drift columns)
+    assert champion.tags["config_key"] == local.board.filter(pl.col("recommended"))["config_key"][0]
     print(f"fleet deployment: {len(runs)} runs ({len(nightly)} nightly), {time.perf_counter() - t0:.0f} s")
