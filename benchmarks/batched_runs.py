@@ -31,20 +31,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("DAGSTER_HOME", None)  # each data dir's own SQLite instance
 
+from baseline import remove, worktree  # noqa: E402
 from overhead import INSTRUMENTED_RUN, PY, children_cpu  # noqa: E402
 from rerun_and_toy import toy_sweep  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
-
-
-def worktree(ref: str, where: Path) -> Path:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
-        check=True,
-        capture_output=True,
-    )
-    (where / ".venv").symlink_to(ROOT / ".venv")
-    return where
 
 
 def env_for(tree: Path) -> dict[str, str]:
@@ -113,10 +104,7 @@ def main() -> None:
                 note(name, "toy", wall)
                 print(f"  toy {i + 1}, {name:8}: {wall:.1f} s", flush=True)
     finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline")],
-            capture_output=True,
-        )
+        remove(tmp / "baseline")
         shutil.rmtree(tmp, ignore_errors=True)
     med = {name: {w: statistics.median(v) for w, v in f.items()} for name, f in figures.items()}
     b, n = med["baseline"], med["batched"]

@@ -36,19 +36,10 @@ for name in ("DAGSTER_HOME", "MLFLOW_TRACKING_URI", "RAG_EXECUTOR"):  # the embe
 
 import dagster as dg  # noqa: E402
 
-from tests.servers import Postgres, deployment, graphql, stop_all  # noqa: E402
+from tests.servers import Postgres, deployment, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 PY = ROOT / ".venv" / "bin" / "python"
-
-LAUNCH_RUN = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message stack }
-  }
-}"""
 
 
 def sweep_file(folder: Path, halving: bool) -> Path:
@@ -92,20 +83,7 @@ def on_deployment(
         instance = d.instance()
         t0 = time.time()
         if halving:
-            launched = graphql(
-                d.url,
-                LAUNCH_RUN,
-                {
-                    "params": {
-                        "selector": {
-                            "repositoryLocationName": "rag_sweep",
-                            "repositoryName": "__repository__",
-                            "jobName": f"{prefix}__search",
-                        }
-                    }
-                },
-            )["launchRun"]
-            assert launched["__typename"] == "LaunchRunSuccess", launched
+            d.launch_run(f"{prefix}__search")
         else:
             from rag_core.planning.stages import STAGES
 

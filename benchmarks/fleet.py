@@ -32,28 +32,18 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from baseline import remove, worktree
 from overhead import children_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from rag_core.planning.stages import STAGES  # noqa: E402
 from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 SWEEP = "hotpotqa-example"
-STAGE_NAMES = (
-    "corpus",
-    "qa_set",
-    "chunksets",
-    "embeddings",
-    "vector_index",
-    "retrievals",
-    "rerankings",
-    "answers",
-    "evaluations",
-    "leaderboard",
-    "confirmation",
-    "champion_model",
-)
+# every asset of the sweep that a step materializes: the registry's stages and the champion
+STAGE_NAMES = (*(s.name for s in STAGES), "champion_model")
 
 
 def run(n: int, label: str, servers: dict, tmp: Path, tree: Path = ROOT) -> dict:
@@ -122,12 +112,6 @@ def name(n: int) -> str:
     return f"{n} worker(s)" if n else "in process"
 
 
-def worktree(ref: str, where: Path) -> Path:
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref], check=True)
-    (where / ".venv").symlink_to(ROOT / ".venv")
-    return where
-
-
 def against_baseline(ref: str, workers: int, repeats: int) -> None:
     """The fleet's cost per step, this tree against `ref`, each with `workers` workers and in process."""
     pg = Postgres.start()
@@ -151,7 +135,7 @@ def against_baseline(ref: str, workers: int, repeats: int) -> None:
                 )
     finally:
         stop_all()
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline")])
+        remove(tmp / "baseline")
     b, n = (statistics.median(figures[t]) for t in ("baseline", "now"))
     print(f"the fleet's cost per step (medians): {b:.2f} s -> {n:.2f} s (x{n / b:.2f})")
 

@@ -74,16 +74,16 @@ def range_tags(plan: Plan, stage_name: str, keys) -> dict[str, str]:
     return tags
 
 
-def batch_keys(context: dg.AssetExecutionContext) -> tuple[list[str], bool]:
-    """The partitions a batch materializes, and whether the run listed them (`rag/partitions`): the
-    runner's batches want only some keys of the range they span; a UI backfill wants the whole range."""
+def batch_keys(context: dg.AssetExecutionContext) -> list[str]:
+    """The partitions a batch materializes: those the run lists (`rag/partitions`: the runner's batches
+    want only some keys of the range they span), else the whole range (a UI backfill)."""
     if listed := context.run.tags.get(BATCH_TAG):
         keys = json.loads(listed)
         outside = set(keys) - set(context.partition_keys)
         if outside:
             raise dg.Failure(f"{BATCH_TAG} names partitions outside the run's range: {sorted(outside)[:5]}")
-        return keys, True
-    return list(context.partition_keys), False
+        return keys
+    return list(context.partition_keys)
 
 
 def inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:

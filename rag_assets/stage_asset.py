@@ -292,16 +292,13 @@ def stage_asset(
         description=logic.description,
     )
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
-        if not s.partitioned:
-            out, meta, checks = _step(context, None, inputs)
-            yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
-            yield from checks
-        elif context.has_partition_key:  # one partition: as its own run always did
-            out, meta, checks = _step(context, context.partition_key, inputs)
-            yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
-            yield from checks
-        else:
+        if s.partitioned and not context.has_partition_key:
             yield from _batch(context, inputs)
+            return
+        # unpartitioned, or one partition: as its own run always did
+        out, meta, checks = _step(context, context.partition_key if s.partitioned else None, inputs)
+        yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
+        yield from checks
 
     def _prepared(context, key: str | None, inputs: dict) -> StageRun:
         """A partition's run with its artifact ref: the fingerprint of its settings and what it reads."""
@@ -342,7 +339,7 @@ def stage_asset(
         what it finished. One that fails does not stop the others; the run then fails naming it."""
         # a UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
         # for a materialization of each partition it asked for)
-        wanted, _ = batch_keys(context)
+        wanted = batch_keys(context)
         pointers = input_pointers(context, plan, s.reads)
         results: dict[str, list[dg.AssetCheckResult]] = {}
         failed: list[tuple[str, BaseException]] = []

@@ -21,6 +21,7 @@ import dagster as dg
 from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
 
 from orchestration.plans import asset_key
+from rag_core.planning.batches import steps_in
 from runner.errors import CheckFailed, StepFailed
 
 # Steps a fleet run keeps in flight: the broker queues them until a worker is free, so this only bounds
@@ -259,7 +260,7 @@ def run_on_fleet(graph, runner: FleetStepRunner, plan, bar) -> None:
                     failure = failure or e
                     continue
                 graph.finish(step)
-                bar.update(max(1, len(step[1] or ())) if isinstance(step[1], tuple) else 1)
+                bar.update(steps_in(step))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if failure is not None:

@@ -572,10 +572,34 @@ class Deployment:
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
         return launched["backfillId"]
 
+    def launch_run(self, job: str, run_config: dict | None = None) -> str:
+        """A run of the code location's job `job`, as the UI's Launchpad launches it; its run id."""
+        params = {
+            "selector": {
+                "repositoryLocationName": "rag_sweep",
+                "repositoryName": "__repository__",
+                "jobName": job,
+            },
+            **({"runConfigData": run_config} if run_config else {}),
+        }
+        launched = graphql(self.url, LAUNCH_RUN, {"params": params})["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        return launched["run"]["runId"]
+
     def stop(self) -> None:
         for p in (self.webserver, self.daemon):
             _stop(p)
 
+
+LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message stack }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
 
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {

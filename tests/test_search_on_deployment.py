@@ -23,21 +23,11 @@ from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_assets.leaderboard import read_decision
 from runner import run_sweep
 from tests.conftest import write_sweep
-from tests.servers import Deployment, deployment, graphql
+from tests.servers import Deployment, deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
 NAME, PREFIX = "deployed-halving", "deployed_halving"
-
-LAUNCH = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message stack }
-    ... on RunConfigValidationInvalid { errors { message } }
-  }
-}"""
 
 
 def _sweep(tmp_path: Path, slice_data: dict) -> Path:
@@ -55,22 +45,7 @@ def _sweep(tmp_path: Path, slice_data: dict) -> Path:
 
 
 def _launch_search(d: Deployment, budget: dict) -> str:
-    launched = graphql(
-        d.url,
-        LAUNCH,
-        {
-            "params": {
-                "selector": {
-                    "repositoryLocationName": "rag_sweep",
-                    "repositoryName": "__repository__",
-                    "jobName": f"{PREFIX}__search",
-                },
-                "runConfigData": {"ops": {f"{PREFIX}__start_search": {"config": budget}}},
-            }
-        },
-    )["launchRun"]
-    assert launched["__typename"] == "LaunchRunSuccess", launched
-    return launched["run"]["runId"]
+    return d.launch_run(f"{PREFIX}__search", {"ops": {f"{PREFIX}__start_search": {"config": budget}}})
 
 
 def _wait(d: Deployment, data: Path, until, timeout: float = 900) -> SearchState:
