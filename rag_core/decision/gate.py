@@ -1,0 +1,328 @@
+"""A gate for change: is each candidate config not worse than a baseline (the registered champion) by more
+than a margin, on the same questions? (pure numpy, scipy and statsmodels)
+
+Each comparison is a paired one-sided t-test on the per-question differences, candidate minus baseline:
+- non-inferiority (the default): H0 "worse by the margin or more" (d <= -margin). Rejected: **pass**.
+  The reverse test, H0 d >= -margin, rejected: **fail** (worse by more than the margin). Neither:
+  **inconclusive**, with the questions a test of 80% power would need at the observed spread.
+- equivalence (two one-sided tests): pass when -margin < d < margin is shown, fail when the difference is
+  shown outside that band, on either side.
+Holm's adjustment runs over the candidates, for each test (the overall score; each metric with its own
+margin). A candidate fails when any of its tests fails, passes when all pass.
+
+The overall score's per-question difference is its exact linearization: a metric's mean over the questions
+where both configs define it (a question without gold documents defines no recall) enters the weighted mean
+as each such question's share, so the mean of the per-question values is the difference of the two
+configs' overall scores over those questions (when nothing is undefined: each question's weighted score).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import polars as pl
+
+from rag_core.decision.leaderboard import MAX_ERROR_SHARE
+from rag_core.metrics import METRIC_NEEDS
+from rag_core.metrics.stats import min_questions_for_claim
+
+OVERALL = "overall_score"
+VERDICTS = ("pass", "fail", "inconclusive")
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}  # 2 stays a usage error
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    margin: float  # in overall score: how much worse than the baseline still passes
+    metric_margins: dict[str, float] = field(default_factory=dict)  # e.g. {"recall_at_k": 0.02}
+    alpha: float = 0.05
+    power: float = 0.8  # of the test whose size an inconclusive verdict reports
+    equivalence: bool = False
+
+    @classmethod
+    def of(cls, spec) -> GateSettings:
+        """From a sweep's `gate:` section (rag_core.planning.spec.GateSpec)."""
+        return cls(spec.margin, dict(spec.metric_margins), spec.alpha, spec.power, spec.equivalence)
+
+    @property
+    def level(self) -> float:
+        """The confidence of the interval shown: 1 - 2 alpha (its bounds are the one-sided tests' bounds)."""
+        return 1 - 2 * self.alpha
+
+
+@dataclass
+class Test:
+    """One candidate's test on the overall score or on one metric."""
+
+    candidate: str
+    metric: str
+    margin: float
+    n: int  # questions on which both configs define it
+    difference: float | None  # mean of candidate - baseline
+    ci_low: float | None
+    ci_high: float | None
+    p_pass: float = 1.0  # raw p of the test whose rejection passes (non-inferiority; TOST)
+    p_fail: float = 1.0  # raw p of the test whose rejection fails (worse than the margin; outside the band)
+    p_pass_holm: float = 1.0
+    p_fail_holm: float = 1.0
+    verdict: str = "inconclusive"
+    questions_needed: int | None = None  # an inconclusive test: the questions a decisive test would need
+    why: str = ""
+    decidable: bool = True  # False: no test can be run (too few questions, undefined, an outage)
+
+
+@dataclass
+class Candidate:
+    key: str
+    label: str
+    verdict: str
+    tests: list[Test]
+    score: float | None = None  # overall score over the compared questions
+    why: str = ""
+
+
+@dataclass
+class GateResult:
+    baseline: str  # the baseline's label
+    baseline_score: float | None
+    settings: GateSettings
+    candidates: list[Candidate]
+    questions: int
+
+    @property
+    def verdict(self) -> str:
+        """fail if any candidate fails, else inconclusive if any is, else pass."""
+        found = {c.verdict for c in self.candidates}
+        return "fail" if "fail" in found else "inconclusive" if "inconclusive" in found else "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "baseline": self.baseline,
+            "baseline_score": self.baseline_score,
+            "questions": self.questions,
+            "settings": asdict(self.settings),
+            "candidates": [asdict(c) for c in self.candidates],
+        }
+
+
+def _matrix(frame: pl.DataFrame, metrics: list[str]) -> np.ndarray:
+    return frame.sort("query_id").select(metrics).cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+
+def paired_differences(
+    candidate: pl.DataFrame, baseline: pl.DataFrame, weights: dict[str, float], metrics: list[str]
+) -> dict[str, np.ndarray]:
+    """Per-question differences candidate - baseline: `overall_score` (its linearization, module doc) and
+    each of `metrics`, each over the questions where both define it. The frames are the configs'
+    per-query evaluations of the same questions."""
+    ids_a, ids_b = sorted(candidate["query_id"].to_list()), sorted(baseline["query_id"].to_list())
+    if ids_a != ids_b:
+        raise ValueError(
+            f"the configs were evaluated on other questions ({len(ids_a)} and {len(ids_b)}): not paired"
+        )
+    names = list(dict.fromkeys([*weights, *metrics]))
+    names = [m for m in names if m in candidate.columns and m in baseline.columns]
+    a, b = _matrix(candidate, names), _matrix(baseline, names)
+    both = ~np.isnan(a) & ~np.isnan(b)
+    diff = np.where(both, a - b, 0.0)
+    out = {m: diff[both[:, j], j] for j, m in enumerate(names) if m in metrics}
+    scored = [j for j, m in enumerate(names) if m in weights and both[:, j].any() and weights[m] > 0]
+    rows = both[:, scored].any(axis=1) if scored else np.zeros(len(a), dtype=bool)
+    n = int(rows.sum())
+    if n == 0:
+        out[OVERALL] = np.zeros(0)
+        return out
+    total = sum(weights[names[j]] for j in scored)
+    contrib = sum(weights[names[j]] * diff[:, j] * n / both[:, j].sum() for j in scored) / total
+    out[OVERALL] = np.asarray(contrib, dtype=float)[rows]
+    return out
+
+
+def overall_over_shared(frame: pl.DataFrame, other: pl.DataFrame, weights: dict[str, float]) -> float | None:
+    """`frame`'s overall score over the questions where it and `other` both define each metric: the score
+    the gate's differences are differences of."""
+    names = [m for m in weights if m in frame.columns and m in other.columns and weights[m] > 0]
+    a, b = _matrix(frame, names), _matrix(other, names)
+    both = ~np.isnan(a) & ~np.isnan(b)
+    used = [j for j in range(len(names)) if both[:, j].any()]
+    if not used:
+        return None
+    total = sum(weights[names[j]] for j in used)
+    return float(sum(weights[names[j]] * a[both[:, j], j].mean() for j in used) / total)
+
+
+def _t_test(d: np.ndarray, margin: float, settings: GateSettings) -> tuple[float, float, float, float, float]:
+    """(mean, interval low, interval high, p_pass, p_fail) of the differences `d` against the margin."""
+    from scipy import stats
+
+    n, mean = len(d), float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    df = n - 1
+    half = float(stats.t.ppf(1 - settings.alpha, df)) * se
+
+    def above(bound: float) -> float:  # p of H0 d <= bound (small: d shown above it)
+        if se == 0:
+            return 0.0 if mean > bound else 1.0
+        return float(stats.t.sf((mean - bound) / se, df))
+
+    def below(bound: float) -> float:  # p of H0 d >= bound (small: d shown below it)
+        if se == 0:
+            return 0.0 if mean < bound else 1.0
+        return float(stats.t.cdf((mean - bound) / se, df))
+
+    if settings.equivalence:
+        p_pass = max(above(-margin), below(margin))  # TOST
+        p_fail = min(below(-margin), above(margin))  # shown outside the band, on the nearer side
+    else:
+        p_pass, p_fail = above(-margin), below(-margin)
+    return mean, mean - half, mean + half, p_pass, p_fail
+
+
+def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests: int) -> int | None:
+    """The questions a paired one-sided t-test (at alpha / tests: Holm's first step, the strictest) needs to
+    decide at `settings.power`, if the differences keep their observed mean and spread; None when the
+    mean sits on a boundary (no number of questions decides it)."""
+    from statsmodels.stats.power import TTestPower
+
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    bounds = [-margin, margin] if settings.equivalence else [-margin]
+    distance = min(abs(mean - b) for b in bounds)
+    if distance == 0:
+        return None
+    if sd == 0:
+        return max(len(d) + 1, 2)
+    n = TTestPower().solve_power(
+        effect_size=distance / sd, alpha=settings.alpha / tests, power=settings.power, alternative="larger"
+    )
+    return max(int(math.ceil(float(np.atleast_1d(n)[0]))), len(d) + 1)
+
+
+def _holm(p: list[float]) -> list[float]:
+    from statsmodels.stats.multitest import multipletests
+
+    return list(multipletests(p, method="holm")[1]) if p else []
+
+
+def error_share(per_query: pl.DataFrame) -> float:
+    return per_query["error"].drop_nulls().len() / max(per_query.height, 1)
+
+
+def gate(
+    candidates: dict[str, pl.DataFrame],
+    baseline: pl.DataFrame,
+    weights: dict[str, float],
+    settings: GateSettings,
+    labels: dict[str, str] | None = None,
+    baseline_label: str = "baseline",
+) -> GateResult:
+    """Each candidate's verdict against the baseline (module doc). `candidates`: config key -> its
+    per-query evaluation; `baseline`: the baseline's, on the same questions."""
+    labels = labels or {}
+    metrics = list(settings.metric_margins)
+    floor = min_questions_for_claim(settings.alpha)
+    outage_base = error_share(baseline) > MAX_ERROR_SHARE
+    tests: dict[str, list[Test]] = {}
+    diffs: dict[tuple[str, str], np.ndarray] = {}
+    for key, frame in candidates.items():
+        per = paired_differences(frame, baseline, weights, metrics)
+        out = []
+        for metric, margin in [(OVERALL, settings.margin), *settings.metric_margins.items()]:
+            d = per.get(metric, np.zeros(0))
+            test = Test(key, metric, margin, len(d), None, None, None)
+            if outage_base or error_share(frame) > MAX_ERROR_SHARE:
+                who, pq = ("the baseline", baseline) if outage_base else ("the candidate", frame)
+                test.why = (
+                    f"{who}'s generation failed on {pq['error'].drop_nulls().len()} of {pq.height} questions "
+                    f"(more than {MAX_ERROR_SHARE:.0%}): its scores measure the failure, not the pipeline"
+                )
+                test.decidable = False
+            elif len(d) == 0:
+                need = METRIC_NEEDS.get(metric, "values this evaluation computes")
+                test.why = f"no question defines it for both configs (it needs {need})"
+                test.decidable = False
+            elif len(d) < floor:
+                test.difference = float(d.mean())
+                test.why = f"{len(d)} questions: a paired test reaches alpha {settings.alpha:g} with at least {floor}"
+                test.questions_needed = floor
+                test.decidable = False
+            else:
+                test.difference, test.ci_low, test.ci_high, test.p_pass, test.p_fail = _t_test(
+                    d, margin, settings
+                )
+                diffs[(key, metric)] = d
+            out.append(test)
+        tests[key] = out
+    # Holm over the candidates, per test: the undecidable ones count (their p of 1 changes no other)
+    m = len(candidates)
+    for j, metric in enumerate([OVERALL, *metrics]):
+        column = [tests[k][j] for k in candidates]
+        for t, pp, pf in zip(
+            column, _holm([t.p_pass for t in column]), _holm([t.p_fail for t in column]), strict=True
+        ):
+            t.p_pass_holm, t.p_fail_holm = float(pp), float(pf)
+            if not t.decidable:
+                continue
+            if t.p_fail_holm < settings.alpha:
+                t.verdict = "fail"
+                t.why = _fail_why(t, settings)
+            elif t.p_pass_holm < settings.alpha:
+                t.verdict = "pass"
+                t.why = _pass_why(t, settings)
+            else:
+                t.questions_needed = questions_needed(diffs[(t.candidate, metric)], t.margin, settings, m)
+                t.why = _inconclusive_why(t, settings)
+    results = []
+    for key, frame in candidates.items():
+        verdicts = {t.verdict for t in tests[key]}
+        verdict = "fail" if "fail" in verdicts else "pass" if verdicts == {"pass"} else "inconclusive"
+        first = next(t for t in tests[key] if t.verdict == verdict)
+        results.append(
+            Candidate(
+                key,
+                labels.get(key, key),
+                verdict,
+                tests[key],
+                overall_over_shared(frame, baseline, weights),
+                f"{first.metric}: {first.why}",
+            )
+        )
+    any_frame = next(iter(candidates.values()), baseline)
+    return GateResult(
+        baseline_label,
+        overall_over_shared(baseline, any_frame, weights),
+        settings,
+        results,
+        baseline.height,
+    )
+
+
+def _band(t: Test, settings: GateSettings) -> str:
+    return (
+        f"difference {t.difference:+.4f}, {settings.level:.0%} interval [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
+    )
+
+
+def _pass_why(t: Test, settings: GateSettings) -> str:
+    shown = f"within ±{t.margin:g}" if settings.equivalence else f"not worse by {t.margin:g} or more"
+    return f"{shown} ({_band(t, settings)}; p {t.p_pass_holm:.3g} Holm, {t.n} questions)"
+
+
+def _fail_why(t: Test, settings: GateSettings) -> str:
+    side = "better" if settings.equivalence and (t.difference or 0) > 0 else "worse"
+    return f"{side} by more than {t.margin:g} ({_band(t, settings)}; p {t.p_fail_holm:.3g} Holm, {t.n} questions)"
+
+
+def _inconclusive_why(t: Test, settings: GateSettings) -> str:
+    need = (
+        f"about {t.questions_needed} questions would decide it at this spread ({t.questions_needed - t.n} more)"
+        if t.questions_needed
+        else "the difference sits on the margin: no number of questions decides it"
+    )
+    return f"neither shown ({_band(t, settings)}, margin {t.margin:g}); {need}"
