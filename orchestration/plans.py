@@ -11,17 +11,25 @@ import dagster as dg
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
-from rag_core.planning.spec import Sweep, component_used, load_sweep
+from rag_core.planning.spec import RagConfig, Sweep, component_used, load_sweep
 from resources import build_resources
 from resources.environment import default_data_dir, deployment_store, llm_api_base
 
 
-def load_plan(spec: str | Path, store: str | None = None, data_dir: str | Path | None = None) -> Plan:
+def load_plan(
+    spec: str | Path,
+    store: str | None = None,
+    data_dir: str | Path | None = None,
+    extra: tuple[RagConfig, ...] = (),
+) -> Plan:
     """The sweep file's plan; `store`: the vector store of configs that name none (default
     $RAG_VECTOR_STORE, else lancedb); the LLM endpoint ($RAG_LLM_API_BASE) is part of its fingerprints.
     A sweep that optimizes prompts also holds the configs its optimizations found, read from `data_dir`
-    (default $RAG_DATA_DIR, else ./.rag_data)."""
+    (default $RAG_DATA_DIR, else ./.rag_data). `extra`: configs evaluated beside the sweep's own (a gate's
+    baseline), after them."""
     sweep = load_sweep(spec)
+    if extra:
+        sweep = sweep.model_copy(update={"configs": sweep.configs + tuple(extra)})
     optimized = None
     if sweep.optimize is not None:
         from rag_assets.prompt_optimization import optimized_prompts

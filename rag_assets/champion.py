@@ -35,6 +35,54 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     return row.height == 0 or due(now, row["fingerprint"][0])
 
 
+GATE_CHECK = "not_worse_than_champion"
+
+
+def gate_against_champion(plan: Plan, data, board: pl.DataFrame, key: str, now) -> dict:
+    """The recommendation `key` against the registered champion `now` (a model version), both as the
+    leaderboard evaluated them, by the sweep's `gate:` test (rag_core/decision/gate.py). Returns
+    `{"verdict": pass|fail|inconclusive|not gated, "message", "result"}`."""
+    from rag_core.decision.gate import GateSettings, gate
+    from resources.artifacts import ArtifactRef
+
+    if now is None:
+        return {"verdict": "not gated", "message": "no registered champion yet", "result": None}
+    base = now.tags.get("config_key")
+    where = f"models:/{plan.sweep.name}/{now.version}"
+    if base == key:
+        return {"verdict": "not gated", "message": f"the recommendation is {where}'s config", "result": None}
+    rows = {r["config_key"]: r for r in board.filter(pl.col("config_key").is_in([key, base])).to_dicts()}
+    if base not in rows:
+        return {
+            "verdict": "not gated",
+            "message": f"{where}'s config {base} is not on this leaderboard (the sweep's configs changed): "
+            f"compare them with `rag-sweep gate SPEC --against {where}`",
+            "result": None,
+            "compared": False,
+        }
+    frames = {k: ArtifactRef(data, "evaluations", rows[k]["fingerprint"], k).read("per_query") for k in rows}
+    if sorted(frames[key]["query_id"]) != sorted(frames[base]["query_id"]):
+        return {
+            "verdict": "not gated",
+            "message": f"{where}'s config was evaluated on other questions than the recommendation (a search "
+            "dropped it early)",
+            "result": None,
+            "compared": False,
+        }
+    settings = GateSettings.of(plan.sweep.gate)
+    labels = plan.labels
+    result = gate(
+        {key: frames[key]},
+        frames[base],
+        dict(plan.sweep.weights),
+        settings,
+        labels,
+        f"{where} ({labels.get(base, base)})",
+    )
+    c = result.candidates[0]
+    return {"verdict": c.verdict, "message": f"{c.label} vs {result.baseline}: {c.why}", "result": result}
+
+
 def serve_line(model_uri: str) -> str:
     """The shell line that serves the registered model (its URI quoted for the shell when it needs it)."""
     return f"mlflow models serve -m {shlex.quote(model_uri)} --env-manager local -p 5001"
@@ -66,32 +114,81 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
         group_name=plan.prefix,
         kinds={"mlflow"},
         automation_condition=follows_the_decision(plan),
+        check_specs=[
+            dg.AssetCheckSpec(
+                GATE_CHECK,
+                asset=asset_key(plan, CHAMPION),
+                blocking=True,
+                description="A new recommendation replaces the registered champion only when it is not shown "
+                "worse than it on the same questions (the sweep's `gate:` test: margin, Holm); when it is, "
+                "the champion stays and this check fails.",
+            )
+        ],
         description=(
             f"The recommended config of sweep {plan.sweep.name} as an MLflow pyfunc model (its index rows "
             f"and vectors, settings, prompts and figures), registered as `models:/{plan.sweep.name}@champion`; "
             "a new version only when the recommendation changed."
         ),
     )
-    def _champion(context) -> dg.MaterializeResult:
+    def _champion(context):
         from shipping.bundle import collect
-        from shipping.registry import register_champion
+        from shipping.registry import current_champion, due, register_champion
+
+        def checked(passed: bool, message: str, warn: bool = False, **metadata) -> dg.AssetCheckResult:
+            """ERROR when failed: blocking; WARN: a comparison that could not be made (said, not blocking)."""
+            return dg.AssetCheckResult(
+                check_name=GATE_CHECK,
+                passed=passed,
+                severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR,
+                metadata={"message": message, **metadata},
+            )
 
         tracking, data = context.resources.tracking, context.resources.artifacts.root
         if not tracking.enabled:
-            return dg.MaterializeResult(metadata={"registered": False, "why": "MLflow tracking is off"})
+            yield dg.MaterializeResult(metadata={"registered": False, "why": "MLflow tracking is off"})
+            yield checked(True, "not gated: MLflow tracking is off")
+            return
         decision = read_decision(data, plan.sweep.name)
         key = decision.get("recommended")
         if why := unsupported_claim(decision):
             context.log.warning(f"no champion registered: {why}")
-            return dg.MaterializeResult(metadata={"registered": False, "why": why})
+            yield dg.MaterializeResult(metadata={"registered": False, "why": why})
+            yield checked(True, f"not gated: nothing to register ({why})")
+            return
         board = read_parquet(leaderboard_path(data, plan.sweep.name))
+        now = current_champion(tracking.client(), plan.sweep.name)
+        row = board.filter(pl.col("config_key") == key)
+        gated = {"verdict": "not gated", "message": "the champion is this evaluation already", "result": None}
+        if row.height == 0 or due(now, row["fingerprint"][0]):
+            gated = gate_against_champion(plan, data, board, key, now)
+        figures = _gate_figures(gated["result"])
+        if gated["result"] is not None:  # the comparison, in MLflow too: a gate run naming the champion
+            from rag_core.decision.gate_report import reports
+
+            link = {"baseline_model_name": plan.sweep.name, "baseline_model_version": str(now.version)}
+            run_id = tracking.log_gate(plan.sweep.name, gated["result"], reports(gated["result"], []), link)
+            if url := tracking.run_url(run_id):
+                figures["gate_run"] = dg.MetadataValue.url(url)
+        if gated["verdict"] == "fail":
+            message = f"{gated['message']}: the champion stays version {now.version}"
+            context.log.warning(message)
+            yield dg.MaterializeResult(
+                metadata={
+                    "registered": False,
+                    "why": message,
+                    "model_uri": f"models:/{plan.sweep.name}@champion",
+                    "version": int(now.version),
+                }
+            )
+            yield checked(False, message, verdict="fail", **figures)
+            return
         bundle = collect(plan, data, context.instance, board, decision, key)
         held = register_champion(tracking, bundle)
         context.log.info(
             f"{held['model_uri']} is version {held['version']}: {bundle.label}"
             + (" (registered now)" if held["registered"] else " (already the champion)")
         )
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
             metadata={
                 "registered": held["registered"],
                 "model_uri": held["model_uri"],
@@ -107,5 +204,26 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
                 },
             }
         )
+        # a champion the leaderboard cannot compare (its config left the sweep): a warning, not a pass
+        unknown = gated["verdict"] == "not gated" and now is not None and gated.get("compared") is False
+        yield checked(
+            not unknown,
+            f"{gated['verdict']}: {gated['message']}",
+            unknown,
+            verdict=gated["verdict"],
+            **figures,
+        )
 
     return _champion
+
+
+def _gate_figures(result) -> dict:
+    """The gate's figures as check metadata: each test's difference and interval."""
+    if result is None:
+        return {}
+    out = {}
+    for t in result.candidates[0].tests:
+        for what in ("difference", "ci_low", "ci_high"):
+            if (value := getattr(t, what)) is not None:
+                out[f"{t.metric}/{what}"] = float(value)
+    return out

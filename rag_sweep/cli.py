@@ -6,9 +6,10 @@
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
     rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
     rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR]
+    rag-sweep gate SPEC --against models:/NAME@champion|CONFIG|OTHER.yaml [--margin X] [--junit PATH]
 
-The input files are observed and snapshotted, then the plan's partitions run, each as a Dagster run as soon
-as the partitions it reads are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
+The input files are observed and snapshotted, then the plan's partitions run, a stage's due partitions in
+one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
 (so `dagster dev` can show them). A partition whose latest materialization already holds the artifact these
 snapshots give is skipped, so re-running an unchanged spec recomputes nothing; a killed run resumes from
 what is complete. The work is the runner's (runner/); this module parses arguments and prints.
@@ -26,12 +27,12 @@ from pathlib import Path
 
 from dagster._core.errors import DagsterExecutionInterruptedError
 
-from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.qa_generation import estimate_line, generate_qa_command
 from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
+from rag_sweep.commands import gate, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -43,7 +44,7 @@ from rag_sweep.printing import (  # noqa: F401
     serve_command,
 )
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
-from resources.storage import check_new_file, data_root, read_parquet
+from resources.storage import check_new_file
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
 from shipping import ExportWarning
 
@@ -118,22 +119,8 @@ def _main(argv: list[str] | None) -> int:
         "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
     )
     gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    exp = sub.add_parser("export", help="write an evaluated config as an MLflow pyfunc model folder")
-    exp.add_argument("spec", help="sweep YAML file")
-    exp.add_argument("--config", help="a config key or label (default: the leaderboard's recommendation)")
-    exp.add_argument("--out", required=True, help="the model folder to write (new or empty)")
-    exp.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
-    exp.add_argument("--store", help="vector store of configs that name none")
-    ver = sub.add_parser(
-        "verify-model", help="check a model folder or a registered version without running any of its code"
-    )
-    ver.add_argument(
-        "model",
-        help="a model folder, or a registered version: models:/NAME@ALIAS or models:/NAME/N (the registry "
-        "of $MLFLOW_TRACKING_URI)",
-    )
-    ver.add_argument("--fingerprint", help="a folder: the fingerprint `rag-sweep export` printed for it")
-    ver.add_argument("--download", help="a registered version: the folder to download it to, checked")
+    models.add_parsers(sub)
+    gate.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -144,9 +131,11 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "plan":
             return _plan(args)
         if args.command == "export":
-            return _export(args)
+            return models.export(args)
         if args.command == "verify-model":
-            return _verify_model(args)
+            return models.verify_model(args)
+        if args.command == "gate":
+            return gate.run(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
@@ -160,7 +149,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         if args.command == "run" and not args.verbose:
             print("(rerun with --verbose for the traceback)", file=sys.stderr)
-        return 2 if not isinstance(e, StepFailed) else 1
+        if isinstance(e, StepFailed):
+            return 4 if args.command == "gate" else 1  # a gate's 1 is its verdict "fail"
+        return 2
     return _print_run(run, args, time.perf_counter() - t0)
 
 
@@ -204,74 +195,6 @@ def _plan(args) -> int:
     )
     print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
     print("\n".join(estimate.lines()))
-    return 0
-
-
-def _export(args) -> int:
-    """The config as a model folder: the pipeline it was evaluated as, loadable and servable by MLflow."""
-    from runner import local_instance
-    from shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
-
-    data = data_root(args.data_dir or environment.default_data_dir())
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
-    check_new_file(out / "MLmodel", "--out")
-    plan = load_plan(args.spec, args.store)
-    board_file = leaderboard_path(data, plan.sweep.name)
-    if not board_file.exists():
-        raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")
-    decision = read_decision(data, plan.sweep.name)
-    try:
-        key = config_key_of(plan, args.config, decision.get("recommended"))
-        bundle = collect(plan, data, local_instance(data), read_parquet(board_file), decision, key)
-    except ExportError as e:
-        raise SpecError(str(e)) from e
-    save(bundle, out)
-    _print_export(bundle.label, key, out, fingerprints(out)["model_fingerprint"])
-    return 0
-
-
-def _verify_model(args) -> int:
-    """A registered version: downloaded and checked against its registry tags. A folder: each bundled file
-    against its manifest, and the whole folder against the fingerprint `rag-sweep export` printed (nothing
-    else outside the folder says what it was). No code of the model runs."""
-    import json
-
-    from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, folder_files, folder_fingerprint, verify
-    from shipping.registry import download_verified
-
-    try:
-        if args.model.startswith("models:/"):
-            folder = download_verified(args.model, args.download)
-            print(f"{args.model}: the registered model, as its registry tags record it, in {folder}")
-            return 0
-        if args.download:
-            raise SpecError("--download: for a registered version (models:/...) only")
-        folder = Path(args.model)
-        if not (folder / "MLmodel").is_file():
-            raise SpecError(f"{folder}: not a model folder (no MLmodel)")
-        found = folder_fingerprint(folder_files(folder))
-        if args.fingerprint and args.fingerprint != found:
-            raise TamperedModel(
-                f"{folder}: its fingerprint {found} is not the fingerprint {args.fingerprint} it was "
-                "exported with: a file was changed, added or removed: refusing it"
-            )
-        verify(
-            folder / "artifacts" / BUNDLE, json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
-        )
-    except TamperedModel as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(
-        f"{folder}: fingerprint {found}"
-        + (
-            " (the exported one)"
-            if args.fingerprint
-            else "\n  its files match its own manifest; compare the fingerprint with the one `rag-sweep "
-            "export` printed (--fingerprint FP checks it)"
-        )
-    )
     return 0
 
 

@@ -202,7 +202,31 @@ def _print_run(run, args, seconds: float) -> int:
     _print_explore(tracking, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
     unsupported = unsupported_claim(read_decision(data, sweep.name))
     _print_champion(tracking, sweep.name, unsupported)
+    if run.champion_kept:
+        print(f"error: the champion was not replaced: {run.champion_kept}", file=sys.stderr)
+        return 1
     if unsupported:
         print(f"error: the sweep recommends nothing it can support: {unsupported}", file=sys.stderr)
         return 1
     return 0
+
+
+def print_gate(gated) -> None:
+    """Each candidate's verdict and figures, the notes, where the reports are, the gate's verdict last."""
+    r, s = gated.result, gated.result.settings
+    test = (
+        f"within ±{s.margin:g} (equivalence)" if s.equivalence else f"margin {s.margin:g} (non-inferiority)"
+    )
+    extra = "".join(f", {m} {x:g}" for m, x in s.metric_margins.items())
+    print(
+        f"gate {gated.plan.sweep.name}: {len(r.candidates)} candidate(s) vs {r.baseline} on {r.questions} "
+        f"questions; {test}{extra}; paired t-tests, {s.level:.0%} intervals, Holm at alpha {s.alpha:g}"
+    )
+    width = max(len(c.label) for c in r.candidates)
+    for c in r.candidates:
+        for t in c.tests:
+            print(f"  {t.verdict:<12} {c.label:<{width}}  {t.metric:<14} {t.why}")
+    for note in gated.notes:
+        print(f"note: {note}")
+    print(f"reports: {gated.folder}")
+    print(f"verdict: {r.verdict} (exit {r.exit_code})")

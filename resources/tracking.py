@@ -558,6 +558,52 @@ class MlflowTracking(dg.ConfigurableResource):
                 run.info.run_id, "mlflow.runName", "leaderboard" if current else "leaderboard (superseded)"
             )
 
+    def log_gate(
+        self, experiment: str, result, files: dict[str, str], champion: dict | None = None
+    ) -> str | None:
+        """A gate (rag_core/decision/gate.py) as a run of the sweep's experiment (kind `gate`): its verdict,
+        settings, each candidate's figures and verdict, the reports as artifacts; `champion`: the registered
+        version it compared with (`baseline_model_name`, `baseline_model_version`), tagged on the run and
+        named in its description, a link to the version's page."""
+        if not self.enabled:
+            return None
+        client = self._client()
+        tags = {"kind": "gate", "verdict": result.verdict, "baseline": result.baseline}
+        link = ""
+        if champion:
+            name, version = champion["baseline_model_name"], str(champion["baseline_model_version"])
+            tags |= {"baseline_model_uri": f"models:/{name}/{version}", **champion}
+            link = f"\n\nBaseline: [models:/{name}/{version}]({self.ui_url()}/#/models/{name}/versions/{version})"
+        tags = {k: str(v) for k, v in tags.items()}
+        tags["mlflow.note.content"] = files.get("gate.md", "") + link
+        run = client.create_run(
+            self.experiment_id(experiment), run_name=f"gate: {result.verdict} vs {result.baseline}", tags=tags
+        )
+        rid = run.info.run_id
+        s = result.settings
+        from mlflow.entities import Metric, Param, RunTag
+
+        params = [
+            Param("margin", str(s.margin)),
+            Param("alpha", str(s.alpha)),
+            Param("equivalence", str(s.equivalence)),
+        ]
+        params += [Param(f"margin.{m}", str(x)) for m, x in s.metric_margins.items()]
+        metrics, run_tags = [], []
+        for c in result.candidates:
+            run_tags.append(RunTag(f"verdict.{c.key}", c.verdict))
+            for t in c.tests:
+                for what in ("difference", "ci_low", "ci_high"):
+                    if (value := getattr(t, what)) is not None:
+                        metrics.append(Metric(f"{c.key}.{t.metric}.{what}", float(value), 0, 0))
+        client.log_batch(rid, metrics=metrics, params=params, tags=run_tags)
+        with tempfile.TemporaryDirectory(prefix="rag-gate-") as tmp:
+            for name, text in files.items():
+                (Path(tmp) / name).write_text(text)
+            client.log_artifacts(rid, tmp, "gate")
+        client.set_terminated(rid)
+        return rid
+
     def log_confirmation(
         self,
         experiment: str,

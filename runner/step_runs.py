@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
+from dagster._core.errors import (
+    DagsterAssetCheckFailedError,
+    DagsterExecutionInterruptedError,
+    DagsterExecutionStepExecutionError,
+)
 
 from orchestration.plans import asset_key
 from rag_core.planning.batches import steps_in
@@ -114,7 +118,20 @@ def batch_run(plan, stage: str, key) -> tuple[str | None, dict[str, str], str]:
 def _raise_failed_checks(result, where: str) -> None:
     for check in result.get_asset_check_evaluations():
         if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
-            raise CheckFailed(f"{where}: check {check.check_name!r} failed: {dict(check.metadata)}")
+            raise CheckFailed(f"{where}: check {check.check_name!r} failed: {_check_says(check)}")
+
+
+def _blocking_check_failed(instance, where: str) -> CheckFailed:
+    """What the latest run's failed blocking check says (the run this process just made: one run per data
+    dir at a time), as CheckFailed."""
+    run = instance.get_runs(limit=1)[0]
+    for record in instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records:
+        check = record.event_log_entry.dagster_event.event_specific_data
+        if not check.passed and check.blocking and check.severity == dg.AssetCheckSeverity.ERROR:
+            return CheckFailed(f"{where}: check {check.check_name!r} failed: {_check_says(check)}")
+    return CheckFailed(f"{where}: a blocking check failed (run {run.run_id})")
 
 
 @dataclass
@@ -152,6 +169,8 @@ class StepRunner:
                 )
         except DagsterExecutionStepExecutionError as e:
             raise StepFailed.of(where, e.user_exception) from e
+        except DagsterAssetCheckFailedError as e:  # a blocking check of the step's own asset failed
+            raise _blocking_check_failed(self.instance, where) from e
         except (KeyboardInterrupt, DagsterExecutionInterruptedError):
             raise
         except Exception as e:  # raise_on_error re-raises most step errors as themselves
@@ -196,6 +215,7 @@ class FleetStepRunner:
                 run_config={} if self.verbose else QUIET_LOGS,
             )
         if not result.success:
+            _raise_failed_checks(result, where)  # a blocking check of the step's asset failed it
             failures = result.get_step_failure_events()
             if not failures:
                 raise StepFailed(f"{where}: the run failed: {_run_failure(self.instance, result.run_id)}")

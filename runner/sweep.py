@@ -34,6 +34,7 @@ from resources.environment import (
 )
 from resources.storage import data_root, read_parquet
 from resources.tracking import check_reachable
+from runner.errors import CheckFailed
 from runner.estimate import load_data
 from runner.instance import (
     RUNNER_PID_TAG,
@@ -67,6 +68,7 @@ class SweepRun(NamedTuple):
     plan: Any  # rag_core.planning.plan.Plan
     data: Path
     search: SearchReport | None = None  # of an adaptive search
+    champion_kept: str | None = None  # why the registered champion was not replaced (its gate failed)
 
     def artifact(self, stage: str, key: str | None = None, part: str | None = None):
         """The rows of a stage's artifact as its latest materialization recorded it."""
@@ -85,13 +87,20 @@ def run_sweep(
     progress: bool = True,
     resources: dict | None = None,
     store: str | None = None,
+    *,
+    plan=None,
+    evaluations_only: bool = False,
 ) -> SweepRun:
     """Materialize every stage of the sweep. `resources` overrides the configured ones (e.g. an LLM
     client pointed at another server); `store` is the vector store of configs that name none (default
     $RAG_VECTOR_STORE, else lancedb). With $RAG_EXECUTOR=celery every step but the input snapshots runs on
-    the fleet's workers, which build their resources from their own environment (no overrides)."""
+    the fleet's workers, which build their resources from their own environment (no overrides).
+    `plan`: this plan instead of the spec's (a gate's: the spec's configs and its baseline);
+    `evaluations_only`: every config evaluated, nothing ranked, confirmed or registered (its `board` is None)."""
     data = data_root(data_dir or default_data_dir())
-    plan = load_plan(spec, store, data)
+    plan = plan or load_plan(spec, store, data)
+    if evaluations_only and plan.sweep.search.adaptive:
+        raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
     if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work
         load_data(plan.sweep)
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
@@ -140,6 +149,8 @@ def run_sweep(
             materialize(tuple(stale))  # one run for both snapshots
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
+        if evaluations_only:
+            todo = [step for step in todo if step[0] != "leaderboard"]
         search = None
         work_bars = WorkBars(progress)
         with listening(work_bars):  # texts embedded, questions answered: a bar inside the step
@@ -160,6 +171,8 @@ def run_sweep(
                 else:
                     run_batches(batches(todo, plan.all_keys, batch_size()), plan, materialize, bar)
                 bar.close()
+            if evaluations_only:
+                return SweepRun(None, defs, instance, plan, data)
             if plan.holdout:  # the finalists, on the questions no selection step saw
                 held = holdout_steps(
                     plan, instance, data, force, plan.sweep.search.adaptive or bool(todo), stores
@@ -180,11 +193,15 @@ def run_sweep(
                     )
                     plan = None  # run again below, outside this run's lock
             # the recommendation, shipped to the model registry when it is not the champion already
+            kept = None
             if plan is not None and champion_due(plan, data, defs.resources["tracking"]):
-                materialize(CHAMPION)
+                try:
+                    materialize(CHAMPION)
+                except CheckFailed as e:  # the recommendation is worse than the champion: it stays
+                    kept = str(e)
         if plan is not None:
             board = read_parquet(leaderboard_path(data, plan.sweep.name))
-            return SweepRun(board, defs, instance, plan, data, search)
+            return SweepRun(board, defs, instance, plan, data, search, kept)
     # the optimized configs join the plan: their steps run, and the leaderboard ranks them with the rest
     return run_sweep(spec, data_dir, False, verbose, progress, resources, store)
 

@@ -455,6 +455,26 @@ class DecisionSpec(_Strict):
         return _metric_values(v, "metric floors")
 
 
+class GateSpec(_Strict):
+    """`rag-sweep gate` (rag_core/decision/gate.py): a candidate passes when a paired one-sided test shows
+    it not worse than the baseline by `margin` or more in overall score (and each metric of
+    `metric_margins` by its own); with `equivalence`, when it shows the difference within ±margin."""
+
+    margin: float = Field(default=0.02, gt=0, lt=1)
+    metric_margins: dict[str, float] = Field(default_factory=dict)  # e.g. {recall_at_k: 0.02}
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)  # family-wise, Holm over the candidates
+    power: float = Field(default=0.8, gt=0, lt=1)  # of the test an inconclusive verdict sizes
+    equivalence: bool = False
+
+    @field_validator("metric_margins")
+    @classmethod
+    def _known_metrics(cls, v: dict[str, float]) -> dict[str, float]:
+        _metric_values(v, "metric margins")
+        if bad := sorted(k for k, x in v.items() if not 0 < x < 1):
+            raise ValueError(f"metric margins must be between 0 and 1: {bad}")
+        return v
+
+
 class SearchBudget(_Strict):
     """Where an adaptive search stops (it keeps what it found so far). max_configs also caps grid/random."""
 
@@ -593,6 +613,7 @@ class SweepFile(_Strict):
     # the QA set written from the corpus by an LLM into data.qa when that file does not exist yet
     qa_generation: QAGeneration | None = None
     optimize: OptimizeSpec | None = None
+    gate: GateSpec = Field(default_factory=GateSpec)
 
     @field_validator("weights")
     @classmethod
@@ -620,6 +641,7 @@ class Sweep(BaseModel):
     search: SearchSpec = SearchSpec()
     qa_generation: QAGeneration | None = None
     optimize: OptimizeSpec | None = None
+    gate: GateSpec = GateSpec()
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
@@ -750,6 +772,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         search=spec.search,
         qa_generation=spec.qa_generation,
         optimize=spec.optimize,
+        gate=spec.gate,
     )
 
 

@@ -1,0 +1,250 @@
+"""`rag-sweep gate`: the sweep's configs (the candidates) and a baseline evaluated on the same questions,
+each candidate tested for non-inferiority against it (rag_core/decision/gate.py).
+
+The baseline is a registered model version (`models:/NAME@champion`: its folder checked against its
+registry tags, then the config it was evaluated as), a config of the sweep (key or label), or another
+sweep's recommendation (its YAML file). Its config joins the sweep's plan, so every partition it shares with
+the candidates (or that an earlier run made) is reused, and the stages run as a sweep's do; nothing is
+ranked, confirmed or registered. The verdicts are written to the data dir and logged as an MLflow run of
+the sweep's experiment (kind `gate`) that names the champion's version."""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from orchestration.plans import load_plan
+from rag_core.decision.gate import GateResult, GateSettings, gate
+from rag_core.decision.gate_report import reports
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import RagConfig, SpecError
+from rag_core.planning.stages import CONFIG_STAGE
+from resources.environment import default_data_dir
+from resources.storage import data_root
+
+
+@dataclass(frozen=True)
+class Baseline:
+    label: str
+    config: RagConfig | None  # None: a config of the sweep (`key`)
+    key: str | None = None
+    model_uri: str | None = None  # a registered version: models:/NAME/N
+    model_name: str | None = None
+    model_version: str | None = None
+    index_fingerprint: str | None = None  # the index its model bundles
+
+
+@dataclass
+class GateRun:
+    result: GateResult
+    baseline: Baseline
+    baseline_key: str
+    plan: Plan
+    folder: Path  # the reports in the data dir
+    mlflow_run_id: str | None
+    notes: list[str]
+    files: dict[str, str]  # the reports by file name (gate.json, gate.md, junit.xml)
+
+
+def resolve_baseline(against: str, spec: str, store: str | None, data: Path) -> Baseline:
+    """What `--against` names: a registered version, a config of the sweep, or another sweep's recommendation."""
+    if against.startswith("models:/"):
+        return _registered(against, data)
+    plan = load_plan(spec, store, data)
+    by_label = {label: key for key, label in plan.labels.items()}
+    if against in plan.config_keys or against in by_label:
+        key = by_label.get(against, against)
+        return Baseline(plan.labels.get(key, key), None, key)
+    path = Path(against)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return _recommendation_of(path, store, data)
+    known = ", ".join(sorted(by_label)[:8])
+    raise SpecError(
+        f"--against {against!r}: not a registered model (models:/NAME@champion), a config key or label of "
+        f"sweep {plan.sweep.name} ({known} ...), nor a sweep file whose recommendation to compare with"
+    )
+
+
+def _registered(model_uri: str, data: Path) -> Baseline:
+    """The config a registered model version was evaluated as, from its folder once checked."""
+    from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, registered_as
+    from shipping.registry import download_verified
+
+    with _registry_of(data):
+        try:
+            registered = registered_as(model_uri)
+        except Exception as e:  # no such model or alias: MLflow's message names it
+            raise SpecError(f"--against {model_uri}: {getattr(e, 'message', e)}") from None
+        if registered is None:
+            raise SpecError(
+                f"--against {model_uri}: not a registered version (models:/NAME@alias or models:/NAME/N)"
+            )
+        name, version, _ = registered
+        try:
+            folder = download_verified(f"models:/{name}/{version}")
+        except TamperedModel as e:
+            raise SpecError(f"--against {model_uri}: {e}") from None
+    manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+    return Baseline(
+        f"{name} v{version} ({manifest.get('label') or manifest['config_key']})",
+        RagConfig.model_validate(manifest["config"]),
+        model_uri=f"models:/{name}/{version}",
+        model_name=name,
+        model_version=version,
+        index_fingerprint=manifest.get("vector_index_fingerprint"),
+    )
+
+
+@contextmanager
+def _registry_of(data: Path):
+    """MLflow's default registry is the one the sweep registers in: $MLFLOW_TRACKING_URI, else the data
+    dir's store, for this block only (no process-wide MLflow setting outlives it)."""
+    from resources.tracking import MlflowTracking
+
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        yield
+        return
+    os.environ["MLFLOW_TRACKING_URI"] = MlflowTracking(default_dir=str(data)).resolved_uri()
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+def _recommendation_of(path: Path, store: str | None, data: Path) -> Baseline:
+    from rag_assets.leaderboard import read_decision
+    from rag_core.decision.holdout import unsupported_claim
+
+    other = load_plan(path, store, data)
+    decision = read_decision(data, other.sweep.name)
+    key = decision.get("recommended")
+    if not key:
+        raise SpecError(
+            f"--against {path}: sweep {other.sweep.name} recommends no config in {data} (run it first)"
+        )
+    if why := unsupported_claim(decision):
+        raise SpecError(
+            f"--against {path}: sweep {other.sweep.name}'s recommendation is not supported: {why}"
+        )
+    label = other.labels.get(key, key)
+    return Baseline(f"{other.sweep.name}'s recommendation ({label})", other.config(key))
+
+
+def gate_plan(spec: str, baseline: Baseline, store: str | None, data: Path) -> tuple[Plan, str]:
+    """The sweep's plan with the baseline's config among its configs, and the baseline's key."""
+    plan = load_plan(spec, store, data)
+    if plan.sweep.search.adaptive:
+        raise SpecError(
+            f"sweep {plan.sweep.name}: a gate evaluates every candidate config; its search "
+            f"{plan.sweep.search.strategy} chooses what to evaluate (use strategy grid in the gate's file)"
+        )
+    if baseline.config is None:
+        return plan, baseline.key
+    key = plan.key_of(baseline.config)
+    if key in plan.config_keys:
+        return plan, key
+    return load_plan(spec, store, data, extra=(baseline.config,)), key
+
+
+def settings_of(plan: Plan, margin=None, metric_margins=None, alpha=None, equivalence=None) -> GateSettings:
+    """The sweep file's `gate:` settings, with those given on the command line instead."""
+    g = plan.sweep.gate
+    return replace(
+        GateSettings.of(g),
+        **{
+            k: v
+            for k, v in (
+                ("margin", margin),
+                (
+                    "metric_margins",
+                    {**g.metric_margins, **(metric_margins or {})} if metric_margins else None,
+                ),
+                ("alpha", alpha),
+                ("equivalence", equivalence or None),
+            )
+            if v is not None
+        },
+    )
+
+
+def run_gate(
+    spec: str,
+    against: str,
+    data_dir: str | None = None,
+    store: str | None = None,
+    settings: dict | None = None,
+    verbose: bool = False,
+    progress: bool = True,
+    resources: dict | None = None,
+) -> GateRun:
+    from runner.sweep import run_sweep
+
+    data = data_root(data_dir or default_data_dir())
+    baseline = resolve_baseline(against, spec, store, data)
+    plan, base_key = gate_plan(spec, baseline, store, data)
+    chosen = settings_of(plan, **(settings or {}))
+    run = run_sweep(
+        spec, str(data), False, verbose, progress, resources, store, plan=plan, evaluations_only=True
+    )
+    per_query = {k: run.artifact(CONFIG_STAGE, k, "per_query") for k in plan.config_keys}
+    candidates = {k: pq for k, pq in per_query.items() if k != base_key}
+    if not candidates:
+        raise SpecError(f"sweep {plan.sweep.name}: its only config is the baseline: nothing to gate")
+    weights = dict(plan.sweep.weights)
+    result = gate(candidates, per_query[base_key], weights, chosen, plan.labels, baseline.label)
+    notes = _notes(run, plan, baseline, base_key)
+    files = reports(result, notes)
+    folder = write_reports(data, plan.sweep.name, files)
+    link = {"baseline_model_name": baseline.model_name, "baseline_model_version": baseline.model_version}
+    run_id = run.defs.resources["tracking"].log_gate(
+        plan.sweep.name, result, files, baseline.model_uri and link
+    )
+    return GateRun(result, baseline, base_key, plan, folder, run_id, notes, files)
+
+
+def _notes(run, plan: Plan, baseline: Baseline, base_key: str) -> list[str]:
+    """What a reader of the verdicts should know about the baseline and the questions."""
+    notes = []
+    if baseline.index_fingerprint is not None:
+        from resources.artifacts import latest_fingerprint
+
+        built = latest_fingerprint(
+            run.instance, _key(plan, "vector_index"), plan.key_of(plan.config(base_key), "vector_index")
+        )
+        if built == baseline.index_fingerprint:
+            notes.append(
+                f"the baseline's index is the one {baseline.model_uri} bundles (fingerprint {built[:12]})"
+            )
+        else:
+            notes.append(
+                f"the baseline is {baseline.model_uri}'s settings on this sweep's data: its bundled index "
+                f"({baseline.index_fingerprint[:12]}) was built from other data or settings of the "
+                "environment; this one is rebuilt from the sweep's corpus"
+            )
+    if plan.holdout:
+        notes.append(
+            f"questions: the selection split of {plan.sweep.name} (decision.holdout "
+            f"{plan.sweep.decision.holdout:g} holds the rest out; set it to 0 in the gate's file to use every question)"
+        )
+    return notes
+
+
+def _key(plan: Plan, stage: str):
+    from orchestration.plans import asset_key
+
+    return asset_key(plan, stage)
+
+
+def write_reports(data: Path, sweep: str, files: dict[str, str]) -> Path:
+    """The reports in `<data>/gates/<sweep>/<UTC time>/`, each written whole (a reader never sees half)."""
+    from datetime import UTC, datetime
+
+    from resources.storage import atomic_write_bytes
+
+    folder = data / "gates" / sweep / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    for name, text in files.items():
+        atomic_write_bytes(folder / name, text.encode())
+    return folder
