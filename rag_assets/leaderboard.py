@@ -233,6 +233,8 @@ class Leaderboard(StageLogic):
                     "share": spec.holdout,
                     "verdict": f"none: {len(everything)} question(s) are too few to hold any out",
                 }
+        if "mean_hops" in board.columns:  # a single-shot config searched once per question
+            board = board.with_columns(pl.col("mean_hops").fill_null(1.0))
         board = board.with_columns(
             pl.col("config_key").replace_strict(run.plan.labels, default=None).alias("label")
         )

@@ -65,9 +65,22 @@ class Retrievals(StageLogic):
             "store": c.index.store,
             "transform_fallbacks": int(frame["transform_fallback"].sum()),
             **keyword,
+            **(hop_metadata(frame) if "hops" in frame.columns else {}),
             **{
                 f"config/{k}": redact_url(v) if isinstance(v, str) else v  # e.g. the LLM endpoint
                 for k, v in run.partition.own.items()
                 if v is not None and not isinstance(v, dict)
             },
         }
+
+
+def hop_metadata(frame: pl.DataFrame) -> dict:
+    """An iterative retrieval's loop (rag_core/retrieval/hops.py): hops made, why it stopped, its LLM calls."""
+    stops = frame["hop_stop"].value_counts()
+    return {
+        "mean_hops": round(float(frame["hops"].mean()), 4),
+        "max_hops_used": int(frame["hops"].max()),
+        **{f"stopped/{s}": int(n) for s, n in zip(stops["hop_stop"], stops["count"], strict=True)},
+        "hop_llm_calls": int(frame["hop_calls"].sum()),
+        "hop_fallbacks": int(frame["hop_fallbacks"].sum()),
+    }

@@ -275,4 +275,6 @@ def terminal_columns(board: pl.DataFrame) -> list[str]:
         "faithfulness",
         "retrieval_p50_ms",
     ]
+    if "mean_hops" in board.columns and board["mean_hops"].drop_nulls().len():  # an iterative retrieval
+        cols.insert(cols.index("retrieval_p50_ms"), "mean_hops")
     return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]

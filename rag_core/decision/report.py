@@ -313,6 +313,48 @@ def prompt_sections(
     return sections
 
 
+def hop_sections(board: pl.DataFrame, per_query: dict[str, pl.DataFrame], qa: pl.DataFrame) -> list:
+    """An iterative retrieval's figures (rag_core/metrics/hops.py), when a config iterates: recall after
+    each hop, the hops made, stop accuracy, against latency and cost; and the questions a later hop
+    rescued (a gold document the first hop missed), per config."""
+    if "mean_hops" not in board.columns or board["mean_hops"].drop_nulls().is_empty():
+        return []
+    hops = sorted(
+        (c for c in board.columns if c.startswith("recall_hop_")), key=lambda c: int(c.split("_")[-1])
+    )
+    name = "label" if "label" in board.columns else "config_key"
+    labels = dict(zip(board["config_key"], board[name], strict=True))
+    cols = [name, "overall_score", *hops, "mean_hops", "stop_accuracy", "mean_wasted_hops"]
+    cols += ["p95_latency_ms", "cost_per_1k_queries"]
+    table = board.select([c for c in cols if c in board.columns])
+    rescued = []
+    questions = dict(zip(qa["query_id"], qa["question"], strict=True))
+    for key, frame in per_query.items():
+        later = [c for c in frame.columns if c.startswith("recall_hop_") and c != "recall_hop_1"]
+        if not later:
+            continue
+        last = max(later, key=lambda c: int(c.split("_")[-1]))
+        for r in frame.filter(pl.col(last) > pl.col("recall_hop_1")).iter_rows(named=True):
+            rescued.append(
+                {
+                    name: labels.get(key, key),
+                    "question": questions.get(r["query_id"], r["query_id"]),
+                    "recall after hop 1": r["recall_hop_1"],
+                    "recall at the end": r[last],
+                    "hops": r["hops"],
+                }
+            )
+    text = (
+        "Recall of the gold documents after each hop (a config that stopped keeps its last value), the mean "
+        "hops made, and the share of questions where the loop stopped at the right time (when its documents "
+        "completed the gold ones, or not before its last hop when they never did)."
+    )
+    out = [("Retrieval hop by hop", text, table)]
+    if rescued:
+        out.append(("Questions a later hop rescued", None, pl.DataFrame(rescued).head(30)))
+    return out
+
+
 def ship_report(
     sweep: str,
     board: pl.DataFrame,
@@ -384,6 +426,7 @@ def ship_report(
             if rec
             else []
         ),
+        *hop_sections(board, per_query, qa),
         ("The other configs", None, others),
         *prompt_sections(optimized or [], per_query, qa, weights),
     ]

@@ -35,6 +35,8 @@ def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict
         "generation": (ans["prompt_tokens"].sum() + ans["completion_tokens"].sum(), ans["cost_usd"].sum()),
         "judge": (judge_usage["tokens"], judge_usage["cost_usd"]),
     }
+    if "hop_tokens" in ret.columns:  # an iterative retrieval's loop (only then: the keys other configs had)
+        stages["hops"] = (ret["hop_tokens"].sum(), ret["hop_cost_usd"].sum())
     out = {}
     for name, (tokens, cost) in stages.items():
         out[f"tokens_{name}"], out[f"cost_usd_{name}"] = float(tokens), float(cost)
@@ -126,10 +128,11 @@ def evaluate(
             qa,
             reranked,
             ans.drop("sample", strict=False),
-            c.retrieval.top_k,
+            c.retrieval.top_k * c.retrieval.max_hops,  # every hop's documents count (top_k each)
             embed=embed,
             chunk_vectors=chunk_vectors,
             judge_scores=verdicts[0] if verdicts else None,
+            max_hops=c.retrieval.max_hops,
         )
         frames.append(scored.with_columns(pl.lit(i, pl.Int64).alias("sample")))
     per_query = frames[0].drop("sample") if len(frames) == 1 else mean_over_samples(pl.concat(frames))
@@ -156,7 +159,33 @@ def evaluate(
         "n_rerank_fallbacks": float(reranked["rerank_fallback"].sum()),
         "n_context_compression_fallbacks": float(answers["context_fallbacks"].sum()),
     }
+    if c.retrieval.iterates:
+        metrics |= hop_summary(per_query, reranked, c.retrieval.max_hops)
     return per_query, metrics
+
+
+def hop_summary(per_query: pl.DataFrame, ret: pl.DataFrame, max_hops: int) -> dict[str, float | None]:
+    """An iterative retrieval's figures: recall after each hop, stop accuracy and wasted hops (means over
+    the questions with gold documents), the mean hops, and the loop's LLM calls and fallbacks."""
+
+    def mean(col: str) -> float | None:
+        values = per_query[col].drop_nulls()
+        return float(values.mean()) if values.len() else None
+
+    out = {f"recall_hop_{h}": mean(f"recall_hop_{h}") for h in range(1, max_hops + 1)}
+    out |= {
+        "mean_hops": mean("hops"),
+        "stop_accuracy": mean("stop_correct"),
+        "mean_wasted_hops": mean("wasted_hops"),
+        "hop_llm_calls": float(ret["hop_calls"].sum()),
+        "n_hop_fallbacks": float(ret["hop_fallbacks"].sum()),
+    }
+    for stop in ("sufficient", "nothing_new", "no_new_documents", "max_hops"):
+        out[f"n_stopped_{stop}"] = float((ret["hop_stop"] == stop).sum())
+    return out
+
+
+HOP_FIGURES = ("hops", "stop_correct", "wasted_hops")  # one retrieval per question: the same in every sample
 
 
 def mean_over_samples(per_sample: pl.DataFrame) -> pl.DataFrame:
@@ -172,6 +201,11 @@ def mean_over_samples(per_sample: pl.DataFrame) -> pl.DataFrame:
             pl.col("error").drop_nulls().first(),
             *[pl.col(m).mean() for m in metrics],
             *[pl.col(m).alias(f"samples_{m}") for m in metric_columns(per_sample)],
+            *[
+                pl.col(m).first()
+                for m in per_sample.columns
+                if m in HOP_FIGURES or m.startswith("recall_hop_")
+            ],
             pl.len().alias("n_samples"),
         )
     )

@@ -22,6 +22,7 @@ from rag_core.metrics.generation import (
     strip_citations,
     token_f1,
 )
+from rag_core.metrics.hops import hop_columns, hop_scores
 from rag_core.metrics.retrieval import (
     RETRIEVAL_METRICS,
     context_diversity,
@@ -105,13 +106,16 @@ def evaluate_queries(
     embed: Embed | None = None,
     chunk_vectors: dict[str, np.ndarray] | None = None,
     judge_scores: dict[str, float | None] | None = None,
+    max_hops: int = 1,
 ) -> pl.DataFrame:
     """One row per query with every metric (null where undefined for that query).
 
     qa: query_id, question, answers, relevant_doc_ids[, relevant_doc_grades]; retrievals: query_id,
     chunk_ids, doc_ids, texts, latency_ms; answers: query_id, answer, error, latency_ms.
     `embed` (normalized vectors of texts) enables semantic_similarity and answer_relevance;
-    `chunk_vectors` (chunk_id -> vector) enables context_diversity; `judge_scores` adds faithfulness_judge.
+    `chunk_vectors` (chunk_id -> vector) enables context_diversity; `judge_scores` adds faithfulness_judge;
+    `max_hops` > 1 (an iterative retrieval: `hop_doc_ids` in the retrievals) adds its hop-by-hop scores
+    (rag_core/metrics/hops.py) and the hops each question made.
     """
     joined = qa.join(retrievals.rename({"latency_ms": "retrieval_ms"}), on="query_id", how="left").join(
         answers.rename({"latency_ms": "generation_ms"}), on="query_id", how="left"
@@ -167,12 +171,18 @@ def evaluate_queries(
             row["context_diversity"] = context_diversity([chunk_vectors[c] for c in (r["chunk_ids"] or [])])
         if judge_scores is not None:
             row["faithfulness_judge"] = judge_scores.get(r["query_id"])
+        if max_hops > 1:
+            row.update(hop_scores(r["hop_doc_ids"] or [], set(relevant), max_hops))
+            row["hops"] = float(r["hops"])
         row["retrieval_ms"] = r["retrieval_ms"]
         row["generation_ms"] = r["generation_ms"]
         rows.append(row)
     schema = {"query_id": pl.String, "answer": pl.String, "error": pl.String}
     metric_cols = [m for m in SCORABLE_METRICS if rows and m in rows[0]]
-    schema |= {m: pl.Float64 for m in metric_cols} | {"retrieval_ms": pl.Float64, "generation_ms": pl.Float64}
+    schema |= {m: pl.Float64 for m in metric_cols}
+    if max_hops > 1:
+        schema |= {m: pl.Float64 for m in [*hop_columns(max_hops), "hops"]}
+    schema |= {"retrieval_ms": pl.Float64, "generation_ms": pl.Float64}
     return pl.DataFrame(rows, schema=schema)
 
 

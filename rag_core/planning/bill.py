@@ -132,8 +132,13 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
             c = plan.partition(stage_name, key).config
             tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
             r, rr, g = c.retrieval, c.rerank, c.generation
-            if stage_name == "retrievals" and r.query_transform != "none":
-                add(stage_name, r.query_model, n, 64, 128)
+            if stage_name == "retrievals" and (r.query_transform != "none" or r.hop_policy == "llm"):
+                if r.query_transform != "none":
+                    add(stage_name, r.query_model, n, 64, 128)
+                if r.iterates and r.hop_policy == "llm":  # at most: a sufficiency and a query per later hop
+                    passages = 64 + r.max_hops * c.fetch_k * tokens
+                    add(stage_name, r.hop_model, n * (r.max_hops - 1), passages, 4)
+                    add(stage_name, r.hop_model, n * (r.max_hops - 1), passages, 32)
             elif stage_name == "rerankings" and rr.method == "llm":
                 add(stage_name, rr.model, n, 64 + rr.candidates * tokens, 64)
             elif stage_name == "answers" and g.model != "extractive":  # each sample its own call

@@ -54,10 +54,32 @@ QUESTION: {query}
 
 RANKING:"""
 
+# Iterative retrieval (retrieval.max_hops > 1, retrieval.hop_policy: llm): after each hop, whether the passages
+# found so far suffice, and if not, the next hop's search query
+SUFFICIENCY_PROMPT = """Do the passages contain every fact needed to answer the question? Reply YES or NO only.
+
+QUESTION: {query}
+
+{passages}
+
+ENOUGH:"""
+
+REFINE_PROMPT = """The passages below do not yet answer the question. Write one short search query for the
+missing fact, naming the entity the passages point to (for example the person or place the question hinges
+on). Reply with the query only.
+
+QUESTION: {query}
+
+{passages}
+
+NEXT QUERY:"""
+
 # the placeholders each prompt must hold (multi_query's {n}, the number of queries, is optional)
 PLACEHOLDERS = {
     "prompt_template": ("{query}", "{context}"),
     "context_prompt": ("{query}", "{passage}"),
+    "sufficiency_prompt": ("{query}", "{passages}"),
+    "refine_prompt": ("{query}", "{passages}"),
     "query_prompt": ("{query}",),
     "prompt": ("{query}", "{passages}"),
 }

@@ -19,7 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rag_core.common.fingerprint import fingerprint, short_hash, slug
 from rag_core.data.qa.generation import QAGeneration
-from rag_core.planning.prompts import ANSWER_PROMPT, COMPRESS_PROMPT, QUERY_PROMPTS, RERANK_PROMPT, missing
+from rag_core.planning.prompts import (
+    ANSWER_PROMPT,
+    COMPRESS_PROMPT,
+    QUERY_PROMPTS,
+    REFINE_PROMPT,
+    RERANK_PROMPT,
+    SUFFICIENCY_PROMPT,
+    missing,
+)
 
 DEFAULT_PROMPT = ANSWER_PROMPT
 DEFAULT_COMPRESS_PROMPT = COMPRESS_PROMPT
@@ -42,18 +50,24 @@ PROMPT_COMPONENTS = {
     "rerank_prompt": "rerank.prompt",
     "answer_prompt": "generation.prompt_template",
     "compress_prompt": "generation.context_prompt",
+    "sufficiency_prompt": "retrieval.sufficiency_prompt",
+    "refine_prompt": "retrieval.refine_prompt",
 }
 COMPONENT_USE = {  # which configs read each component (component_used)
     "rewrite_prompt": "read only with retrieval.query_transform rewrite, multi_query or hyde",
     "rerank_prompt": "read only with rerank.method llm",
     "answer_prompt": "an extractive reader has no answer prompt",
     "compress_prompt": "read only with generation.context compress",
+    "sufficiency_prompt": "read only with retrieval.max_hops > 1 and hop_policy llm",
+    "refine_prompt": "read only with retrieval.max_hops > 1 and hop_policy llm",
 }
 COMPONENT_STAGES = {
     "rewrite_prompt": "retrievals",
     "rerank_prompt": "rerankings",
     "answer_prompt": "answers",
     "compress_prompt": "answers",
+    "sufficiency_prompt": "retrievals",
+    "refine_prompt": "retrievals",
 }
 OPTIMIZABLE_STAGES = tuple(dict.fromkeys(COMPONENT_STAGES.values()))  # in pipeline order
 
@@ -164,6 +178,16 @@ class RetrievalConfig(_Strict):
     # What k counts: chunks (default), or documents (retrieve until k distinct documents, so chunkings are
     # compared at equal document depth).
     k_unit: Literal["chunks", "documents"] = "chunks"
+    # Iterative retrieval (rag_core/retrieval/hops.py): up to max_hops searches per question, each adding up
+    # to top_k chunks of documents not found before. hop_policy decides whether to go on and what to search
+    # next: `names` (offline: the question with the new names the last hop's documents bring; stop when there
+    # is none) or `llm` (hop_model judges sufficiency and writes the next query). max_hops 1 is single-shot
+    # retrieval, with the keys and fingerprints it always had.
+    max_hops: int = Field(default=1, ge=1, le=5)
+    hop_policy: Literal["names", "llm"] = "names"
+    hop_model: str | None = None
+    sufficiency_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
+    refine_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
 
     @field_validator("filter")
     @classmethod
@@ -180,11 +204,24 @@ class RetrievalConfig(_Strict):
             raise ValueError(f"query_prompt must contain {lacks[0]}")
         return v
 
+    @field_validator("sufficiency_prompt", "refine_prompt")
+    @classmethod
+    def _hop_placeholders(cls, v: str | None, info) -> str | None:
+        if v is not None and (lacks := missing(info.field_name, v)):
+            raise ValueError(f"{info.field_name} must contain {lacks[0]}")
+        return v
+
     @model_validator(mode="after")
     def _model_for_transform(self) -> RetrievalConfig:
         if self.query_transform != "none" and not self.query_model:
             raise ValueError(f"query_transform {self.query_transform!r} needs query_model (a litellm model)")
+        if self.max_hops > 1 and self.hop_policy == "llm" and not self.hop_model:
+            raise ValueError("hop_policy 'llm' needs hop_model (a litellm model)")
         return self
+
+    @property
+    def iterates(self) -> bool:
+        return self.max_hops > 1
 
     @property
     def query_template(self) -> str:
@@ -207,6 +244,13 @@ class RetrievalConfig(_Strict):
             base += f"-f{short_hash(fingerprint(self.filter), 6)}"
         if self.k_unit == "documents":
             base += "-docs"
+        if self.iterates:  # single-shot retrieval keeps the key it always had
+            base += f"-hops{self.max_hops}"
+            if self.hop_policy == "llm":
+                base += f"-llm-{slug(self.hop_model)}"
+            for name in ("sufficiency_prompt", "refine_prompt"):
+                if (text := getattr(self, name)) is not None:
+                    base += f"-{name[0]}p{short_hash(text, 6)}"
         return base
 
     def effective(self) -> RetrievalConfig:
@@ -220,6 +264,13 @@ class RetrievalConfig(_Strict):
             fields.update(query_prompt=None)  # unused, or the built-in one: one key for one prompt
         if self.query_transform != "multi_query":
             fields.update(n_queries=3)
+        if not self.iterates or self.hop_policy != "llm":
+            fields.update(hop_model=None, sufficiency_prompt=None, refine_prompt=None)
+        if not self.iterates:
+            fields.update(hop_policy="names")
+        for name, built_in in (("sufficiency_prompt", SUFFICIENCY_PROMPT), ("refine_prompt", REFINE_PROMPT)):
+            if fields[name] == built_in:
+                fields[name] = None
         return RetrievalConfig(**fields)
 
 
@@ -382,6 +433,10 @@ class RagConfig(_Strict):
             return self.rerank.template
         if component == "compress_prompt":
             return self.generation.context_prompt or COMPRESS_PROMPT
+        if component == "sufficiency_prompt":
+            return self.retrieval.sufficiency_prompt or SUFFICIENCY_PROMPT
+        if component == "refine_prompt":
+            return self.retrieval.refine_prompt or REFINE_PROMPT
         return self.generation.prompt_template
 
     def with_texts(self, texts: dict[str, str]) -> RagConfig:
@@ -517,6 +572,8 @@ def component_used(c: RagConfig, component: str) -> bool:
         return not c.generation.is_extractive
     if component == "compress_prompt":
         return c.generation.context == "compress"
+    if component in ("sufficiency_prompt", "refine_prompt"):
+        return c.retrieval.iterates and c.retrieval.hop_policy == "llm"
     return False
 
 

@@ -66,9 +66,17 @@ def _retrieval_key(c: RagConfig) -> str:
     return f"{c.retrieval.key}-k{c.fetch_k}"
 
 
+HOP_FIELDS = ("max_hops", "hop_policy", "hop_model", "sufficiency_prompt", "refine_prompt")
+
+
 def _retrieval_settings(c: RagConfig, judge) -> dict:
-    # an unset query prompt (the built-in one) keeps the fingerprints retrievals had before it was a setting
+    # an unset query prompt (the built-in one) keeps the fingerprints retrievals had before it was a setting;
+    # single-shot retrieval (max_hops 1) likewise, before hops were a setting
     unset = {"query_prompt"} if c.retrieval.query_prompt is None else set()
+    if not c.retrieval.iterates:
+        unset |= set(HOP_FIELDS)
+    else:
+        unset |= {f for f in ("sufficiency_prompt", "refine_prompt") if getattr(c.retrieval, f) is None}
     return {**c.retrieval.model_dump(exclude={"top_k", *unset}), "fetch_k": c.fetch_k}
 
 
@@ -118,7 +126,10 @@ STAGES: tuple[Stage, ...] = (
         4,  # 4: the tie rule (score, doc id, chunk id)
         key=_retrieval_key,
         settings=_retrieval_settings,
-        calls_llm=lambda c, j: c.retrieval.query_transform != "none",
+        calls_llm=lambda c, j: (
+            c.retrieval.query_transform != "none"
+            or (c.retrieval.iterates and c.retrieval.hop_policy == "llm")
+        ),
     ),
     Stage(
         "rerankings",

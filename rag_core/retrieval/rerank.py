@@ -98,12 +98,12 @@ def orders(
     vectors: Callable[[dict], tuple[np.ndarray, np.ndarray]] | None,
 ) -> list[tuple[list[int], bool, dict]]:
     """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms)."""
-    method, k = c.rerank.method, c.retrieval.top_k
+    method = c.rerank.method
     model = cross_encoder(c.rerank.model) if method == "cross_encoder" else None
 
     def one(r: dict) -> tuple[list[int], bool, dict]:
         t0 = time.perf_counter()
-        n = len(r["texts"] or [])
+        n, k = len(r["texts"] or []), context_k(c, r)
         if method == "none" or n == 0:
             return list(range(n)), False, NO_USAGE
         if method == "mmr":
@@ -129,6 +129,12 @@ def orders(
     return map_concurrently(one, rows, llm.max_concurrency, what="queries reranked")
 
 
+def context_k(c: RagConfig, row: dict) -> int:
+    """How many chunks (or documents) of a question's candidates the context keeps: top_k, and top_k more
+    for each later hop an iterative retrieval made (rag_core/retrieval/hops.py)."""
+    return c.retrieval.top_k * (row.get("hops") or 1)
+
+
 def rerank(
     c: RagConfig,
     retrieved: pl.DataFrame,
@@ -137,7 +143,8 @@ def rerank(
     chunk_vectors: Callable[[], dict[str, np.ndarray]],
     embed: Callable[[list[str]], np.ndarray],
 ) -> pl.DataFrame:
-    """The retrieval rows cut to the reranker's top_k (`none` keeps the first top_k), with the fallback,
+    """The retrieval rows cut to the reranker's top_k (`none` keeps the first top_k; `context_k` with
+    hops), with the fallback,
     time, tokens and cost of each query's reranking. `chunk_vectors` is called only for MMR."""
     questions = dict(zip(qa["query_id"], qa["question"], strict=True))
     rows = list(retrieved.iter_rows(named=True))
@@ -153,9 +160,10 @@ def rerank(
 
     out = []
     for r, (order, fell_back, used) in zip(rows, orders(c, rows, questions, llm, vectors), strict=True):
-        keep = order[: c.retrieval.top_k]
-        if c.retrieval.k_unit == "documents":  # the first top_k distinct documents in the new order
-            keep = order[: first_documents([r["doc_ids"][i] for i in order], c.retrieval.top_k)]
+        k = context_k(c, r)
+        keep = order[:k]
+        if c.retrieval.k_unit == "documents":  # the first k distinct documents in the new order
+            keep = order[: first_documents([r["doc_ids"][i] for i in order], k)]
         out.append(
             {
                 **r,

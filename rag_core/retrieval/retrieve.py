@@ -19,6 +19,7 @@ from rag_core.common.completion import NO_USAGE, Completer, usage
 from rag_core.common.concurrency import map_concurrently
 from rag_core.planning.spec import RagConfig
 from rag_core.retrieval.fusion import rrf_many
+from rag_core.retrieval.hops import HOP_SCHEMA, Trajectory, iterate, new_documents
 from rag_core.retrieval.query_transform import parse_reply, prompt_for
 
 
@@ -158,10 +159,11 @@ def retrieve(
     def lookup(texts: list[str]) -> np.ndarray:
         return np.stack([vectors[t] for t in texts])
 
-    rows = []
+    rows, first = [], []
     for qid, question, (queries, fell_back, used) in zip(qa["query_id"], questions, transformed, strict=True):
         t0 = time.perf_counter()
         hits = search(store, collection, c, question, queries, fell_back, lookup)
+        first.append(hits)
         rows.append(
             {
                 "query_id": qid,
@@ -170,12 +172,53 @@ def retrieve(
                 "transform_tokens": used["tokens"],
                 "transform_cost_usd": used["cost_usd"],
                 "transform_ms": used["ms"],
-                "chunk_ids": [h.chunk_id for h in hits],
-                "doc_ids": [h.doc_id for h in hits],
-                "scores": [h.score for h in hits],
-                "titles": [by_id[h.chunk_id]["title"] for h in hits],
-                "texts": [by_id[h.chunk_id]["text"] for h in hits],
+                **_ranking(hits, by_id),
                 "latency_ms": (time.perf_counter() - t0) * 1000,
             }
         )
-    return pl.DataFrame(rows, schema=RETRIEVAL_SCHEMA)
+    if not c.retrieval.iterates:
+        return pl.DataFrame(rows, schema=RETRIEVAL_SCHEMA)
+    return _iterated(c, rows, first, questions, by_id, chunks, store, collection, embed, llm)
+
+
+def _ranking(hits: list[Hit], by_id: dict) -> dict:
+    return {
+        "chunk_ids": [h.chunk_id for h in hits],
+        "doc_ids": [h.doc_id for h in hits],
+        "scores": [h.score for h in hits],
+        "titles": [by_id[h.chunk_id]["title"] for h in hits],
+        "texts": [by_id[h.chunk_id]["text"] for h in hits],
+    }
+
+
+def _iterated(c, rows, first, questions, by_id, chunks, store, collection, embed, llm) -> pl.DataFrame:
+    """The rows after the hop loop (rag_core/retrieval/hops.py): each question's ranking holds the first
+    hop's hits, then each later hop's new ones; its latency, every hop's store queries and LLM calls; HOP_SCHEMA's
+    columns say what each hop did."""
+    titles = dict(zip(chunks["doc_id"], chunks["title"], strict=True))
+    # later hops search their query as it is: no transformation of it
+    plain = c.retrieval.model_copy(update={"query_transform": "none"})
+
+    def later(asked: list[tuple[str, int]]) -> list[tuple[list[Hit], float]]:
+        unique = list(dict.fromkeys(q for q, _ in asked))
+        vectors = dict(zip(unique, embed(unique), strict=True)) if c.retrieval.mode != "bm25" else {}
+        out = []
+        for q, depth in asked:
+            t0 = time.perf_counter()
+            vector = (lambda ts: np.stack([vectors[t] for t in ts])) if vectors else None
+            hits = _search_once(store, collection, plain, q, [q], False, vector, min(depth, MAX_DEPTH))
+            out.append((hits, (time.perf_counter() - t0) * 1000))
+        return out
+
+    loops = [
+        Trajectory(
+            question, list(hits), [" | ".join(row["queries"])], [new_documents(hits, set())], [len(hits)]
+        )
+        for question, hits, row in zip(questions, first, rows, strict=True)
+    ]
+    iterate(c, loops, later, lambda d: titles.get(d) or "", lambda cid: by_id[cid]["text"], llm)
+    out = [
+        {**row, **_ranking(t.hits, by_id), "latency_ms": row["latency_ms"] + t.search_ms + t.ms, **t.row()}
+        for row, t in zip(rows, loops, strict=True)
+    ]
+    return pl.DataFrame(out, schema={**RETRIEVAL_SCHEMA, **HOP_SCHEMA})
