@@ -27,7 +27,8 @@ def live_index(stores, c, marker: pl.DataFrame, partition: str):
 class Retrievals(StageLogic):
     description = (
         "Per query: searched queries, ranked chunk ids, doc ids, scores and texts, and the search latency "
-        "(ms of the store queries; embeddings come from the cache)."
+        "(ms of the store queries; embeddings come from the cache); with retrieval.max_hops > 1, each hop's "
+        "query and new documents, why the loop stopped, and its LLM calls."
     )
     resources = ("embedder", "vector_stores", "llm")
 

@@ -17,7 +17,7 @@ from rag_core.decision.leaderboard import qualified
 from rag_core.metrics import undefined_reasons
 
 STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
-STAGE_COSTS = ["query_transform", "rerank", "context", "generation", "judge"]
+STAGE_COSTS = ["query_transform", "hops", "rerank", "context", "generation", "judge"]
 
 
 def query_scores(per_query: pl.DataFrame, weights: dict[str, float]) -> pl.Series:
