@@ -1,9 +1,10 @@
-"""Nightly re-evaluation of every config of a sweep."""
+"""Nightly re-evaluation of every config of a sweep, a batch of configs per run."""
 
 import dagster as dg
 
 from rag_assets.stage_asset import FORCE_TAG
 from rag_core.planning.plan import Plan
+from rag_core.planning.stages import CONFIG_STAGE
 
 
 def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
@@ -37,9 +38,20 @@ def nightly_reevaluation(
     )
     def _nightly(context: dg.ScheduleEvaluationContext):
         stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-        from resources.environment import default_data_dir
+        from rag_assets.batch import range_tags
+        from resources.environment import batch_size, default_data_dir
 
-        for key in [*plan.config_keys, *holdout_keys(plan, data_dir or default_data_dir())]:
-            yield dg.RunRequest(run_key=f"{stamp}:{key}", partition_key=key, tags={FORCE_TAG: "true"})
+        keys = [*plan.config_keys, *holdout_keys(plan, data_dir or default_data_dir())]
+        size = batch_size()
+        # a batch of configs per run (rag_assets/batch.py), as `rag-sweep run` materializes them: not a run
+        # per config, each of which would load the code location and wait for a run worker of its own
+        for i in range(0, len(keys), size):
+            batch = keys[i : i + size]
+            one = len(batch) == 1
+            yield dg.RunRequest(
+                run_key=f"{stamp}:{i // size}",
+                partition_key=batch[0] if one else None,
+                tags={FORCE_TAG: "true", **({} if one else range_tags(plan, CONFIG_STAGE, batch))},
+            )
 
     return _nightly
