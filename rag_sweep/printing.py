@@ -15,6 +15,7 @@ from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
 from resources import environment
+from resources.environment import batch_size
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
 
@@ -26,13 +27,17 @@ def _of_them(plan) -> str:
 
 
 def _warn_size(plan) -> None:
-    """A grid evaluates every config, each stage a Dagster run per partition: say what that means."""
+    """A grid evaluates every config, a stage's partitions in batches of Dagster runs: say what that means."""
     steps = sum(len(keys) for keys in plan.partitions.values())
     search = plan.sweep.search
     if search.adaptive:
         print(f"a {search.strategy} search evaluates {_of_them(plan)} configs, choosing as it goes")
         return
-    print(f"a run evaluates all {len(plan.configs)} configs: up to {steps} steps, one Dagster run each")
+    runs = sum(-(-len(keys) // batch_size()) for keys in plan.partitions.values() if keys)
+    print(
+        f"a run evaluates all {len(plan.configs)} configs: up to {steps} steps in about {runs} Dagster runs "
+        "(a stage's partitions per run)"
+    )
     if len(plan.configs) > LARGE_SWEEP:
         print(
             f"warning: {len(plan.configs)} configs is a large grid; `rag-sweep plan` estimates its time. To "

@@ -17,7 +17,8 @@ from rag_core.planning.stages import PARTITIONED
 
 CHARS_PER_TOKEN = 4  # for prompt sizes: the chunk texts' characters / 4
 LLM_SECONDS = 1.0  # a rough time per call, before the client's concurrency
-# a Dagster run per partition, work aside (an unchanged rerun of the example: 14 steps in 8 s)
+# per partition, work aside: measured when each partition was a Dagster run of its own (an unchanged rerun of
+# the example: 14 steps in 8 s); a stage's partitions now share a run, so this errs long
 STEP_SECONDS = 0.6
 
 
@@ -58,8 +59,8 @@ class Bill:
                 "in proportion; the top tier and the recommendation decide how many)"
             )
         out.append(
-            f"  estimated time: ~{self.seconds / 60:.1f} min (embedding, LLM calls and a Dagster run per "
-            "partition; more on first use)"
+            f"  estimated time: ~{self.seconds / 60:.1f} min (embedding, LLM calls and each partition's "
+            "bookkeeping; more on first use)"
         )
         return out
 
