@@ -186,13 +186,13 @@ def run_gate(
     baseline = resolve_baseline(against, spec, store, data)
     plan, base_key = gate_plan(spec, baseline, store, data)
     chosen = settings_of(plan, **(settings or {}))
+    if plan.config_keys == [base_key]:  # said before any work
+        raise SpecError(f"sweep {plan.sweep.name}: its only config is the baseline: nothing to gate")
     run = run_sweep(
         spec, str(data), False, verbose, progress, resources, store, plan=plan, evaluations_only=True
     )
     per_query = {k: run.artifact(CONFIG_STAGE, k, "per_query") for k in plan.config_keys}
     candidates = {k: pq for k, pq in per_query.items() if k != base_key}
-    if not candidates:
-        raise SpecError(f"sweep {plan.sweep.name}: its only config is the baseline: nothing to gate")
     weights = dict(plan.sweep.weights)
     result = gate(candidates, per_query[base_key], weights, chosen, plan.labels, baseline.label)
     notes = _notes(run, plan, baseline, base_key)

@@ -316,3 +316,20 @@ def test_the_gate_refuses_what_it_cannot_run_before_any_work(slice_data, tmp_pat
     err = capsys.readouterr().err
     assert says in err, err
     assert not (tmp_path / "data" / "dagster_home").exists()  # no run was started
+
+
+def test_a_file_whose_only_config_is_the_baseline_is_refused_before_any_work(slice_data, tmp_path, capsys):
+    from orchestration.plans import load_plan
+    from rag_sweep.cli import main
+    from tests.conftest import write_sweep
+
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 2},
+    )
+    label = load_plan(spec).labels[load_plan(spec).config_keys[0]]
+    assert main(["gate", str(spec), "--against", label, "--data-dir", str(tmp_path / "data")]) == 2
+    assert "its only config is the baseline: nothing to gate" in capsys.readouterr().err
+    assert not (tmp_path / "data" / "dagster_home").exists()
