@@ -187,3 +187,22 @@ def test_single_shot_keeps_its_keys_and_fingerprints(tmp_path, slice_data):
 def test_the_llm_policy_needs_a_model():
     with pytest.raises(ValueError, match="hop_policy 'llm' needs hop_model"):
         config(max_hops=2, hop_policy="llm")
+
+
+def test_the_hop_prompts_are_prompt_optimization_components():
+    from rag_core.optimization.adapter import retrieval_texts
+    from rag_core.planning.prompts import REFINE_PROMPT
+    from rag_core.planning.spec import component_used
+
+    c = config(max_hops=2, hop_policy="llm", hop_model="openai/x")
+    assert component_used(c, "refine_prompt") and component_used(c, "sufficiency_prompt")
+    assert not component_used(config(max_hops=2), "refine_prompt")  # the names rule reads no prompt
+    assert c.text("refine_prompt") == REFINE_PROMPT
+    evolved = c.with_texts({"refine_prompt": "Next query for {query} given {passages}:"})
+    assert (
+        evolved.retrieval.refine_prompt.startswith("Next query") and evolved.retrieval.key != c.retrieval.key
+    )
+    assert c.with_texts({"refine_prompt": REFINE_PROMPT}).retrieval.refine_prompt is None  # built-in: unset
+    # the optimizer reuses a question's retrieval only for the same retrieval-side texts
+    assert retrieval_texts({"refine_prompt": "a"}) != retrieval_texts({"refine_prompt": "b"})
+    assert retrieval_texts({"answer_prompt": "a"}) == retrieval_texts({"answer_prompt": "b"})

@@ -86,6 +86,12 @@ def _numbered(titles: list[str], texts: list[str]) -> str:
     )
 
 
+def retrieval_texts(candidate: dict[str, str]) -> tuple:
+    """The candidate's texts that decide what retrieval finds (the query prompt, an iterative retrieval's
+    sufficiency and refine prompts): the key its retrieved rows are reused under."""
+    return tuple(candidate.get(c) for c, stage in COMPONENT_STAGES.items() if stage == "retrievals")
+
+
 class PromptAdapter(GEPAAdapter):
     """`qa`: the questions GEPA may draw (selection split only: the caller never passes the holdout), one
     row per question with query_id, question, answers, relevant_doc_ids; `contexts`: the config's stages
@@ -109,7 +115,7 @@ class PromptAdapter(GEPAAdapter):
         # what the stages before the answers gave each question, per text of the prompts they read: a
         # candidate that changes only answer-side texts never retrieves or reranks again, one that changes
         # only the rerank prompt never searches again
-        self._retrieved: dict[tuple, dict | None] = {}  # (query id, query prompt) -> retrieved row
+        self._retrieved: dict[tuple, dict | None] = {}  # (query id, retrieval texts) -> retrieved row
         self._reranked: dict[tuple, dict] = {}  # (query id, query prompt, rerank prompt) -> reranked row
         self._schema: Any = None
         self._retrieved_schema: Any = None
@@ -119,7 +125,7 @@ class PromptAdapter(GEPAAdapter):
 
     def context_rows(self, ids: list[str], c: RagConfig, candidate: dict[str, str]) -> pl.DataFrame:
         """The reranked rows of config `c` (the candidate's) on questions `ids`, in their order."""
-        rw, rr = candidate.get("rewrite_prompt"), candidate.get("rerank_prompt")
+        rw, rr = retrieval_texts(candidate), candidate.get("rerank_prompt")
         todo = [q for q in ids if (q, rw, rr) not in self._reranked]
         if todo:
             search = [q for q in todo if (q, rw) not in self._retrieved]
@@ -141,7 +147,7 @@ class PromptAdapter(GEPAAdapter):
 
     def _contexts_of(self, q: str, candidate: dict[str, str]) -> tuple[dict | None, dict]:
         """(the retrieved row, or None when retrieval is reused; the reranked row) of question `q`."""
-        rw, rr = candidate.get("rewrite_prompt"), candidate.get("rerank_prompt")
+        rw, rr = retrieval_texts(candidate), candidate.get("rerank_prompt")
         return self._retrieved.get((q, rw)), self._reranked.get((q, rw, rr), {})
 
     def scored(self, ids: list[str], candidate: dict[str, str]) -> tuple[pl.DataFrame, list[float]]:
@@ -153,7 +159,8 @@ class PromptAdapter(GEPAAdapter):
         frames = []
         for sample in sorted(set(answers["sample"].to_list())):  # a random generator's samples: their mean
             ans = answers.filter(pl.col("sample") == sample).drop("sample")
-            scored = evaluate_queries(qa, reranked, ans, c.retrieval.top_k)
+            r = c.retrieval  # every hop's documents count (top_k each), as the sweep's evaluation does
+            scored = evaluate_queries(qa, reranked, ans, r.top_k * r.max_hops, max_hops=r.max_hops)
             # a question's overall score (0 when no weighted metric is defined for it: GEPA sums scores)
             scores = question_scores(scored, self.weights)
             context = ans.select("query_id", "context_texts")
@@ -202,7 +209,7 @@ class PromptAdapter(GEPAAdapter):
             for trace in eval_batch.trajectories or []:
                 q, row = questions[trace["query_id"]], trace["row"]
                 retrieved, ctx = trace.get("contexts") or (None, {})
-                if component == "rewrite_prompt":
+                if COMPONENT_STAGES[component] == "retrievals":  # the query prompt, the hop prompts
                     record = self._search_record(q, row, retrieved, ctx)
                 elif component == "rerank_prompt" and retrieved is not None:
                     record = _rerank_record(q, row, retrieved, ctx)
