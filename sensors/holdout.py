@@ -9,7 +9,8 @@ holdout partitions exist, and only the finalists' are ever materialized. So this
 - once every finalist's holdout evaluation is complete for the current leaderboard, requests the
   confirmation; the champion follows it (rag_assets/champion.py).
 Each request's run key names the leaderboard's materialization, so a leaderboard is confirmed once, and
-a new one (a nightly re-evaluation, changed inputs) is confirmed again. An adaptive sweep's search driver
+a new one (a nightly re-evaluation, changed inputs) is confirmed again; a run that failed or was canceled
+is asked again, up to MAX_ATTEMPTS runs per step and leaderboard. An adaptive sweep's search driver
 does the same for its own leaderboard (sensors/search.py).
 """
 
@@ -33,6 +34,9 @@ LIVE = (
     dg.DagsterRunStatus.CANCELING,
 )
 HOLDOUT_TAG = "rag/holdout"  # the leaderboard materialization (its storage id) a holdout run confirms
+STEP_TAG = "rag/holdout_step"  # which of its runs: the first holdout stage, or the confirmation
+MAX_ATTEMPTS = 3  # runs of one step for one leaderboard before the driver stops asking
+ENDED_BADLY = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 def holdout_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
@@ -86,17 +90,34 @@ def next_holdout_request(plan: Plan, instance, data, stores, jobs: dict) -> dg.R
     tags = {"sweep": plan.sweep.name, HOLDOUT_TAG: str(board.storage_id)}
     if keys:
         many = len(keys) > 1
-        return dg.RunRequest(
-            run_key=f"holdout:{board.storage_id}:{first}",
+        return _attempt(
+            instance,
+            board.storage_id,
+            first,
             job_name=jobs[first].name,
             partition_key=None if many else keys[0],
             tags={**tags, **(range_tags(plan, first, keys) if many else {})},
         )
     if held != [("confirmation", None)]:  # later holdout stages: the automation sensor carries them
         return f"waiting for the finalists' holdout {', '.join(sorted({s for s, _ in held}))}"
-    return dg.RunRequest(
-        run_key=f"holdout:{board.storage_id}:confirmation", job_name=jobs["confirmation"].name, tags=tags
+    return _attempt(instance, board.storage_id, "confirmation", job_name=jobs["confirmation"].name, tags=tags)
+
+
+def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.RunRequest | str:
+    """The run of `step` for the leaderboard `board_id`: a failed or canceled one is asked again (a new run
+    key) up to MAX_ATTEMPTS runs, then the driver says why it stopped asking instead."""
+    tags = {**tags, STEP_TAG: step}
+    failed = instance.get_runs(
+        filters=dg.RunsFilter(tags={HOLDOUT_TAG: str(board_id), STEP_TAG: step}, statuses=ENDED_BADLY)
     )
+    if len(failed) >= MAX_ATTEMPTS:
+        return (
+            f"the holdout's {step} failed {len(failed)} times for this leaderboard (last: run "
+            f"{failed[0].run_id}): fix the cause and launch {request['job_name']} again, or a new leaderboard "
+            "asks again"
+        )
+    suffix = f":attempt{len(failed) + 1}" if failed else ""
+    return dg.RunRequest(run_key=f"holdout:{board_id}:{step}{suffix}", tags=tags, **request)
 
 
 def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 10):

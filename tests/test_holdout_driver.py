@@ -1,0 +1,58 @@
+"""The deployment's holdout driver asks again for a holdout run that failed, up to its limit, then says why
+it stopped asking (a leaderboard recorded on a test instance, its decision naming a finalist)."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.utils import make_new_run_id
+
+from orchestration.plans import asset_key, load_plan
+from sensors.holdout import HOLDOUT_TAG, MAX_ATTEMPTS, STEP_TAG, holdout_jobs, next_holdout_request
+from tests.conftest import write_sweep
+
+
+def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_path):
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        name="held",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": [2, 3]},
+        decision={"holdout": 0.3},
+    )
+    data = tmp_path / "data"
+    plan = load_plan(spec, data_dir=data)
+    (data / "leaderboards").mkdir(parents=True)
+    finalist = plan.config_keys[0]
+    (data / "leaderboards" / "held.decision.json").write_text(json.dumps({"finalists": [finalist]}))
+    jobs = holdout_jobs(plan)
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "leaderboard")))
+        first = next_holdout_request(plan, instance, data, None, jobs)
+        retrievals = plan.key_of(plan.config(finalist), "retrievals")
+        assert isinstance(first, dg.RunRequest) and first.partition_key == f"{retrievals}~holdout"
+        board = first.tags[HOLDOUT_TAG]
+        assert first.run_key == f"holdout:{board}:retrievals" and first.tags[STEP_TAG] == "retrievals"
+        keys = [first.run_key]
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            instance.add_run(  # the run failed (a provider outage, a killed worker)
+                DagsterRun(
+                    job_name=first.job_name,
+                    run_id=make_new_run_id(),
+                    status=dg.DagsterRunStatus.FAILURE,
+                    tags=first.tags,
+                )
+            )
+            again = next_holdout_request(plan, instance, data, None, jobs)
+            if attempt < MAX_ATTEMPTS:
+                assert isinstance(again, dg.RunRequest) and again.run_key not in keys  # a new run key
+                keys.append(again.run_key)
+            else:
+                assert isinstance(again, str) and f"failed {MAX_ATTEMPTS} times" in again, again
+        assert keys == [
+            f"holdout:{board}:retrievals",
+            *(f"holdout:{board}:retrievals:attempt{n}" for n in (2, 3)),
+        ]
