@@ -20,7 +20,7 @@ CHAMPION = "champion_model"
 def champion_due(plan: Plan, data, tracking) -> bool:
     """Whether the registry's champion is not the current recommendation's evaluation (what the runner
     asks before materializing the champion: an unchanged rerun launches no run for it)."""
-    from shipping.registry import current_champion, due
+    from shipping.registry import current_champion
 
     board_file = leaderboard_path(data, plan.sweep.name)
     if not tracking.enabled or not board_file.exists():
@@ -29,9 +29,16 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     recommended = decision.get("recommended")
     if unsupported_claim(decision):
         return False
-    board = read_parquet(board_file)
-    row = board.filter(pl.col("config_key") == recommended)
     now = current_champion(tracking.client(), plan.sweep.name)
+    return recommendation_due(read_parquet(board_file), recommended, now)
+
+
+def recommendation_due(board: pl.DataFrame, key: str, now) -> bool:
+    """Whether the champion `now` is to be replaced by the board's evaluation of `key` (shipping.registry
+    `due`; a key the board does not hold: yes, and registering says why it cannot)."""
+    from shipping.registry import due
+
+    row = board.filter(pl.col("config_key") == key)
     return row.height == 0 or due(now, row["fingerprint"][0])
 
 
@@ -132,7 +139,7 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
     )
     def _champion(context):
         from shipping.bundle import collect
-        from shipping.registry import current_champion, due, register_champion
+        from shipping.registry import current_champion, register_champion
 
         def checked(passed: bool, message: str, warn: bool = False, **metadata) -> dg.AssetCheckResult:
             """ERROR when failed: blocking; WARN: a comparison that could not be made (said, not blocking)."""
@@ -157,9 +164,8 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
             return
         board = read_parquet(leaderboard_path(data, plan.sweep.name))
         now = current_champion(tracking.client(), plan.sweep.name)
-        row = board.filter(pl.col("config_key") == key)
         gated = {"verdict": "not gated", "message": "the champion is this evaluation already", "result": None}
-        if row.height == 0 or due(now, row["fingerprint"][0]):
+        if recommendation_due(board, key, now):
             gated = gate_against_champion(plan, data, board, key, now)
         figures = _gate_figures(gated["result"])
         if gated["result"] is not None:  # the comparison, in MLflow too: a gate run naming the champion

@@ -9,6 +9,7 @@ from rag_assets.stage_asset import StageLogic, StageRun
 from rag_core.common.redaction import redact_url
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.metrics import percentile
+from rag_core.retrieval.hops import loop_counts
 from rag_core.retrieval.retrieve import retrieve
 
 
@@ -77,11 +78,15 @@ class Retrievals(StageLogic):
 
 def hop_metadata(frame: pl.DataFrame) -> dict:
     """An iterative retrieval's loop (rag_core/retrieval/hops.py): hops made, why it stopped, its LLM calls."""
-    stops = frame["hop_stop"].value_counts()
+    counts = loop_counts(frame)
     return {
         "mean_hops": round(float(frame["hops"].mean()), 4),
         "max_hops_used": int(frame["hops"].max()),
-        **{f"stopped/{s}": int(n) for s, n in zip(stops["hop_stop"], stops["count"], strict=True)},
-        "hop_llm_calls": int(frame["hop_calls"].sum()),
-        "hop_fallbacks": int(frame["hop_fallbacks"].sum()),
+        **{
+            f"stopped/{k.removeprefix('stopped_')}": n
+            for k, n in counts.items()
+            if k.startswith("stopped_") and n  # the reasons that ended some question
+        },
+        "hop_llm_calls": counts["llm_calls"],
+        "hop_fallbacks": counts["fallbacks"],
     }

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestration.plans import load_plan
+from orchestration.plans import asset_key, load_plan
 from rag_core.decision.gate import GateResult, GateSettings, gate
 from rag_core.decision.gate_report import reports
 from rag_core.planning.plan import Plan
@@ -49,19 +49,22 @@ class GateRun:
     files: dict[str, str]  # the reports by file name (gate.json, gate.md, junit.xml)
 
 
-def resolve_baseline(against: str, spec: str, store: str | None, data: Path) -> Baseline:
-    """What `--against` names: a registered version, a config of the sweep, or another sweep's recommendation."""
+def resolve_baseline(against: str, plan: Plan, store: str | None, data: Path) -> Baseline:
+    """What `--against` names: a registered version, a config of the sweep (`plan`'s), or another sweep's
+    recommendation."""
+    from shipping.bundle import ExportError, config_key_of
+
     if against.startswith("models:/"):
         return _registered(against, data)
-    plan = load_plan(spec, store, data)
-    by_label = {label: key for key, label in plan.labels.items()}
-    if against in plan.config_keys or against in by_label:
-        key = by_label.get(against, against)
+    try:
+        key = config_key_of(plan, against, None)  # a key or a label, as `rag-sweep export --config` takes
         return Baseline(plan.labels.get(key, key), None, key)
+    except ExportError:
+        pass
     path = Path(against)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return _recommendation_of(path, store, data)
-    known = ", ".join(sorted(by_label)[:8])
+    known = ", ".join(sorted(plan.labels.values())[:8])
     raise SpecError(
         f"--against {against!r}: not a registered model (models:/NAME@champion), a config key or label of "
         f"sweep {plan.sweep.name} ({known} ...), nor a sweep file whose recommendation to compare with"
@@ -133,14 +136,9 @@ def _recommendation_of(path: Path, store: str | None, data: Path) -> Baseline:
     return Baseline(f"{other.sweep.name}'s recommendation ({label})", other.config(key))
 
 
-def gate_plan(spec: str, baseline: Baseline, store: str | None, data: Path) -> tuple[Plan, str]:
-    """The sweep's plan with the baseline's config among its configs, and the baseline's key."""
-    plan = load_plan(spec, store, data)
-    if plan.sweep.search.adaptive:
-        raise SpecError(
-            f"sweep {plan.sweep.name}: a gate evaluates every candidate config; its search "
-            f"{plan.sweep.search.strategy} chooses what to evaluate (use strategy grid in the gate's file)"
-        )
+def gate_plan(spec: str, plan: Plan, baseline: Baseline, store: str | None, data: Path) -> tuple[Plan, str]:
+    """The sweep's plan (`plan`, its file's) with the baseline's config among its configs, and the
+    baseline's key."""
     if baseline.config is None:
         return plan, baseline.key
     key = plan.key_of(baseline.config)
@@ -183,8 +181,14 @@ def run_gate(
     from runner.sweep import run_sweep
 
     data = data_root(data_dir or default_data_dir())
-    baseline = resolve_baseline(against, spec, store, data)
-    plan, base_key = gate_plan(spec, baseline, store, data)
+    plan = load_plan(spec, store, data)
+    if plan.sweep.search.adaptive:
+        raise SpecError(
+            f"sweep {plan.sweep.name}: a gate evaluates every candidate config; its search "
+            f"{plan.sweep.search.strategy} chooses what to evaluate (use strategy grid in the gate's file)"
+        )
+    baseline = resolve_baseline(against, plan, store, data)
+    plan, base_key = gate_plan(spec, plan, baseline, store, data)
     chosen = settings_of(plan, **(settings or {}))
     if plan.config_keys == [base_key]:  # said before any work
         raise SpecError(f"sweep {plan.sweep.name}: its only config is the baseline: nothing to gate")
@@ -212,7 +216,7 @@ def _notes(run, plan: Plan, baseline: Baseline, base_key: str) -> list[str]:
         from resources.artifacts import latest_fingerprint
 
         built = latest_fingerprint(
-            run.instance, _key(plan, "vector_index"), plan.key_of(plan.config(base_key), "vector_index")
+            run.instance, asset_key(plan, "vector_index"), plan.key_of(plan.config(base_key), "vector_index")
         )
         if built == baseline.index_fingerprint:
             notes.append(
@@ -230,12 +234,6 @@ def _notes(run, plan: Plan, baseline: Baseline, base_key: str) -> list[str]:
             f"{plan.sweep.decision.holdout:g} holds the rest out; set it to 0 in the gate's file to use every question)"
         )
     return notes
-
-
-def _key(plan: Plan, stage: str):
-    from orchestration.plans import asset_key
-
-    return asset_key(plan, stage)
 
 
 def write_reports(data: Path, sweep: str, files: dict[str, str]) -> Path:

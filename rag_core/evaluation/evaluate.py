@@ -17,6 +17,7 @@ from rag_core.metrics.chunking import answer_coverage, cohesion_separation, leng
 from rag_core.metrics.judge import judge_prompt, parse_verdict
 from rag_core.metrics.stats import bootstrap_ci
 from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.hops import loop_counts
 
 # cohesion/separation's sample, bounded whatever one document's size: the first chunks in corpus order,
 # the first sentences of each, each sentence cut where the encoder would stop reading anyway (~256 tokens)
@@ -173,15 +174,15 @@ def hop_summary(per_query: pl.DataFrame, ret: pl.DataFrame, max_hops: int) -> di
         return float(values.mean()) if values.len() else None
 
     out = {f"recall_hop_{h}": mean(f"recall_hop_{h}") for h in range(1, max_hops + 1)}
+    counts = loop_counts(ret)
     out |= {
         "mean_hops": mean("hops"),
         "stop_accuracy": mean("stop_correct"),
         "mean_wasted_hops": mean("wasted_hops"),
-        "hop_llm_calls": float(ret["hop_calls"].sum()),
-        "n_hop_fallbacks": float(ret["hop_fallbacks"].sum()),
+        "hop_llm_calls": float(counts.pop("llm_calls")),
+        "n_hop_fallbacks": float(counts.pop("fallbacks")),
+        **{f"n_{k}": float(n) for k, n in counts.items()},  # n_stopped_<reason>
     }
-    for stop in ("sufficient", "nothing_new", "no_new_documents", "max_hops"):
-        out[f"n_stopped_{stop}"] = float((ret["hop_stop"] == stop).sum())
     return out
 
 

@@ -105,6 +105,16 @@ class Trajectory:
         self.ms += used["ms"]
 
 
+def loop_counts(rows: pl.DataFrame) -> dict[str, int]:
+    """Over a retrieval's rows (HOP_SCHEMA's columns): the loop's LLM calls and fallbacks, and how many
+    questions each stop reason ended (`stopped_<reason>`, every reason of STOPS)."""
+    return {
+        "llm_calls": int(rows["hop_calls"].sum()),
+        "fallbacks": int(rows["hop_fallbacks"].sum()),
+        **{f"stopped_{s}": int((rows["hop_stop"] == s).sum()) for s in STOPS},
+    }
+
+
 def new_documents(hits, seen: set[str]) -> list[str]:
     """The documents of `hits` not in `seen`, in rank order, each once."""
     return list(dict.fromkeys(h.doc_id for h in hits if h.doc_id not in seen))
@@ -217,26 +227,26 @@ def _decide_llm(c: RagConfig, t: Trajectory, title_of, text_of, llm: Completer) 
     rule for that decision (go on; the names rule's query) and is counted."""
     r = c.retrieval
     passages = passages_text(t, text_of)
-    out = llm.complete(
-        r.hop_model,
-        fill(r.sufficiency_prompt or SUFFICIENCY_PROMPT, query=t.question, passages=passages),
-        temperature=0.0,
-        max_tokens=4,
-    )
-    t.spend(out)
-    enough = None if out.error else parse_yes(out.text)
+
+    def ask(template: str, max_tokens: int) -> str | None:
+        """The hop model's reply to the template filled for this question (None: the call failed)."""
+        out = llm.complete(
+            r.hop_model,
+            fill(template, query=t.question, passages=passages),
+            temperature=0.0,
+            max_tokens=max_tokens,
+        )
+        t.spend(out)
+        return None if out.error else out.text or ""
+
+    reply = ask(r.sufficiency_prompt or SUFFICIENCY_PROMPT, 4)
+    enough = None if reply is None else parse_yes(reply)
     if enough is None:
         t.fallbacks += 1
     if enough:
         return True, ""
-    out = llm.complete(
-        r.hop_model,
-        fill(r.refine_prompt or REFINE_PROMPT, query=t.question, passages=passages),
-        temperature=0.0,
-        max_tokens=64,
-    )
-    t.spend(out)
-    lines = [] if out.error else [x.strip() for x in (out.text or "").splitlines() if x.strip()]
+    reply = ask(r.refine_prompt or REFINE_PROMPT, 64)
+    lines = [x.strip() for x in (reply or "").splitlines() if x.strip()]
     if lines:
         return False, lines[0]
     t.fallbacks += 1
