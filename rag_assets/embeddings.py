@@ -9,9 +9,12 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from rag_assets.devices import devices_part
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.common.local_models import is_local
 from rag_core.common.progress import report
 from rag_core.metrics.chunking import truncated_share
+from resources.artifacts import Artifact
 from resources.embedders import fixed_size_vectors
 
 
@@ -20,8 +23,12 @@ class Embeddings(StageLogic):
     resources = ("embedder",)
     checks = (Check("aligned_with_chunks", "One vector per chunk of the chunkset, in its order.", True),)
 
-    def compute(self, run: StageRun) -> pl.DataFrame:
-        chunks, model = run.read("chunksets"), run.config.embedding.model
+    def compute(self, run: StageRun) -> Artifact:
+        model, embedder = run.config.embedding.model, run.resources.embedder
+        if is_local(model):  # $RAG_DEVICE=cuda where there is none: said before a text is read
+            device = embedder.local_device()
+            run.notes.update(device_setting=device.why)
+        chunks = run.read("chunksets")
         last = [0]
 
         def progress(done: int, total: int) -> None:
@@ -30,7 +37,7 @@ class Embeddings(StageLogic):
                 last[0] = done
                 run.context.log.info(f"embedded {done}/{total} new texts with {model}")
 
-        vectors, stats = run.resources.embedder.embed(model, chunks["index_text"].to_list(), progress)
+        vectors, stats = embedder.embed(model, chunks["index_text"].to_list(), progress)
         run.notes.update(
             texts=stats.requested,
             unique_texts=stats.unique,
@@ -38,10 +45,14 @@ class Embeddings(StageLogic):
             cache_hits=stats.unique - stats.embedded,
             seconds=round(stats.seconds, 2),
             texts_per_second=round(stats.embedded / stats.seconds, 1) if stats.embedded else 0.0,
+            embedded_now_on=stats.device or "nothing embedded now (every text was in the cache)",
+            embedded_on=dg.MetadataValue.json(stats.embedded_on),
         )
-        return pl.DataFrame({"chunk_id": chunks["chunk_id"]}).with_columns(
+        frame = pl.DataFrame({"chunk_id": chunks["chunk_id"]}).with_columns(
             pl.Series("vector", fixed_size_vectors(vectors))
         )
+        # where each distinct text's vector was computed: the config's MLflow run says it (evaluations)
+        return Artifact(run.ref, frame, devices_part(stats.embedded_on))
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         model, embedder = run.config.embedding.model, run.resources.embedder

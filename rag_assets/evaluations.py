@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from rag_assets.devices import devices_of
 from rag_assets.stage_asset import Check, StageLogic, StageRun, forced
 from rag_core.data.qa.generation import generation_params
 from rag_core.decision.drift import compare
@@ -114,6 +115,7 @@ class Evaluations(StageLogic):
             tags={
                 "sweep": run.plan.sweep.name,
                 "config_key": key,
+                **where_models_ran(run),
                 "dagster_run_id": run.context.run.run_id,
                 "partition_key": key,
                 **rung,  # a halving rung: evaluated on a share of the QA set
@@ -139,6 +141,15 @@ class Evaluations(StageLogic):
                 metadata={"judge_failures": failures, "judge_model": run.plan.sweep.judge_model or ""},
             )
         ]
+
+
+def where_models_ran(run: StageRun) -> dict[str, str]:
+    """MLflow tags: where the config's embeddings and cross-encoder scores were computed, as their artifacts
+    record it (rag_assets/devices.py); none for an artifact that does not say."""
+    tags = {"embedded_on": devices_of(run.inputs["embeddings"])}
+    if run.config.rerank.method == "cross_encoder":
+        tags["cross_encoder_device"] = devices_of(run.inputs["rerankings"])
+    return {k: v for k, v in tags.items() if v}
 
 
 def _metrics(frame: pl.DataFrame) -> dict[str, float]:

@@ -245,7 +245,10 @@ def _contexts(context, plan: Plan, config, inputs: dict) -> Contexts:
     vectors = functools.cache(lambda: chunk_vectors(inputs["embeddings"].read()))
 
     def rerank_(c, retrieved, qa, llm):
-        return rerank(c, retrieved, qa, llm, chunk_vectors=vectors, embed=embed)
+        device = (
+            context.resources.embedder.local_device().name if c.rerank.method == "cross_encoder" else "cpu"
+        )
+        return rerank(c, retrieved, qa, llm, chunk_vectors=vectors, embed=embed, device=device)
 
     if first == "rerankings":
         return Contexts("rerankings", retrieved=inputs["retrievals"].read(), rerank=rerank_)

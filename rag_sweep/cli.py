@@ -44,6 +44,7 @@ from rag_sweep.printing import (  # noqa: F401
     serve_command,
 )
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
+from resources.devices import DeviceUnavailable
 from resources.storage import check_new_file
 from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
 from shipping import ExportWarning
@@ -142,7 +143,15 @@ def _main(argv: list[str] | None) -> int:
         run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
     except (KeyboardInterrupt, DagsterExecutionInterruptedError):
         _interrupted()
-    except (SpecError, DatasetError, DataDirError, environment.Unreachable, CheckFailed, StepFailed) as e:
+    except (
+        SpecError,
+        DatasetError,
+        DataDirError,
+        environment.Unreachable,
+        DeviceUnavailable,
+        CheckFailed,
+        StepFailed,
+    ) as e:
         if getattr(args, "verbose", False):  # a server's URL in it keeps no password
             lines = traceback.format_exception(e.__cause__ or e)
             print(environment.redact("".join(lines)), end="", file=sys.stderr)

@@ -6,8 +6,14 @@ resources/environment.py), in one place.
 
 from __future__ import annotations
 
-from resources.environment import env_choice, env_number, is_set, llm_requests_per_minute, text
-from resources.storage import data_root
+from resources.environment import (
+    device_setting,
+    env_choice,
+    env_number,
+    is_set,
+    llm_requests_per_minute,
+    text,
+)
 
 
 def _url_setting(name: str):
@@ -28,6 +34,7 @@ def build_resources(data_dir: str) -> dict:
     from resources.embedders import EmbeddingService
     from resources.llm import LLMClient
     from resources.local_encoders import BACKENDS
+    from resources.storage import data_root  # polars: not imported with the package (a GPU worker's encoder)
     from resources.tracking import MlflowTracking
     from resources.vector_stores import VectorStores
 
@@ -37,6 +44,7 @@ def build_resources(data_dir: str) -> dict:
             cache_dir=str(data_root(data_dir) / "embedding_cache"),
             api_base=_url_setting("RAG_EMBEDDING_API_BASE"),
             backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
+            device=device_setting(),
         ),
         "vector_stores": VectorStores.from_env(data_dir),
         # the key is resolved at run time from the environment: run records hold only its name

@@ -26,12 +26,13 @@ import pyarrow as pa
 
 from rag_core.common.fingerprint import short_hash, slug, text_hash
 from rag_core.common.local_models import is_local, model_version
-from resources.local_encoders import local_encoder
+from resources.devices import Device, record_rate, resolve_device
+from resources.local_encoders import describe, local_encoder
 from resources.locks import shared_lock
 from resources.storage import atomic_write_parquet, data_root, read_parquet, set_aside
 
 # Cache parts are immutable once written (atomic, uuid-named): parse each once per process.
-_PARTS: dict[Path, dict[str, np.ndarray]] = {}
+_PARTS: dict[Path, tuple[dict[str, np.ndarray], str]] = {}  # part -> (its vectors, where embedded)
 _TOKEN_COUNTS: dict[tuple[str, str | None], dict[str, int]] = {}  # (model, version) -> text hash -> tokens
 _LOCK = threading.Lock()
 _LOG = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class EmbedStats:
     unique: int  # distinct texts among them
     embedded: int  # texts sent to the model (cache misses)
     seconds: float
+    device: str = ""  # where this call embedded them (describe()), "" when the cache held every text
+    embedded_on: dict[str, int] | None = None  # of the distinct texts: where each one's vector was computed
 
 
 def fixed_size_vectors(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -71,7 +74,8 @@ class EmbeddingService(dg.ConfigurableResource):
 
     cache_dir: str
     backend: str = "onnx"  # or "torch": sentence-transformers itself
-    batch_size: int = 16
+    device: str = "auto"  # $RAG_DEVICE: auto, cpu, cuda, cuda:N (resources/devices.py)
+    batch_size: int = 16  # on the CPU; on a GPU, the batch measured to fit (resources/gpu_encoders.py)
     checkpoint_texts: int = 256  # new vectors are saved every this many texts
     api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
 
@@ -81,7 +85,9 @@ class EmbeddingService(dg.ConfigurableResource):
             f"{slug(model)}-{short_hash(version, 12)}" if version else slug(model)
         )
 
-    def _load_cache(self, model: str) -> dict[str, np.ndarray]:
+    def _load_cache(self, model: str, origins: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+        """text hash -> vector of every whole part; `origins`, when given, gets text hash -> where it was
+        embedded (a part's `embedded_on`; parts from before it was recorded: the CPU, the only device then)."""
         folder = self._cache_path(model)
         if not folder.exists():
             return {}
@@ -91,9 +97,15 @@ class EmbeddingService(dg.ConfigurableResource):
                 if part not in _PARTS:
                     try:
                         df = read_parquet(part)
-                        _PARTS[part] = dict(
+                        vectors = dict(
                             zip(df["text_hash"].to_list(), vectors_from_column(df["vector"]), strict=True)
                         )
+                        origin = (
+                            df["embedded_on"][0]
+                            if "embedded_on" in df.columns and df.height
+                            else ("cpu" if is_local(model) else f"api ({model})")
+                        )
+                        _PARTS[part] = (vectors, origin)
                     except Exception as e:  # truncated or not a cache part: never trust it
                         _LOG.warning(
                             f"embedding cache part {part} is damaged ({e}); embedding its texts again"
@@ -103,18 +115,33 @@ class EmbeddingService(dg.ConfigurableResource):
                         except OSError as moved:  # skipped all the same: it is never read
                             _LOG.warning(f"could not set {part} aside ({moved}); it stays unread")
                         continue
-            cache.update(_PARTS[part])
+            vectors, origin = _PARTS[part]
+            cache.update(vectors)
+            if origins is not None:
+                origins.update(dict.fromkeys(vectors, origin))
         return cache
 
+    def local_device(self) -> Device:
+        """The device this setting means here; `cuda` where there is none: DeviceUnavailable."""
+        return resolve_device(self.device)
+
     def encoder(self, model: str, texts: list[str] | None = None):
-        """The local model's encoder (`texts`: the first asked for, checked on when an export is built)."""
-        return local_encoder(model, self.backend, texts)
+        """The local model's encoder (`texts`: the first asked for, checked on when an export or a GPU's
+        precision is checked now)."""
+        return local_encoder(model, self.backend, texts, self.local_device())
+
+    def embedded_by(self, model: str, texts: list[str] | None = None) -> str:
+        """Where this service embeds the model's texts: describe() of its encoder, or the API's."""
+        return describe(self.encoder(model, texts)) if is_local(model) else f"api ({model})"
 
     def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
         out = []
         encoder = self.encoder(model, texts) if is_local(model) else None  # looked up once, not per batch
-        for i in range(0, len(texts), self.batch_size):
-            batch = texts[i : i + self.batch_size]
+        size = (encoder.batch_size if encoder is not None else None) or self.batch_size
+        busy = 0.0  # the model's own seconds: what a device's measured rate is made of
+        for i in range(0, len(texts), size):
+            batch = texts[i : i + size]
+            t0 = time.perf_counter()
             if encoder is not None:
                 vecs = encoder.encode(batch)
             else:
@@ -123,9 +150,12 @@ class EmbeddingService(dg.ConfigurableResource):
                 resp = litellm.embedding(model=model, input=batch, api_base=self.api_base)
                 vecs = np.array([d["embedding"] for d in resp.data], dtype=np.float32)
                 vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            busy += time.perf_counter() - t0
             out.append(np.asarray(vecs, dtype=np.float32))
             if progress:
-                progress(min(i + self.batch_size, len(texts)), len(texts))
+                progress(min(i + size, len(texts)), len(texts))
+        if encoder is not None:
+            record_rate(model_version(model) or model, encoder.device, describe(encoder), len(texts), busy)
         return np.concatenate(out)
 
     def token_offsets(self, model: str, texts: list[str]) -> list[list[tuple[int, int]]]:
@@ -177,22 +207,37 @@ class EmbeddingService(dg.ConfigurableResource):
         """Vectors (L2-normalized float32, one row per text) and what it cost."""
         t0 = time.perf_counter()
         hashes = [text_hash(t) for t in texts]
-        cache = self._load_cache(model)
+        origins: dict[str, str] = {}
+        cache = self._load_cache(model, origins)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
+        device = ""
         with _embedding(self._cache_path(model)) if missing else contextlib.nullcontext():
             if missing:  # another process may have embedded them while this one waited
-                cache = self._load_cache(model)
+                cache = self._load_cache(model, origins)
                 missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
-            self._embed_missing(model, missing, cache, progress)
+            if missing:  # the encoder is loaded (and checked, on first use) with the texts it is for
+                device = self.embedded_by(model, list(missing.values()))
+            self._embed_missing(model, missing, cache, progress, device, origins)
         matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
-        return matrix, EmbedStats(len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0)
+        embedded_on: dict[str, int] = {}
+        for h in set(hashes):
+            embedded_on[origins[h]] = embedded_on.get(origins[h], 0) + 1
+        stats = EmbedStats(
+            len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0, device, embedded_on
+        )
+        return matrix, stats
 
-    def _embed_missing(self, model: str, missing: dict[str, str], cache: dict, progress) -> None:
+    def _embed_missing(
+        self, model: str, missing: dict[str, str], cache: dict, progress, device: str, origins: dict
+    ) -> None:
         # longest first, so each batch holds texts of about one length: a batch pads to its longest text,
         # and unsorted batches of chunks spent half of the model's time on padding
         todo = sorted(missing.items(), key=lambda item: len(item[1]), reverse=True)
-        for start in range(0, len(todo), self.checkpoint_texts):
-            block = todo[start : start + self.checkpoint_texts]
+        encoder = self.encoder(model) if is_local(model) and missing else None
+        # a GPU's batches are large: a part holds several of them (a part per 256 texts is ~20 a second there)
+        every = max(self.checkpoint_texts, 8 * ((encoder.batch_size if encoder is not None else None) or 0))
+        for start in range(0, len(todo), every):
+            block = todo[start : start + every]
 
             def block_progress(done: int, _: int, start: int = start) -> None:
                 if progress:
@@ -200,10 +245,11 @@ class EmbeddingService(dg.ConfigurableResource):
 
             new = self._model_embed(model, [text for _, text in block], block_progress)
             part = pl.DataFrame({"text_hash": [h for h, _ in block]}).with_columns(
-                pl.Series("vector", fixed_size_vectors(new))
+                pl.Series("vector", fixed_size_vectors(new)), pl.lit(device).alias("embedded_on")
             )
             atomic_write_parquet(part, self._cache_path(model) / f"{uuid.uuid4().hex}.parquet")
             cache.update(zip((h for h, _ in block), new, strict=True))
+            origins.update(dict.fromkeys((h for h, _ in block), device))
 
 
 def _embedding(folder: Path):

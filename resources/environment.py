@@ -12,6 +12,9 @@ from pathlib import Path
 # Process defaults, set once before litellm, MLflow or Dagster are imported: litellm fetches a remote cost
 # map at import and deadlocks with mlflow without the first (shared/notes/stack.md); no telemetry; the
 # embedding models are read from the local cache only; no URL printed by MLflow.
+# the tokenizer's threads are off by default (a process that forks after using them is warned at, and a CPU's
+# cores are the model's); a GPU encoder turns them on unless the user chose (resources/gpu_encoders.py)
+TOKENIZER_THREADS_CHOSEN = "TOKENIZERS_PARALLELISM" in os.environ
 for _name, _value in {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "DAGSTER_DISABLE_TELEMETRY": "1",
@@ -252,6 +255,19 @@ def llm_requests_per_minute() -> float | None:
             f"{60 / rate:,.0f} s; set at least {MIN_REQUESTS_PER_MINUTE:g} request per minute, or 0 for no limit"
         )
     return rate or None
+
+
+def device_setting() -> str:
+    """Where the local models (embedders, cross-encoders) run, $RAG_DEVICE: `auto` (the default: the first
+    CUDA device when there is one, else the CPU), `cpu`, `cuda` or `cuda:N` (resources/devices.py)."""
+    import re
+
+    from rag_core.planning.spec import SpecError
+
+    value = (os.environ.get("RAG_DEVICE") or "auto").strip().lower()
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise SpecError(f"$RAG_DEVICE={value!r}: expected auto, cpu, cuda or cuda:N (N a device number)")
+    return value
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:

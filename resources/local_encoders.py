@@ -12,6 +12,9 @@ That bar is far stricter than "close enough" on purpose: the two backends share 
 every fingerprint, so the exported model must compute the same numbers up to float rounding (torch's own
 vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about and torch
 used; a model the export does not cover (pooling other than mean) uses torch.
+
+On a CUDA device (resources/devices.py) the encoder is torch, at the lowest precision whose vectors pass
+the same check against the CPU's, in batches measured to fit (resources/gpu_encoders.py).
 """
 
 from __future__ import annotations
@@ -30,61 +33,27 @@ import numpy as np
 
 from rag_core.common.fingerprint import short_hash, slug
 from rag_core.common.local_models import model_version, weights_path
+from resources.devices import CPU, Device
+from resources.encoder_check import MIN_COSINE, PROBES, SAMPLE_TEXTS, check, sample
 from resources.environment import user_cache_dir
+from resources.torch_encoder import TorchEncoder
+
+__all__ = ["MIN_COSINE", "PROBES", "SAMPLE_TEXTS", "TorchEncoder", "check", "sample"]  # read here by tests
 
 BACKENDS = ("onnx", "torch")
-MIN_COSINE = 0.9999
 EXPORT_FORMAT = 1  # bump when the export or its check changes: older exports are then built again
-SAMPLE_TEXTS = 48  # texts of the first call that join the probes in the check
-PROBES = [
-    "",
-    "a",
-    "Café déjà vu: naïve façade, Ångström — 東京 🙂",
-    "The quick brown fox jumps over the lazy dog. " * 60,  # longer than the model reads: truncated
-]
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
-_BUILDING = threading.Lock()
-_ENCODERS: dict[tuple[str, str | None, str], object] = {}  # (model, version, backend) -> encoder
-
-
-class TorchEncoder:
-    """sentence-transformers on torch."""
-
-    backend = "torch"
-
-    def __init__(self, model: str):
-        from sentence_transformers import SentenceTransformer
-
-        # token counts of long chunks are taken on purpose (the truncation warning is ours, with advice):
-        # the tokenizer's own "sequence length is longer" warning only alarms
-        logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()  # "Loading weights": a bar per process, for no one
-        self.model = SentenceTransformer(weights_path(model), device="cpu")
-        self.max_tokens = int(self.model.max_seq_length)
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        vectors = self.model.encode(
-            texts, batch_size=max(1, len(texts)), normalize_embeddings=True, show_progress_bar=False
-        )
-        return np.asarray(vectors, dtype=np.float32)
-
-    def token_counts(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]]
-
-    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
-        enc = self.model.tokenizer(
-            texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
-        return [[tuple(o) for o in offsets] for offsets in enc["offset_mapping"]]
+_BUILDING = threading.RLock()  # a GPU encoder that falls back to the CPU asks again within
+_ENCODERS: dict[tuple, object] = {}  # (model, version, backend, device) -> encoder
 
 
 class OnnxEncoder:
     """The exported transformer in ONNX Runtime, mean pooling and normalization in numpy."""
 
     backend = "onnx"
+    batch_size: int | None = None
+    device, precision, why = CPU, "float32", ""
 
     def __init__(self, folder: Path):
         import onnxruntime as ort
@@ -202,30 +171,13 @@ def warnings_silenced():
         yield
 
 
-def check(onnx: OnnxEncoder, torch_encoder: TorchEncoder, texts: list[str]) -> dict:
-    """How the ONNX encoder agrees with torch on `texts`: token ids and offsets equal, worst cosine."""
-    same_tokens = onnx.token_counts(texts) == torch_encoder.token_counts(texts) and onnx.token_offsets(
-        texts
-    ) == torch_encoder.token_offsets(texts)
-    by_length = sorted(texts, key=len, reverse=True)
-    ours = np.concatenate([onnx.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)])
-    theirs = np.concatenate(
-        [torch_encoder.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)]
-    )
-    cosine = float((ours * theirs).sum(axis=1).min())
-    return {
-        "texts": len(texts),
-        "same_tokens": same_tokens,
-        "min_cosine": cosine,
-        "passed": same_tokens and cosine >= MIN_COSINE,
-    }
-
-
-def sample(texts: list[str]) -> list[str]:
-    """The probes and up to SAMPLE_TEXTS of `texts`, spread over their lengths."""
-    distinct = sorted(set(texts), key=len)
-    step = max(1, len(distinct) // SAMPLE_TEXTS)
-    return PROBES + distinct[::step][:SAMPLE_TEXTS]
+def describe(encoder) -> str:
+    """Where and how an encoder computes: "cpu · onnx", "cuda:0 (NVIDIA H100) · torch float16 · batch 256"."""
+    parts = [
+        encoder.device.label,
+        encoder.backend + (f" {encoder.precision}" if encoder.device.is_cuda else ""),
+    ]
+    return " · ".join(parts + ([f"batch {encoder.batch_size}"] if encoder.batch_size else []))
 
 
 def _onnx_encoder(model: str, texts: list[str]) -> OnnxEncoder | None:
@@ -272,27 +224,38 @@ def _build(model: str, folder: Path, texts: list[str]) -> None:
 
 
 def _torch(model: str) -> TorchEncoder:
-    key = (model, model_version(model), "torch")
+    """torch on the CPU: an encoder of its own, and the reference every other encoder is checked against."""
+    key = (model, model_version(model), "torch", "cpu")
     with _LOCK:
         if key not in _ENCODERS:
             _ENCODERS[key] = TorchEncoder(model)
         return _ENCODERS[key]
 
 
-def local_encoder(model: str, backend: str = "onnx", texts: list[str] | None = None):
-    """The encoder of a local model, loaded once per process, version and backend. `onnx` falls back to
-    torch when the ONNX export is not available (see the module's docstring); `texts` are the first texts
-    asked for, part of the check when the export is built now."""
+def local_encoder(model: str, backend: str = "onnx", texts: list[str] | None = None, device: Device = CPU):
+    """The encoder of a local model, loaded once per process, version, backend and device. On the CPU,
+    `onnx` falls back to torch when the ONNX export is not available (see the module's docstring); on a CUDA
+    device the encoder is torch (resources/gpu_encoders.py), or the CPU's when no precision passes the
+    check there. `texts` are the first texts asked for, part of a check made now."""
     if backend not in BACKENDS:
         raise ValueError(f"embedding backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-    if backend == "torch":
-        return _torch(model)
-    key = (model, model_version(model), backend)
-    with _BUILDING:  # threads of one process wait for one export instead of each making their own
+    key = (model, model_version(model), backend, device.name)
+    with (
+        _BUILDING
+    ):  # threads of one process wait for one export or calibration instead of each making their own
         with _LOCK:
             known = _ENCODERS.get(key)
         if known is None:
-            known = _onnx_encoder(model, texts or []) or _torch(model)
+            if device.is_cuda:
+                from resources.gpu_encoders import gpu_encoder
+
+                known = gpu_encoder(model, texts or [], device, lambda: _torch(model))
+                if known is None:  # no precision passed the check on the GPU: the CPU's encoder
+                    known = local_encoder(model, backend, texts, CPU)
+            elif backend == "torch":
+                known = _torch(model)
+            else:
+                known = _onnx_encoder(model, texts or []) or _torch(model)
             with _LOCK:
                 _ENCODERS[key] = known
     return known

@@ -8,14 +8,16 @@ import polars as pl
 from orchestration.plans import load_plan
 from rag_assets.inputs import snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
+from rag_core.common.local_models import is_local, model_version
 from rag_core.data.datasets import DatasetError, load_corpus, load_qa
 from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import check_optimize_budget
 from resources.artifacts import ArtifactRef
+from resources.devices import ASSUMED_CPU_RATE, measured_rate
 from resources.embedders import EmbeddingService
-from resources.environment import default_data_dir
+from resources.environment import default_data_dir, device_setting
 from resources.llm import price
 from resources.storage import data_root
 
@@ -70,7 +72,8 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
             for k in plan.optimizable_keys
             if not optimization_due(plan, k, data, inputs, expected)
         }
-    embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"))
+    embedder = EmbeddingService(cache_dir=str(data / "embedding_cache"), device=device_setting())
+    rates = embedding_rates(plan, embedder)
 
     def chunks_of(key: str) -> pl.DataFrame:
         ref = ArtifactRef(data, "chunksets", expected[("chunksets", key)])
@@ -86,6 +89,36 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
     held = 0
     if plan.holdout and qa is not None:  # the selection's questions; the holdout's are the finalists'
         held = qa.height - selection_questions(sweep, qa.height)
-    return plan, estimate(
-        plan, done, chunks_of, embedder.cached_hashes, n_queries - held, price, holdout_questions=held
+    out = estimate(
+        plan,
+        done,
+        chunks_of,
+        embedder.cached_hashes,
+        n_queries - held,
+        price,
+        texts_per_second=lambda model: rates[model][0],
+        holdout_questions=held,
     )
+    out.embedding_speeds = [line for _, line in rates.values()]
+    return plan, out
+
+
+def embedding_rates(plan: Plan, embedder: EmbeddingService) -> dict[str, tuple[float, str]]:
+    """model -> (texts/s, a line saying where and how known) for each embedding model of the plan: the rate
+    last measured on this machine's device ($RAG_DEVICE; `cuda` where there is none is an error here,
+    before any work), else the CPU's assumed rate."""
+    models = sorted({plan.partition("embeddings", k).config.embedding.model for k in plan.keys("embeddings")})
+    device = embedder.local_device() if any(map(is_local, models)) else None
+    out = {}
+    for model in models:
+        if not is_local(model):
+            out[model] = (ASSUMED_CPU_RATE, f"{model}: an API; ~{ASSUMED_CPU_RATE:g} texts/s assumed")
+            continue
+        measured = measured_rate(model_version(model) or model, device)
+        if measured:
+            rate = measured["texts_per_second"]
+            how = f"measured here ({measured['engine']}, {measured['texts']} texts)"
+        else:
+            rate, how = ASSUMED_CPU_RATE, "assumed: not measured on this machine yet (a run measures it)"
+        out[model] = (rate, f"{model} on {device.label}: ~{rate:,.0f} texts/s {how}")
+    return out

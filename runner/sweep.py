@@ -25,9 +25,11 @@ from rag_core.common.progress import listening
 from rag_core.planning.batches import batch_reads, batches, steps_in
 from rag_core.planning.step_graph import StepGraph
 from resources.artifacts import ArtifactRef, latest_fingerprint
+from resources.devices import resolve_device
 from resources.environment import (
     batch_size,
     default_data_dir,
+    device_setting,
     executor,
     fleet_workers,
     mlflow_tracking_uri,
@@ -106,6 +108,10 @@ def run_sweep(
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     require_fleet(data) if fleet else require_deployment(data)
     check_reachable(mlflow_tracking_uri())  # not minutes of retries at the first step that logs
+    if (
+        not fleet and plan.runs_local_models
+    ):  # $RAG_DEVICE=cuda where there is none (a fleet's workers: theirs)
+        resolve_device(device_setting())
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):

@@ -278,7 +278,7 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
 
         from rag_core.planning.spec import RagConfig
         from resources.embedders import EmbeddingService, chunk_vectors, vectors_from_column
-        from resources.environment import env_choice, text
+        from resources.environment import device_setting, env_choice, text
         from resources.llm import llm_from_env
         from resources.local_encoders import BACKENDS
 
@@ -299,7 +299,9 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
             cache_dir=str(Path(self._work.name) / "embedding_cache"),
             api_base=text("RAG_EMBEDDING_API_BASE"),
             backend=env_choice("RAG_EMBEDDING_BACKEND", "onnx", BACKENDS),
+            device=device_setting(),
         )
+        self.embedder.local_device()  # $RAG_DEVICE=cuda where there is none: said at load, not at a query
         self.llm = llm_from_env(cache_path=None)
         self.collection = manifest["collection"]
         self.store = self._store(manifest, vectors_from_column(embeddings["vector"]))
@@ -377,7 +379,10 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
             return self.embedder.embed(c.embedding.model, texts)[0]
 
         retrieved = retrieve(c, qa, self.chunks, self.store, self.collection, embed, self.llm)
-        reranked = rerank(c, retrieved, qa, self.llm, chunk_vectors=lambda: self.vectors, embed=embed)
+        device = self.embedder.local_device().name if c.rerank.method == "cross_encoder" else "cpu"
+        reranked = rerank(
+            c, retrieved, qa, self.llm, chunk_vectors=lambda: self.vectors, embed=embed, device=device
+        )
         answers = answer(
             c,
             qa,

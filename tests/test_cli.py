@@ -161,12 +161,24 @@ def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
         computed[s.name] = len(fresh)
         if s.name == "embeddings":
             embedded = sum(r.asset_materialization.metadata["embedding_calls"].value for r in fresh)
+            (meta,) = [r.asset_materialization.metadata for r in fresh]
     assert computed == {s: new for s, (_, new) in before.partitions.items()}
     assert embedded == before.texts_to_embed
+    # where the vectors were computed: the step's metadata, and each config's MLflow run from the artifact
+    device = meta["embedded_now_on"].value
+    assert device.startswith("cpu · ") and meta["embedded_on"].value == {device: 124}
+    assert meta["device_setting"].value.startswith("auto: ")  # and why it took the CPU
+    import mlflow
+
+    client = mlflow.MlflowClient(run.defs.resources["tracking"].resolved_uri())
+    experiment = client.get_experiment_by_name("billed")
+    configs = client.search_runs([experiment.experiment_id], filter_string="tags.config_key != ''")
+    assert len(configs) == 2 and {r.data.tags["embedded_on"] for r in configs} == {f"{device}: 124"}
     _, after = bill(str(spec), str(data))
     assert all(new == 0 for _, new in after.partitions.values()) and after.texts_to_embed == 0
     assert (r := cli(*["plan", str(spec), "--data-dir", str(data)])).returncode == 0
     assert "texts to embed: 0" in r.stdout
+    assert "all-MiniLM-L6-v2 on cpu: ~" in r.stdout and "texts/s measured here" in r.stdout, r.stdout
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from resources import encoder_check
 from resources import local_encoders as le
 
 MODEL = "all-MiniLM-L6-v2"
@@ -100,7 +101,7 @@ def test_an_export_that_disagrees_with_torch_is_recorded_and_torch_used(
     quick_export, tmp_path, monkeypatch, caplog
 ):
     folder = _cache(monkeypatch, tmp_path)
-    monkeypatch.setattr(le, "MIN_COSINE", 1.5)  # no export can pass: the check must refuse it
+    monkeypatch.setattr(encoder_check, "MIN_COSINE", 1.5)  # no export can pass: the check must refuse it
     with caplog.at_level(logging.WARNING, logger=le.__name__):
         encoder = le.local_encoder(MODEL, "onnx", ["some text"])
     assert isinstance(encoder, le.TorchEncoder)

@@ -192,6 +192,14 @@ def test_sweep_over_transforms_rerankers_and_context(slice_data, tmp_path, tiny_
     assert cited.height >= 19
     for r in cited.iter_rows(named=True):
         assert r["citations"] == [r["context_doc_ids"][0]]
+    # where the cross-encoder ran: the reranking's side table (each config's MLflow run reads it)
+    for c in plan.configs:
+        key = plan.key_of(c, "rerankings")
+        if c.rerank.method == "cross_encoder":
+            assert run.artifact("rerankings", key, "devices").rows() == [("cpu", 20)]
+        else:
+            with pytest.raises(dg.Failure, match="is missing"):
+                run.artifact("rerankings", key, "devices")
     # the rerankers really reorder: llm "2, 1" swaps the first two candidates
     llm_cfg = next(
         c for c in plan.configs if c.rerank.method == "llm" and c.retrieval.query_transform == "none"

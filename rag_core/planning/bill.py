@@ -33,11 +33,13 @@ class Bill:
     seconds: float = 0.0
     holdout_questions: int = 0  # set aside: the finalists answer them after the selection
     selection_questions: int = 0  # the questions the configs are chosen on
+    embedding_speeds: list[str] = field(default_factory=list)  # per model: the device and the rate assumed
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
         out += [f"  {s:14} {d:6d} {n:7d}" for s, (d, n) in self.partitions.items()]
         out.append(f"  texts to embed: {self.texts_to_embed}")
+        out += [f"    {line}" for line in self.embedding_speeds]
         if self.llm_calls:
             out += [
                 f"  LLM calls, {s}: {c} (~{self.llm_tokens.get(s, 0):,} tokens)"
@@ -72,14 +74,15 @@ def estimate(
     cached: Callable[[str], set[str]],
     n_queries: int,
     price: Callable[[str, int, int], float | None],
-    texts_per_second: float = 23.0,
+    texts_per_second: Callable[[str], float] = lambda model: 23.0,
     concurrency: int = 4,
     holdout_questions: int = 0,
 ) -> Bill:
     """`n_queries`: the questions the selection sees (the holdout's: `holdout_questions`); `done`: (stage,
     key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
     its chunks; `cached(model)`: text hashes the embedding cache holds; `price(model, prompt tokens,
-    completion tokens)`: USD, None when unknown."""
+    completion tokens)`: USD, None when unknown; `texts_per_second(model)`: how fast the model embeds
+    where the run would embed."""
     partitions = {}
     for s in PARTITIONED:
         keys = plan.keys(s.name)
@@ -109,7 +112,7 @@ def estimate(
                 bill.cost_usd += cost
     steps = sum(new for _, new in partitions.values())
     bill.seconds = (
-        len(texts) / texts_per_second
+        sum(1 / texts_per_second(model) for model, _ in texts)
         + sum(bill.llm_calls.values()) * LLM_SECONDS / concurrency
         + steps * STEP_SECONDS
     )

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from rag_core.common.local_models import model_version
+from rag_core.common.local_models import is_local, model_version
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
 from rag_core.planning.labels import short_labels
 from rag_core.planning.spec import (
@@ -180,6 +180,12 @@ class Plan:
         if sweep.optimize is not None and isinstance(sweep.optimize.configs, list):
             plan.named_optimization_starts()  # named configs exist and use every component: checked on load
         return plan
+
+    @property
+    def runs_local_models(self) -> bool:
+        """Whether a config embeds with a local model or reranks with a cross-encoder (what $RAG_DEVICE
+        places)."""
+        return any(is_local(c.embedding.model) or c.rerank.method == "cross_encoder" for c in self.configs)
 
     # ---- prompt optimization -------------------------------------------------------------------------
 

@@ -3,13 +3,13 @@
 - mmr: Maximal Marginal Relevance (Carbonell & Goldstein, 1998): greedily pick the candidate maximizing
   lambda · sim(query, d) − (1 − lambda) · max_{s in selected} sim(d, s), cosine similarities.
 - llm: the model returns an ordering of candidate numbers; `parse_ordering` reads it robustly.
-- cross_encoder: scores (query, text) pairs with a sentence-transformers CrossEncoder the user supplies.
+- cross_encoder: scores (query, text) pairs with a sentence-transformers CrossEncoder the user supplies, on the
+  device the caller names (rag_core/retrieval/cross_encoders.py).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -18,9 +18,9 @@ import polars as pl
 
 from rag_core.common.completion import NO_USAGE, Completer, usage
 from rag_core.common.concurrency import map_concurrently
-from rag_core.common.local_models import model_version
 from rag_core.planning.prompts import RERANK_PROMPT, fill
 from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.cross_encoders import cross_encoder, cross_scores
 from rag_core.retrieval.retrieve import first_documents
 
 
@@ -75,20 +75,6 @@ RERANK_EXTRA_SCHEMA = {
     "rerank_cost_usd": pl.Float64,
 }
 
-_CROSS_ENCODERS: dict[tuple[str, str | None], object] = {}  # (path, version) -> the loaded model
-_LOCK = threading.Lock()
-
-
-def cross_encoder(path: str):
-    """A sentence-transformers CrossEncoder from a local folder, loaded once per process and version."""
-    key = (path, model_version(path))
-    with _LOCK:
-        if key not in _CROSS_ENCODERS:
-            from sentence_transformers import CrossEncoder
-
-            _CROSS_ENCODERS[key] = CrossEncoder(path, device="cpu")
-        return _CROSS_ENCODERS[key]
-
 
 def orders(
     c: RagConfig,
@@ -96,10 +82,12 @@ def orders(
     questions: dict[str, str],
     llm: Completer | None,
     vectors: Callable[[dict], tuple[np.ndarray, np.ndarray]] | None,
+    device: str = "cpu",
 ) -> list[tuple[list[int], bool, dict]]:
-    """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms)."""
+    """Per query: (candidate indices in the new order, fell back?, usage: tokens, cost, ms). `device`: where
+    a cross-encoder runs."""
     method = c.rerank.method
-    model = cross_encoder(c.rerank.model) if method == "cross_encoder" else None
+    model = cross_encoder(c.rerank.model, device) if method == "cross_encoder" else None
 
     def one(r: dict) -> tuple[list[int], bool, dict]:
         t0 = time.perf_counter()
@@ -110,7 +98,7 @@ def orders(
             q, cands = vectors(r)
             order = mmr(q, cands, k if c.retrieval.k_unit == "chunks" else n, c.rerank.mmr_lambda)
         elif method == "cross_encoder":
-            scores = model.predict([(questions[r["query_id"]], t) for t in r["texts"]])
+            scores = cross_scores(model, [(questions[r["query_id"]], t) for t in r["texts"]])
             order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
         else:  # llm
             reply = llm.complete(
@@ -142,10 +130,12 @@ def rerank(
     llm: Completer | None,
     chunk_vectors: Callable[[], dict[str, np.ndarray]],
     embed: Callable[[list[str]], np.ndarray],
+    device: str = "cpu",
 ) -> pl.DataFrame:
     """The retrieval rows cut to the reranker's top_k (`none` keeps the first top_k; `context_k` with
     hops), with the fallback,
-    time, tokens and cost of each query's reranking. `chunk_vectors` is called only for MMR."""
+    time, tokens and cost of each query's reranking. `chunk_vectors` is called only for MMR; `device`: where
+    a cross-encoder runs."""
     questions = dict(zip(qa["query_id"], qa["question"], strict=True))
     rows = list(retrieved.iter_rows(named=True))
     vectors = None
@@ -159,7 +149,9 @@ def rerank(
             return qvec[r["query_id"]], np.stack([chunk_vec[x] for x in ids]) if ids else np.zeros((0, 1))
 
     out = []
-    for r, (order, fell_back, used) in zip(rows, orders(c, rows, questions, llm, vectors), strict=True):
+    for r, (order, fell_back, used) in zip(
+        rows, orders(c, rows, questions, llm, vectors, device), strict=True
+    ):
         k = context_k(c, r)
         keep = order[:k]
         if c.retrieval.k_unit == "documents":  # the first k distinct documents in the new order
