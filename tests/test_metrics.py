@@ -146,20 +146,20 @@ def test_chunking_metrics():
     assert cohesion_separation([]) == (0.0, 0.0)
 
 
-def test_bootstrap_ci_and_paired_test():
+def test_bootstrap_ci_and_paired_p():
     import numpy as np
 
-    from rag_core.metrics.stats import bootstrap_ci, paired_bootstrap
+    from rag_core.metrics.stats import bootstrap_ci, bootstrap_p, resample_indices, resample_means
 
     lo, hi = bootstrap_ci(np.r_[np.ones(50), np.zeros(50)])
     assert lo < 0.5 < hi and hi - lo < 0.3
     assert bootstrap_ci([np.nan, np.nan]) == (0.0, 0.0)  # nothing defined: no NaN out
+    assert bootstrap_ci([0.25] * 7) == (0.25, 0.25)  # no spread: no NaN (scipy's degenerate case)
     rng = np.random.default_rng(1)
-    a = rng.uniform(size=(100, 2))
-    diff, dlo, dhi, p = paired_bootstrap(a, a - 0.2, [1, 1])
-    assert diff == pytest.approx(0.2) and dlo > 0 and p < 0.01  # clearly better
-    diff, dlo, dhi, p = paired_bootstrap(a, a[:, ::-1], [1, 1])
-    assert diff == pytest.approx(0.0) and dlo <= 0 <= dhi and p == 1.0  # same scores: tied
+    a = rng.uniform(size=100)
+    idx = resample_indices(100)
+    assert bootstrap_p(resample_means(a, idx) - resample_means(a - 0.2, idx)) < 0.01  # clearly better
+    assert bootstrap_p(resample_means(a, idx) - resample_means(a, idx)) == 1.0  # same scores: tied
 
 
 def test_a_config_whose_generations_failed_is_ranked_last_and_marked_not_tied():

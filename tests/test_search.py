@@ -290,7 +290,7 @@ def test_among_equal_index_costs_the_cheaper_llm_is_proposed_first():
 
 
 def test_the_sign_flip_test_is_exact_and_honest_on_few_questions():
-    from rag_core.search.halving import sign_flip_p
+    from rag_core.metrics.stats import sign_flip_p
 
     rng = np.random.default_rng(0)
     assert sign_flip_p(np.ones(5), rng) == pytest.approx(2 / 32)  # 5 questions can never reach 0.05

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from rag_core.metrics.stats import bootstrap_ci
-from rag_core.search.halving import question_scores, sign_flip_p
+from rag_core.metrics.stats import bootstrap_ci, sign_flip_p
+from rag_core.search.halving import question_scores
 
 
 def compare(

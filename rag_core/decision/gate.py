@@ -26,7 +26,7 @@ import polars as pl
 
 from rag_core.decision.leaderboard import MAX_ERROR_SHARE
 from rag_core.metrics import METRIC_NEEDS
-from rag_core.metrics.stats import min_questions_for_claim
+from rag_core.metrics.stats import holm, min_questions_for_claim
 
 OVERALL = "overall_score"
 VERDICTS = ("pass", "fail", "inconclusive")
@@ -204,12 +204,6 @@ def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests
     return max(int(math.ceil(float(np.atleast_1d(n)[0]))), len(d) + 1)
 
 
-def _holm(p: list[float]) -> list[float]:
-    from statsmodels.stats.multitest import multipletests
-
-    return list(multipletests(p, method="holm")[1]) if p else []
-
-
 def error_share(per_query: pl.DataFrame) -> float:
     return per_query["error"].drop_nulls().len() / max(per_query.height, 1)
 
@@ -264,7 +258,7 @@ def gate(
     for j, metric in enumerate([OVERALL, *metrics]):
         column = [tests[k][j] for k in candidates]
         for t, pp, pf in zip(
-            column, _holm([t.p_pass for t in column]), _holm([t.p_fail for t in column]), strict=True
+            column, holm([t.p_pass for t in column]), holm([t.p_fail for t in column]), strict=True
         ):
             t.p_pass_holm, t.p_fail_holm = float(pp), float(pf)
             if not t.decidable:

@@ -95,9 +95,9 @@ def confirm(
     the constraints. `confirmed` is None, and `status` says why, when the holdout cannot confirm anything:
     a finalist's LLM call failed on it (its score is an outage, not quality: a rerun asks again), or it has
     fewer questions than any paired test needs to reach alpha."""
-    from rag_core.decision.recommendation import bootstrap_scores, holm
-    from rag_core.metrics.stats import min_questions_for_claim
-    from rag_core.search.halving import question_scores, sign_flip_p
+    from rag_core.decision.recommendation import bootstrap_scores
+    from rag_core.metrics.stats import holm, min_questions_for_claim, sign_flip_p
+    from rag_core.search.halving import question_scores
 
     keys = [k for k in board["config_key"] if k in holdout]
     scores = bootstrap_scores({k: holdout[k] for k in keys}, weights, seed=seed)

@@ -56,7 +56,8 @@ def compare_to_leader(
     bootstrap scores (rag_core.decision.recommendation.bootstrap_scores), when the caller already has them."""
     import numpy as np
 
-    from rag_core.decision.recommendation import bootstrap_scores, p_value
+    from rag_core.decision.recommendation import bootstrap_scores
+    from rag_core.metrics.stats import bootstrap_p
 
     if scores is None:
         scores = bootstrap_scores(per_query, weights, seed=seed)
@@ -80,7 +81,7 @@ def compare_to_leader(
                 diff,
                 float(dlo),
                 float(dhi),
-                p_value(diffs),
+                bootstrap_p(diffs),
                 tied,
                 "tied" if tied else "worse",
             )

@@ -16,9 +16,11 @@ from rag_core.decision.leaderboard import MAX_ERROR_SHARE, qualified
 from rag_core.metrics import percentile
 from rag_core.metrics.stats import (
     N_BOOT,
-    _resample_means,
+    bootstrap_p,
     holm,
     min_questions_for_claim,
+    resample_indices,
+    resample_means,
     smallest_paired_p,
     weighted_score,
 )
@@ -53,16 +55,11 @@ def bootstrap_scores(
     w = np.array([weights[m] for m in metrics], dtype=float)
     mats = [per_query[k].sort("query_id").select(metrics).fill_null(float("nan")).to_numpy() for k in keys]
     n = len(mats[0])
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    idx = resample_indices(n, n_boot, seed)  # the same resamples for every config: paired
     full = np.arange(n)[None, :]
-    observed = np.array([weighted_score(_resample_means(m.astype(float), full), w)[0] for m in mats])
-    samples = np.stack([weighted_score(_resample_means(m.astype(float), idx), w) for m in mats], axis=1)
+    observed = np.array([weighted_score(resample_means(m.astype(float), full), w)[0] for m in mats])
+    samples = np.stack([weighted_score(resample_means(m.astype(float), idx), w) for m in mats], axis=1)
     return Scores(keys, observed, samples)
-
-
-def p_value(diffs: np.ndarray) -> float:
-    """Two-sided bootstrap p-value of a difference being 0: 2 · min(P(d <= 0), P(d >= 0)), capped at 1."""
-    return float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())))
 
 
 def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +76,7 @@ def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     while remaining:
         t += 1
         best, others = remaining[0], remaining[1:]
-        adjusted = holm([p_value(scores.diff(best, o)) for o in others]) if others else np.array([])
+        adjusted = holm([bootstrap_p(scores.diff(best, o)) for o in others]) if others else np.array([])
         last = 0  # the lowest-scoring config not significantly worse than the best
         for place, (o, p) in enumerate(zip(others, adjusted, strict=True), start=1):
             p_adj[o] = p

@@ -1,4 +1,15 @@
-"""Uncertainty over queries: bootstrap confidence intervals and a paired bootstrap test (numpy, vectorized).
+"""Every statistic the product decides with, in one module, on scipy and statsmodels.
+
+- Uncertainty over queries: `bootstrap_ci` is `scipy.stats.bootstrap` (percentile, 2,000 resamples, seeded);
+  `resample_indices` draws the very resamples it draws (`rng.integers(0, n, (B, n))`), shared by every config
+  of a leaderboard (rag_core/decision/recommendation.py: paired, so tiers, front and recommendation agree),
+  and `bootstrap_p` is the two-sided p-value of such paired differences.
+- Paired tests on few questions: `sign_flip_p` is `scipy.stats.permutation_test` over the signs of the
+  per-question differences (exact up to EXACT_UP_TO questions, every sign vector enumerated; N_FLIPS drawn
+  above), used by halving, the holdout and drift; `smallest_paired_p` and `min_questions_for_claim` say
+  what such a test can ever reach.
+- Many comparisons: `holm` is statsmodels' Holm step-down.
+- The gate's t-tests and power (rag_core/decision/gate.py) call scipy and statsmodels directly.
 
 Per-query values may be missing (NaN inside these functions only: a metric undefined for a query); a
 resample's mean skips them, and a resample in which every value is missing counts as 0.0.
@@ -9,26 +20,52 @@ from __future__ import annotations
 import numpy as np
 
 N_BOOT = 2000
+N_FLIPS = 10_000
+EXACT_UP_TO = 12  # questions: every sign vector (4,096) is enumerated, above that N_FLIPS are drawn
 
 
-def _resample_means(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def resample_means(values: np.ndarray, idx: np.ndarray, axis: int = 1) -> np.ndarray:
     """values: (n_queries,) or (n_queries, m) with NaN = missing; idx: (B, n) -> means (B,) or (B, m)."""
-    sample = values[idx]  # (B, n[, m])
+    return nan_mean(values[idx], axis=axis)
+
+
+def nan_mean(sample: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The mean along `axis` skipping NaN; 0.0 where every value is NaN."""
     present = ~np.isnan(sample)
-    counts = present.sum(axis=1)
-    sums = np.where(present, sample, 0.0).sum(axis=1)
+    counts = present.sum(axis=axis)
+    sums = np.where(present, sample, 0.0).sum(axis=axis)
     return np.divide(sums, counts, out=np.zeros_like(sums, dtype=np.float64), where=counts > 0)
 
 
+def resample_indices(n: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """(n_boot, n) query indices: the resamples `scipy.stats.bootstrap` draws with this seed."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
 def bootstrap_ci(values, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over queries."""
+    """Percentile bootstrap interval of the mean over queries (NaN: undefined, skipped)."""
+    from scipy import stats
+
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         return (0.0, 0.0)
-    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
-    means = _resample_means(v, idx)
-    lo, hi = np.percentile(means, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
+    if v.size == 1 or np.all(v == v[0]) or np.all(np.isnan(v)):  # every resample alike: no spread to show
+        return (float(nan_mean(v)),) * 2
+    result = stats.bootstrap(
+        (v,),
+        nan_mean,
+        n_resamples=n_boot,
+        vectorized=True,
+        method="percentile",
+        confidence_level=level,
+        rng=np.random.default_rng(seed),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def bootstrap_p(diffs: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of a difference being 0: 2 · min(P(d <= 0), P(d >= 0)), capped at 1."""
+    return float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())))
 
 
 def weighted_score(per_query: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -36,36 +73,41 @@ def weighted_score(per_query: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return per_query @ weights / weights.sum()
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, weights, n_boot: int = N_BOOT, seed: int = 0):
-    """Paired bootstrap of the overall-score difference a − b over the same queries.
+def sign_flip_p(diffs: np.ndarray, rng: np.random.Generator) -> float:
+    """Two-sided p-value of the paired per-question differences being centred on 0: the share of sign
+    flips whose mean is at least as far from 0 as the observed one (a permutation test, valid on the few
+    questions of an early rung, where a bootstrap is overconfident). With n questions the smallest
+    p-value is 2 / 2**n: a rung of 5 questions can drop nothing at alpha 0.05."""
+    from scipy import stats
 
-    a, b: (n_queries, m) per-query metric values in the order of `weights` (NaN = undefined). Returns
-    (difference, ci_low, ci_high, p_value), p two-sided: 2 · min(P(diff <= 0), P(diff >= 0)), capped at 1.
-    """
-    a, b, w = np.asarray(a, float), np.asarray(b, float), np.asarray(weights, float)
-    n = len(a)
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    diffs = weighted_score(_resample_means(a, idx), w) - weighted_score(_resample_means(b, idx), w)
-    observed = (
-        weighted_score(_resample_means(a, np.arange(n)[None, :]), w)[0]
-        - weighted_score(_resample_means(b, np.arange(n)[None, :]), w)[0]
+    d = np.asarray(diffs, dtype=float)
+    d = d[d != 0]  # questions the two configs score the same on carry no sign
+    if d.size < 2:  # one sign flipped or not: both as far from 0
+        return 1.0
+    result = stats.permutation_test(
+        (d,),
+        _distance_from_zero,
+        permutation_type="samples",  # one sample: each difference keeps or flips its sign
+        vectorized=True,
+        n_resamples=2**d.size if d.size <= EXACT_UP_TO else N_FLIPS,
+        alternative="greater",  # of |mean|: at least as far from 0 on either side
+        rng=rng,
     )
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
-    p = min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))
-    return float(observed), float(lo), float(hi), float(p)
+    return float(result.pvalue)
+
+
+def _distance_from_zero(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    # rounded: sign patterns whose means are equal but for float noise (a sum that is 0 computed as 1e-17)
+    # count as ties, at least as far from 0, as the enumeration counts them
+    return np.round(np.abs(np.mean(x, axis=axis)), 12)
 
 
 def holm(p_values) -> np.ndarray:
     """Holm's step-down adjustment: controls the family-wise error rate over all the comparisons."""
+    from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p, kind="stable")
-    m = len(p)
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
+    return multipletests(p, method="holm")[1] if p.size else np.array([])
 
 
 def smallest_paired_p(n: int) -> float:

@@ -16,27 +16,8 @@ import numpy as np
 import polars as pl
 
 from rag_core.common.fingerprint import fingerprint
-from rag_core.metrics.stats import holm
+from rag_core.metrics.stats import holm, sign_flip_p
 from rag_core.search.space import Candidate
-
-N_FLIPS = 10_000
-EXACT_UP_TO = 12  # questions: every sign vector (4,096) is enumerated, above that N_FLIPS are drawn
-
-
-def sign_flip_p(diffs: np.ndarray, rng: np.random.Generator) -> float:
-    """Two-sided p-value of the paired per-question differences being centred on 0: the share of sign
-    flips whose mean is at least as far from 0 as the observed one (a permutation test, valid on the few
-    questions of an early rung, where a bootstrap is overconfident). With n questions the smallest
-    p-value is 2 / 2**n: a rung of 5 questions can drop nothing at alpha 0.05."""
-    d = np.asarray(diffs, dtype=float)
-    d = d[d != 0]  # questions the two configs score the same on carry no sign
-    if d.size == 0:
-        return 1.0
-    if d.size <= EXACT_UP_TO:
-        signs = 1 - 2 * ((np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1)
-        return float((np.abs(signs @ d) >= abs(d.sum()) - 1e-12).mean())
-    signs = rng.choice([-1.0, 1.0], size=(N_FLIPS, d.size))
-    return float((1 + (np.abs(signs @ d) >= abs(d.sum()) - 1e-12).sum()) / (N_FLIPS + 1))
 
 
 def question_order(question_ids: Sequence[str], seed: int) -> list[str]:

@@ -1,0 +1,108 @@
+"""The statistics module on scipy and statsmodels computes what the product computed before it moved there:
+the code it replaced is kept here, verbatim, as the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rag_core.metrics import stats
+
+# ---- the implementations before (rag_core/metrics/stats.py and rag_core/search/halving.py) -----------------
+
+
+def _old_resample_means(values, idx):
+    sample = values[idx]
+    present = ~np.isnan(sample)
+    counts = present.sum(axis=1)
+    sums = np.where(present, sample, 0.0).sum(axis=1)
+    return np.divide(sums, counts, out=np.zeros_like(sums, dtype=np.float64), where=counts > 0)
+
+
+def _old_bootstrap_ci(values, n_boot=2000, seed=0, level=0.95):
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return (0.0, 0.0)
+    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
+    means = _old_resample_means(v, idx)
+    lo, hi = np.percentile(means, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
+
+
+def _old_holm(p_values):
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _old_sign_flip_p(diffs, rng):
+    d = np.asarray(diffs, dtype=float)
+    d = d[d != 0]
+    if d.size == 0:
+        return 1.0
+    if d.size <= 12:
+        signs = 1 - 2 * ((np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1)
+        return float((np.abs(signs @ d) >= abs(d.sum()) - 1e-12).mean())
+    signs = rng.choice([-1.0, 1.0], size=(10_000, d.size))
+    return float((1 + (np.abs(signs @ d) >= abs(d.sum()) - 1e-12).sum()) / (10_000 + 1))
+
+
+# ---- before and after ----------------------------------------------------------------------------------
+
+scores = st.lists(
+    st.one_of(st.sampled_from([0.0, 0.5, 1.0, float("nan")]), st.floats(0, 1)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scores, st.integers(0, 10**6), st.sampled_from([0.9, 0.95]))
+def test_the_bootstrap_interval_is_the_one_computed_before(values, seed, level):
+    before = _old_bootstrap_ci(values, seed=seed, level=level)
+    after = stats.bootstrap_ci(values, seed=seed, level=level)
+    assert after == pytest.approx(before, abs=1e-12)
+
+
+def test_the_bootstrap_interval_is_scipys():
+    from scipy import stats as scipy_stats
+
+    v = np.random.default_rng(3).uniform(size=40)
+    ours = stats.bootstrap_ci(v, seed=7)
+    theirs = scipy_stats.bootstrap(
+        (v,), np.mean, n_resamples=2000, method="percentile", rng=np.random.default_rng(7)
+    ).confidence_interval
+    assert ours == pytest.approx((theirs.low, theirs.high), abs=1e-12)
+    # and the leaderboard's shared resamples are the ones scipy draws
+    idx = stats.resample_indices(40, seed=7)
+    assert np.percentile(stats.resample_means(v, idx), 2.5) == pytest.approx(theirs.low, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=0, max_size=9))
+def test_holm_is_the_one_computed_before(p):
+    assert np.allclose(stats.holm(p), _old_holm(p), rtol=0, atol=1e-15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-1.0, -0.5, -0.25, 0.0, 0.1, 1 / 3, 0.5, 1.0]), min_size=0, max_size=12))
+def test_the_exact_sign_flip_test_is_the_one_computed_before(diffs):
+    before = _old_sign_flip_p(diffs, np.random.default_rng(0))
+    assert stats.sign_flip_p(diffs, np.random.default_rng(0)) == pytest.approx(before, abs=1e-12)
+
+
+def test_the_drawn_sign_flip_test_agrees_within_its_sampling_error():
+    """Above 12 questions both draw 10,000 sign vectors, each its own: they agree within a few standard
+    errors of a proportion, sqrt(p(1-p)/10,000) <= 0.005."""
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        d = rng.normal(0.05, 0.3, int(rng.integers(13, 60)))
+        before = _old_sign_flip_p(d, np.random.default_rng(1))
+        after = stats.sign_flip_p(d, np.random.default_rng(1))
+        assert abs(before - after) <= 4 * max(np.sqrt(before * (1 - before) / 10_000), 1e-4)
