@@ -32,7 +32,7 @@ from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep.commands import gate, models
+from rag_sweep.commands import gate, gc, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -122,6 +122,7 @@ def _main(argv: list[str] | None) -> int:
     gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     models.add_parsers(sub)
     gate.add_parser(sub)
+    gc.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -137,6 +138,8 @@ def _main(argv: list[str] | None) -> int:
             return models.verify_model(args)
         if args.command == "gate":
             return gate.run(args)
+        if args.command == "gc":
+            return gc.run(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()

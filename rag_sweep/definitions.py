@@ -19,6 +19,7 @@ from rag_sweep.sweep_defs import sweep_definitions
 from resources import build_resources
 from resources.environment import default_data_dir, executor, nightly_cron, sweep_file
 from sensors import automation_sensor
+from sensors.storage_cleanup import storage_cleanup
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,15 +31,22 @@ def build_definitions(
     check_distinct_prefixes([(p.sweep.name, str(p.sweep.path)) for p in plans])
     return dg.Definitions.merge(
         *(sweep_definitions(p, nightly_cron(), data_dir) for p in plans),
-        deployment_definitions(data_dir, resources),
+        deployment_definitions(data_dir, resources, lambda: plans),
     )
 
 
-def deployment_definitions(data_dir: str | None = None, resources: dict | None = None) -> dg.Definitions:
-    """The automation sensor and the shared resources; with $RAG_EXECUTOR=celery, the fleet's executor for
-    every job (UI materializations and backfills, schedules, sensors), as `rag-sweep run` uses it."""
+def deployment_definitions(
+    data_dir: str | None = None, resources: dict | None = None, plans=None
+) -> dg.Definitions:
+    """The automation sensor, the storage cleanup (its schedule off) and the shared resources; with
+    $RAG_EXECUTOR=celery, the fleet's executor for every job (UI materializations and backfills, schedules,
+    sensors), as `rag-sweep run` uses it. `plans`: the deployment's sweeps when the cleanup runs (default:
+    the `defs/` folder's)."""
+    cleanup, weekly = storage_cleanup(plans or folder_plans)
     return dg.Definitions(
         sensors=[automation_sensor()],
+        jobs=[cleanup],
+        schedules=[weekly],
         resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
         executor=fleet_executor() if executor() == "celery" else None,
     )
@@ -56,6 +64,18 @@ def defs() -> dg.Definitions:
         return build_definitions([RagSweep(sweep=spec).plan(Path.cwd())])
     check_distinct_prefixes(folder_sweeps(PROJECT_ROOT / "rag_sweep" / "defs"))  # before Dagster's own error
     return dg.Definitions.merge(dg.load_from_defs_folder(project_root=PROJECT_ROOT), deployment_definitions())
+
+
+def folder_plans() -> list[Plan]:
+    """The plan of every RagSweep instance of the `defs/` folder, as its component builds it."""
+    import yaml
+
+    plans = []
+    for component in sorted((PROJECT_ROOT / "rag_sweep" / "defs").rglob("defs.yaml")):
+        doc = yaml.safe_load(component.read_text()) or {}
+        if doc.get("type") == "rag_sweep.lib.RagSweep":
+            plans.append(RagSweep(**doc["attributes"]).plan(component.parent))
+    return plans
 
 
 def folder_sweeps(folder: Path) -> list[tuple[str, str]]:

@@ -40,7 +40,10 @@ def test_definitions_load(tmp_path):
         f"{EXAMPLE}__drift_alerts",
         f"{EXAMPLE}__holdout_driver",  # the example holds questions out: each leaderboard is confirmed
     }
-    assert [s.name for s in defs.schedules] == [f"{EXAMPLE}__evaluate_nightly"]
+    assert {s.name: s.default_status.value for s in defs.schedules} == {
+        f"{EXAMPLE}__evaluate_nightly": "RUNNING",
+        "storage_cleanup_weekly": "STOPPED",  # it deletes: off until a person turns it on
+    }
 
 
 def test_every_asset_declares_every_artifact_it_reads(tmp_path):

@@ -9,6 +9,7 @@ found and recomputed, never trusted; the S3 credentials reach no object, no Dags
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,3 +194,63 @@ def test_a_data_dir_on_object_storage_without_a_deployment_fails_first_in_one_li
     assert proc.returncode == 2
     assert "s3://rag/nowhere is on object storage" in proc.stderr and "$DAGSTER_HOME" in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_gc_on_object_storage_removes_what_no_sweep_needs_and_its_weaviate_collection(
+    resumed, slice_sweep, deployment, weaviate_server
+):
+    """Unneeded objects planted beside the sweep's own on the S3 server (an artifact no plan names, an index
+    marker whose collection is on the Weaviate server, a cache part of texts no chunkset holds): gc lists
+    them and only them, --apply removes them and the collection, and the sweep's board is untouched."""
+    import numpy as np
+
+    from resources.vector_stores.weaviate_store import WeaviateStore
+
+    fs, root = deployment["fs"], deployment["root"]
+    env = {
+        **deployment["env"],
+        "WEAVIATE_URL": weaviate_server.url,
+        "WEAVIATE_GRPC_PORT": str(weaviate_server.grpc_port),
+    }
+    store = WeaviateStore(url=weaviate_server.url, grpc_port=weaviate_server.grpc_port)
+    stale = "Rag_stale_index_0123456789"
+    rows = [{"chunk_id": "c1", "doc_id": "d1", "text": "a stale chunk", "metadata": "{}"}]
+    store.upsert(stale, rows, np.ones((1, 4), dtype=np.float32))
+    fake = "f" * 64
+    marker = pl.DataFrame({"collection": [stale], "store": ["weaviate"], "count": [1]})
+    with fs.open(f"{root}/vector_index/{fake}.parquet", "wb") as f:
+        marker.write_parquet(f)
+    fs.copy(_main_artifacts(deployment, "answers")[0], f"{root}/answers/{'e' * 64}.parquet")
+    (model_folder,) = {p.rsplit("/", 1)[0] for p in _objects(deployment, "embedding_cache")}
+    part = pl.DataFrame({"text_hash": ["nobody"], "vector": [[0.0, 1.0]]})
+    with fs.open(f"{model_folder}/stale-part.parquet", "wb") as f:
+        part.write_parquet(f)
+    before = set(_objects(deployment, ""))
+
+    def gc(*flags: str) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "rag_sweep.cli", "gc", str(slice_sweep), "--older-than", "0", *flags]
+        return subprocess.run(args, env=env, capture_output=True, text=True, cwd=deployment["tmp"])
+
+    listed = gc()
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    # the planted artifact and marker; the planted cache part and those of texts only the evaluation
+    # embeds (answers' sentences), which no chunkset or QA set holds
+    assert re.search(
+        r"would remove 2 artifact file\(s\), \d+ embedding-cache part\(s\) and 1 vector", listed.stdout
+    )
+    assert f"weaviate collection {stale}" in listed.stdout and set(_objects(deployment, "")) == before
+    applied = gc("--apply")
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    planted = {
+        f"{root}/vector_index/{fake}.parquet",
+        f"{root}/answers/{'e' * 64}.parquet",
+        f"{model_folder}/stale-part.parquet",
+    }
+    removed = before - set(_objects(deployment, ""))
+    assert planted <= removed and all("/embedding_cache/" in p for p in removed - planted)
+    assert not store.info(stale)["exists"]
+    again = gc()
+    assert (
+        "would remove 0 artifact file(s), 0 embedding-cache part(s) and 0 vector collection(s)"
+        in again.stdout
+    )

@@ -1,0 +1,249 @@
+"""`rag-sweep gc`: what a data dir holds that none of its sweeps needs now, and removing it.
+
+Kept, for every sweep given (all the sweeps the data dir has run must be given):
+- every artifact its plan expects from its input files as they are now (`Plan.fingerprints`, and each
+  rung of a halving search), and the latest materialization the instance records for each of its
+  partitions and for its leaderboard, confirmation and input snapshots: what a rerun reuses and the UI shows;
+- the vector-store collections of the kept index markers, and of every version of the sweep's registered
+  model on a server store (it searches its collection there; on an embedded store it builds its index
+  from its own bundle);
+- the embedding-cache parts that hold any text of a kept chunkset or QA set.
+
+Removed (with `apply`, else only listed): every other artifact file older than `older_than` seconds, the
+collections its index markers name, the cache parts with no kept text. Under the data dir's lock, so a
+run started meanwhile waits for it; the age guards what a deployment's run (which takes no such lock) is
+writing now. MLflow runs are left alone: they are a record of what was evaluated, not storage that grows
+with reruns (a rerun updates a config's run in place).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag_assets.inputs import snapshot_fingerprints
+from rag_assets.stage_asset import asset_key
+from rag_core.common.fingerprint import text_hash
+from rag_core.decision.holdout import holdout_size
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import SpecError
+from rag_core.planning.stages import PARTITIONED, STAGES
+from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
+from resources.storage import read_parquet
+
+ARTIFACT_FILE = re.compile(r"^([0-9a-f]{64})(?:\.[A-Za-z_]+)?\.parquet$")
+FOLDERS = [s.name for s in STAGES] + ["prompt_optimizations"]
+
+
+@dataclass
+class Garbage:
+    files: list[tuple[Path, int]] = field(default_factory=list)  # (path, bytes)
+    collections: list[tuple[str, str]] = field(default_factory=list)  # (store, collection)
+    cache_parts: list[tuple[Path, int]] = field(default_factory=list)
+    kept_files: int = 0
+    kept_collections: set[tuple[str, str]] = field(default_factory=set)
+    too_recent: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(n for _, n in self.files) + sum(n for _, n in self.cache_parts)
+
+    def lines(self, applied: bool) -> list[str]:
+        did = "removed" if applied else "would remove"
+        by_stage: dict[str, list[int]] = {}
+        for path, n in self.files:
+            by_stage.setdefault(path.parent.name, []).append(n)
+        out = [
+            f"{did} {len(self.files)} artifact file(s), {len(self.cache_parts)} embedding-cache part(s) and "
+            f"{len(self.collections)} vector collection(s): {_size(self.bytes)}"
+        ]
+        out += [f"  {s:22} {len(ns):5d} files  {_size(sum(ns)):>9}" for s, ns in sorted(by_stage.items())]
+        if self.cache_parts:
+            out.append(
+                f"  {'embedding_cache':22} {len(self.cache_parts):5d} parts  "
+                f"{_size(sum(n for _, n in self.cache_parts)):>9}"
+            )
+        out += [f"  {store} collection {name}" for store, name in self.collections]
+        out.append(
+            f"kept {self.kept_files} artifact file(s) and {len(self.kept_collections)} collection(s) the sweeps "
+            f"need"
+            + (
+                f"; {self.too_recent} unneeded file(s) younger than --older-than left"
+                if self.too_recent
+                else ""
+            )
+        )
+        if not applied and (self.files or self.collections or self.cache_parts):
+            out.append("nothing was deleted: run again with --apply to remove them")
+        return out
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def parse_age(text: str) -> float:
+    """'30d', '12h', '45m', '0' -> seconds; a bad value is a one-line error."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if not m:
+        raise SpecError(f"--older-than {text!r}: expected a number and a unit, e.g. 30d, 12h, 45m or 0")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def collect(plans: list[Plan], data: Path, instance, older_than_s: float) -> Garbage:
+    """What the sweeps of `plans` do not need in the data dir `data` (nothing is deleted); `instance`: the
+    Dagster instance their runs are recorded in."""
+    _refuse_unnamed_sweeps(data, plans)
+    keep: set[tuple[str, str]] = set()
+    for plan in plans:
+        keep |= _needed(plan, instance, data)
+    garbage = Garbage()
+    cutoff = time.time() - older_than_s
+    for folder in FOLDERS:
+        for path in sorted((data / folder).glob("*.parquet")) if (data / folder).exists() else []:
+            m = ARTIFACT_FILE.match(path.name)
+            if m is None:
+                continue
+            if (folder, m.group(1)) in keep:
+                garbage.kept_files += 1
+            elif path.stat().st_mtime > cutoff:
+                garbage.too_recent += 1
+            else:
+                garbage.files.append((path, path.stat().st_size))
+    protected = _registered_collections(plans, data) | {
+        _marker_collection(ArtifactRef(data, "vector_index", fp)) for s, fp in keep if s == "vector_index"
+    }
+    garbage.kept_collections = {c for c in protected if c is not None}
+    for path, _ in garbage.files:
+        if path.parent.name == "vector_index" and len(path.name) == 64 + len(".parquet"):  # the marker itself
+            found = _marker_collection(ArtifactRef(data, "vector_index", path.name[:64]))
+            if found is not None and found not in garbage.kept_collections:
+                garbage.collections.append(found)
+    garbage.cache_parts = _unneeded_cache_parts(data, keep, cutoff)
+    return garbage
+
+
+def remove(garbage: Garbage, data: Path) -> None:
+    """Delete what `collect` found: collections first (their markers go last, so an interrupted gc that
+    is run again still finds them), then cache parts, then the artifact files."""
+    from resources.vector_stores import VectorStores
+
+    stores = VectorStores.from_env(str(data))
+    for backend, name in garbage.collections:
+        stores.get(backend).delete(name)
+    for path, _ in garbage.cache_parts:
+        path.unlink(missing_ok=True)
+    for path, _ in sorted(garbage.files, key=lambda f: f[0].parent.name == "vector_index"):
+        path.unlink(missing_ok=True)
+
+
+def _refuse_unnamed_sweeps(data: Path, plans: list[Plan]) -> None:
+    """Another sweep that ran on this data dir shares its artifacts by content: gc cannot tell which it needs."""
+    claims = data / "sweep_prefixes"
+    ran = {p.read_text().strip() for p in claims.glob("*.txt")} if claims.exists() else set()
+    missing = sorted(ran - {p.sweep.name for p in plans})
+    if missing:
+        raise SpecError(
+            f"data dir {data} also holds the sweep(s) {', '.join(missing)}: give their sweep files too (gc keeps "
+            "only what the sweeps it is given need, and sweeps share artifacts)"
+        )
+
+
+def _needed(plan: Plan, instance, data: Path) -> set[tuple[str, str]]:
+    """(stage, fingerprint) of every artifact the plan needs now, and what the instance last recorded."""
+    sweep = plan.sweep
+    inputs = snapshot_fingerprints(sweep)
+    expected = dict(plan.fingerprints(inputs))
+    qa = ArtifactRef(data, "qa_set", inputs.get("qa_set", ""))
+    if sweep.search.strategy == "halving" and "qa_set" in inputs and qa.exists():  # else no rung ran on it
+        questions = read_parquet(qa.path(), columns=["query_id"]).height
+        n = questions - holdout_size(questions, sweep.decision.holdout)
+        size = min(sweep.search.start_questions, n)
+        while size < n:  # every rung's artifacts: a rerun of the search finds each one
+            expected |= plan.fingerprints(inputs, rung=size)
+            size = min(n, math.ceil(size * sweep.search.growth))
+    keep = {(stage, fp) for (stage, _), fp in expected.items()} | {(n, fp) for n, fp in inputs.items()}
+    for s in PARTITIONED:
+        latest = latest_fingerprints(instance, asset_key(plan, s.name))
+        keys = set(plan.keys(s.name)) | set(plan.holdout_partitions.get(s.name, {}))
+        keep |= {(s.name, fp) for key, fp in latest.items() if key in keys}
+    for name in ("corpus", "qa_set", "leaderboard", "confirmation"):
+        if fp := latest_fingerprint(instance, asset_key(plan, name), None):
+            keep.add((name, fp))
+    if plan.optimizable_keys:
+        latest = latest_fingerprints(instance, asset_key(plan, "prompt_optimizations"))
+        keep |= {("prompt_optimizations", fp) for k, fp in latest.items() if k in plan.optimizable_keys}
+    return keep
+
+
+def _marker_collection(ref: ArtifactRef) -> tuple[str, str] | None:
+    try:
+        marker = ref.read()
+    except Exception:  # a marker already gone or damaged: its collection is not known
+        return None
+    return str(marker["store"][0]), str(marker["collection"][0])
+
+
+def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str]]:
+    """(store, collection) of every registered version of the sweeps' models: a shipped model on a server
+    store searches its collection (an embedded store's model rebuilds its index from the bundle)."""
+    import json
+
+    import mlflow
+
+    from resources.tracking import MlflowTracking
+    from shipping.pipeline import BUNDLE, EMBEDDED, MANIFEST
+
+    tracking = MlflowTracking(default_dir=str(data))
+    client, out = tracking.client(), set()
+    for plan in plans:
+        try:
+            versions = client.search_model_versions(f"name = '{plan.sweep.name}'")
+        except Exception:  # no registry (a file store) or no model: nothing registered
+            continue
+        for v in versions:
+            try:
+                path = mlflow.artifacts.download_artifacts(
+                    artifact_uri=f"{v.source}/artifacts/{BUNDLE}/{MANIFEST}",
+                    tracking_uri=tracking.resolved_uri(),
+                )
+                manifest = json.loads(Path(path).read_text())
+            except Exception as e:  # files that cannot be read: refuse rather than break a champion
+                raise SpecError(
+                    f"registered model {plan.sweep.name} version {v.version}: its manifest cannot be read "
+                    f"({type(e).__name__}), so gc cannot tell which collection it searches; nothing was deleted"
+                ) from e
+            if (
+                manifest["store"] not in EMBEDDED
+            ):  # an embedded store's model builds its index from its bundle
+                out.add((manifest["store"], manifest["collection"]))
+    return out
+
+
+def _unneeded_cache_parts(data: Path, keep: set[tuple[str, str]], cutoff: float) -> list[tuple[Path, int]]:
+    """Embedding-cache parts none of whose texts a kept chunkset or QA set holds."""
+    root = data / "embedding_cache"
+    if not root.exists():
+        return []
+    needed: set[str] = set()
+    for stage, fp in keep:
+        if stage in ("chunksets", "qa_set"):
+            ref = ArtifactRef(data, stage, fp)
+            if ref.exists():
+                column = "index_text" if stage == "chunksets" else "question"
+                needed |= set(map(text_hash, read_parquet(ref.path(), columns=[column])[column].to_list()))
+    out = []
+    for part in sorted(root.glob("*/*.parquet")):
+        if part.stat().st_mtime > cutoff:
+            continue
+        hashes = read_parquet(part, columns=["text_hash"])["text_hash"].to_list()
+        if needed.isdisjoint(hashes):
+            out.append((part, part.stat().st_size))
+    return out

@@ -1,0 +1,37 @@
+"""`rag-sweep gc`: list (and with --apply remove) what no given sweep needs in a data dir (orchestration/gc.py)."""
+
+from __future__ import annotations
+
+from resources import environment
+from resources.storage import data_root
+
+
+def add_parser(sub) -> None:
+    gc = sub.add_parser(
+        "gc",
+        help="list what none of the sweeps needs in the data dir (artifacts, vector collections, embedding-"
+        "cache parts) and, with --apply, remove it",
+    )
+    gc.add_argument("specs", nargs="+", metavar="SPEC", help="every sweep file that ran on the data dir")
+    gc.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
+    gc.add_argument("--store", help="vector store of configs that name none")
+    gc.add_argument(
+        "--older-than", default="30d", help="leave what was written more recently (default 30d; 0: any age)"
+    )
+    gc.add_argument("--apply", action="store_true", help="remove it (default: only list it)")
+
+
+def run(args) -> int:
+    from orchestration.gc import collect, parse_age, remove
+    from runner import load_plan, local_instance
+    from runner.lock import exclusive
+
+    age = parse_age(args.older_than)  # before any work
+    data = data_root(args.data_dir or environment.default_data_dir())
+    plans = [load_plan(spec, args.store, data) for spec in args.specs]
+    with exclusive(data):  # a run started meanwhile waits, then finds what it needs
+        garbage = collect(plans, data, local_instance(data), age)
+        if args.apply:
+            remove(garbage, data)
+    print("\n".join(garbage.lines(applied=args.apply)))
+    return 0
