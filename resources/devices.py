@@ -9,9 +9,10 @@ The device is never part of a fingerprint: an encoder is used on a device only w
 same check the ONNX export passes (resources/local_encoders.py), so a vector is the same vector wherever it
 was computed and the embedding cache is shared by every device.
 
-Throughput: each embedding call of at least MIN_TIMED texts records the texts per second its encoder
-measured on this machine (per model, device and engine), so `rag-sweep plan` estimates time with the
-device's measured speed, not a guess.
+Throughput: each embedding call of at least MIN_TIMED texts records the characters (and texts) per second
+its encoder measured on this machine (per model and device), so `rag-sweep plan` estimates time with the
+device's measured speed, not a guess. Characters, because a model's time follows its texts' length: 242
+questions embed at ~500 texts/s on 2 cores where chunks of ~170 tokens embed at ~50.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 
 from resources.environment import user_cache_dir
 
-ASSUMED_CPU_RATE = 23.0  # texts/s of all-MiniLM-L6-v2 on 2 cores, ~170-token chunks: before any measurement
+# all-MiniLM-L6-v2 on 2 cores: ~23 texts/s of ~170-token (~680-character) chunks, before any measurement
+ASSUMED_CPU_CHARS = 23.0 * 680
 MIN_TIMED = 64  # fewer texts time the start more than the model
 _LOCK = threading.Lock()
 
@@ -121,7 +123,9 @@ def rate_key(model_version: str, device: Device) -> str:
     return f"{model_version} @ {device.label}"
 
 
-def record_rate(model_version: str, device: Device, engine: str, texts: int, seconds: float) -> None:
+def record_rate(
+    model_version: str, device: Device, engine: str, texts: int, chars: int, seconds: float
+) -> None:
     """Remember this machine's measured texts/s for a model on a device (the latest measurement of at least
     MIN_TIMED texts). A cache dir that cannot be written only loses the estimate."""
     if texts < MIN_TIMED or seconds <= 0:
@@ -130,6 +134,7 @@ def record_rate(model_version: str, device: Device, engine: str, texts: int, sec
         rates = _rates()
         rates[rate_key(model_version, device)] = {
             "texts_per_second": round(texts / seconds, 1),
+            "chars_per_second": round(chars / seconds),
             "engine": engine,
             "texts": texts,
         }
@@ -145,5 +150,6 @@ def record_rate(model_version: str, device: Device, engine: str, texts: int, sec
 
 
 def measured_rate(model_version: str, device: Device) -> dict | None:
-    """{"texts_per_second", "engine", "texts"} last measured here for the model on the device, or None."""
+    """{"chars_per_second", "texts_per_second", "engine", "texts"} last measured here for the model on the
+    device, or None."""
     return _rates().get(rate_key(model_version, device))

@@ -155,7 +155,14 @@ class EmbeddingService(dg.ConfigurableResource):
             if progress:
                 progress(min(i + size, len(texts)), len(texts))
         if encoder is not None:
-            record_rate(model_version(model) or model, encoder.device, describe(encoder), len(texts), busy)
+            record_rate(
+                model_version(model) or model,
+                encoder.device,
+                describe(encoder),
+                len(texts),
+                sum(map(len, texts)),
+                busy,
+            )
         return np.concatenate(out)
 
     def token_offsets(self, model: str, texts: list[str]) -> list[list[tuple[int, int]]]:

@@ -15,7 +15,7 @@ from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import check_optimize_budget
 from resources.artifacts import ArtifactRef
-from resources.devices import ASSUMED_CPU_RATE, measured_rate
+from resources.devices import ASSUMED_CPU_CHARS, measured_rate
 from resources.embedders import EmbeddingService
 from resources.environment import default_data_dir, device_setting
 from resources.llm import price
@@ -96,7 +96,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         embedder.cached_hashes,
         n_queries - held,
         price,
-        texts_per_second=lambda model: rates[model][0],
+        chars_per_second=lambda model: rates[model][0],
         holdout_questions=held,
     )
     out.embedding_speeds = [line for _, line in rates.values()]
@@ -104,21 +104,24 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
 
 
 def embedding_rates(plan: Plan, embedder: EmbeddingService) -> dict[str, tuple[float, str]]:
-    """model -> (texts/s, a line saying where and how known) for each embedding model of the plan: the rate
-    last measured on this machine's device ($RAG_DEVICE; `cuda` where there is none is an error here,
+    """model -> (characters/s, a line saying where and how known) for each embedding model of the plan: the
+    rate last measured on this machine's device ($RAG_DEVICE; `cuda` where there is none is an error here,
     before any work), else the CPU's assumed rate."""
     models = sorted({plan.partition("embeddings", k).config.embedding.model for k in plan.keys("embeddings")})
     device = embedder.local_device() if any(map(is_local, models)) else None
     out = {}
     for model in models:
         if not is_local(model):
-            out[model] = (ASSUMED_CPU_RATE, f"{model}: an API; ~{ASSUMED_CPU_RATE:g} texts/s assumed")
+            out[model] = (
+                ASSUMED_CPU_CHARS,
+                f"{model}: an API; ~{ASSUMED_CPU_CHARS:,.0f} characters/s assumed",
+            )
             continue
         measured = measured_rate(model_version(model) or model, device)
-        if measured:
-            rate = measured["texts_per_second"]
+        if measured and measured.get("chars_per_second"):
+            rate = measured["chars_per_second"]
             how = f"measured here ({measured['engine']}, {measured['texts']} texts)"
         else:
-            rate, how = ASSUMED_CPU_RATE, "assumed: not measured on this machine yet (a run measures it)"
-        out[model] = (rate, f"{model} on {device.label}: ~{rate:,.0f} texts/s {how}")
+            rate, how = ASSUMED_CPU_CHARS, "assumed: not measured on this machine yet (a run measures it)"
+        out[model] = (rate, f"{model} on {device.label}: ~{rate:,.0f} characters/s {how}")
     return out

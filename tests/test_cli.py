@@ -178,7 +178,7 @@ def test_the_plan_counts_what_a_run_then_computes(slice_data, tmp_path, capsys):
     assert all(new == 0 for _, new in after.partitions.values()) and after.texts_to_embed == 0
     assert (r := cli(*["plan", str(spec), "--data-dir", str(data)])).returncode == 0
     assert "texts to embed: 0" in r.stdout
-    assert "all-MiniLM-L6-v2 on cpu: ~" in r.stdout and "texts/s measured here" in r.stdout, r.stdout
+    assert "all-MiniLM-L6-v2 on cpu: ~" in r.stdout and "characters/s measured here" in r.stdout, r.stdout
 
 
 @pytest.mark.slow

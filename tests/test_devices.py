@@ -96,8 +96,10 @@ def test_the_plan_estimates_with_the_rate_measured_on_this_device(tmp_path):
     cpu = devices.resolve_device("auto")
     key = model_version(MODEL)
     assert devices.measured_rate(key, cpu) is None
-    devices.record_rate(key, cpu, "cpu · onnx", 10, 1.0)  # too few texts to time the model, not its start
+    devices.record_rate(key, cpu, "cpu · onnx", 10, 500, 1.0)  # too few texts: it would time the start
     assert devices.measured_rate(key, cpu) is None
     EmbeddingService(cache_dir=str(tmp_path / "cache")).embed(MODEL, [f"text number {i}" for i in range(80)])
     measured = devices.measured_rate(key, cpu)
     assert measured["engine"] == "cpu · onnx" and measured["texts"] == 80 and measured["texts_per_second"] > 0
+    chars = sum(len(f"text number {i}") for i in range(80))
+    assert measured["chars_per_second"] == pytest.approx(measured["texts_per_second"] * chars / 80, rel=0.01)

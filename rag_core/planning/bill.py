@@ -74,21 +74,21 @@ def estimate(
     cached: Callable[[str], set[str]],
     n_queries: int,
     price: Callable[[str, int, int], float | None],
-    texts_per_second: Callable[[str], float] = lambda model: 23.0,
+    chars_per_second: Callable[[str], float] = lambda model: 23.0 * 680,
     concurrency: int = 4,
     holdout_questions: int = 0,
 ) -> Bill:
     """`n_queries`: the questions the selection sees (the holdout's: `holdout_questions`); `done`: (stage,
     key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
     its chunks; `cached(model)`: text hashes the embedding cache holds; `price(model, prompt tokens,
-    completion tokens)`: USD, None when unknown; `texts_per_second(model)`: how fast the model embeds
-    where the run would embed."""
+    completion tokens)`: USD, None when unknown; `chars_per_second(model)`: how fast the model embeds
+    where the run would embed (a model's time follows its texts' length)."""
     partitions = {}
     for s in PARTITIONED:
         keys = plan.keys(s.name)
         new = [k for k in keys if (s.name, k) not in done]
         partitions[s.name] = (len(keys) - len(new), len(new))
-    texts: set[tuple[str, str]] = set()  # (model, text hash) to embed, each once
+    texts: dict[tuple[str, str], int] = {}  # (model, text hash) to embed, each once -> its characters
     chunk_tokens: dict[str, float] = {}
     for key in plan.keys("embeddings"):
         p = plan.partition("embeddings", key)
@@ -99,7 +99,9 @@ def estimate(
             continue
         model = p.config.embedding.model
         have = cached(model)
-        texts |= {(model, h) for h in map(text_hash, chunks["index_text"].to_list()) if h not in have}
+        for text in chunks["index_text"].to_list():
+            if (h := text_hash(text)) not in have:
+                texts[(model, h)] = len(text)
     bill = Bill(partitions, len(texts), holdout_questions=holdout_questions, selection_questions=n_queries)
     for stage_name, calls in _llm_calls(plan, done, chunk_tokens, n_queries).items():
         for model, (n, prompt, completion) in calls.items():
@@ -112,7 +114,7 @@ def estimate(
                 bill.cost_usd += cost
     steps = sum(new for _, new in partitions.values())
     bill.seconds = (
-        sum(1 / texts_per_second(model) for model, _ in texts)
+        sum(chars / chars_per_second(model) for (model, _), chars in texts.items())
         + sum(bill.llm_calls.values()) * LLM_SECONDS / concurrency
         + steps * STEP_SECONDS
     )
