@@ -51,7 +51,7 @@ class Garbage:
     def bytes(self) -> int:
         return sum(n for _, n in self.files) + sum(n for _, n in self.cache_parts)
 
-    def lines(self, applied: bool) -> list[str]:
+    def lines(self, applied: bool, to_apply: str = "run again with --apply") -> list[str]:
         did = "removed" if applied else "would remove"
         by_stage: dict[str, list[int]] = {}
         for path, n in self.files:
@@ -77,7 +77,7 @@ class Garbage:
             )
         )
         if not applied and (self.files or self.collections or self.cache_parts):
-            out.append("nothing was deleted: run again with --apply to remove them")
+            out.append(f"nothing was deleted: {to_apply} to remove them")
         return out
 
 

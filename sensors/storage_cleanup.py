@@ -18,7 +18,7 @@ class CleanupConfig(dg.Config):
 def storage_cleanup(plans: Callable[[], list[Plan]]) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
     """`plans`: every sweep the deployment serves, read when the job runs (its files as they are then)."""
 
-    @dg.op(required_resource_keys={"artifacts"})
+    @dg.op(required_resource_keys={"artifacts"}, out=dg.Out(dg.Nothing))  # nothing to store: no pickle
     def remove_unneeded_storage(context: dg.OpExecutionContext, config: CleanupConfig) -> dg.Output:
         from orchestration.gc import collect, parse_age, remove
         from resources.locks import shared_lock
@@ -31,7 +31,7 @@ def storage_cleanup(plans: Callable[[], list[Plan]]) -> tuple[dg.JobDefinition, 
             garbage = collect(plans(), data, context.instance, age)
             if config.apply:
                 remove(garbage, data)
-        lines = garbage.lines(applied=config.apply)
+        lines = garbage.lines(config.apply, "run the job with apply: true")
         for line in lines:
             context.log.info(line)
         return dg.Output(
