@@ -32,7 +32,7 @@ from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep.commands import gate, gc, models
+from rag_sweep.commands import calibrate_judge, gate, gc, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -123,6 +123,7 @@ def _main(argv: list[str] | None) -> int:
     models.add_parsers(sub)
     gate.add_parser(sub)
     gc.add_parser(sub)
+    calibrate_judge.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -140,6 +141,8 @@ def _main(argv: list[str] | None) -> int:
             return gate.run(args)
         if args.command == "gc":
             return gc.run(args)
+        if args.command == "calibrate-judge":
+            return calibrate_judge.run(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
