@@ -204,10 +204,13 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
     tracking = MlflowTracking(default_dir=str(data))
     client, out = tracking.client(), set()
     for plan in plans:
-        try:
+        try:  # a name never registered gives no versions, not an error
             versions = client.search_model_versions(f"name = '{plan.sweep.name}'")
-        except Exception:  # no registry (a file store) or no model: nothing registered
-            continue
+        except Exception as e:  # a registry that cannot be read could hide a champion's collection
+            raise SpecError(
+                f"the model registry of {tracking.display_uri()} cannot be read ({type(e).__name__}), so gc "
+                "cannot tell which collections a registered model searches; nothing was deleted"
+            ) from e
         for v in versions:
             try:
                 path = mlflow.artifacts.download_artifacts(
