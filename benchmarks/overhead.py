@@ -65,10 +65,10 @@ sys.path.insert(0, {root!r})
 from resources.embedders import EmbeddingService
 spent = {{"cpu": 0.0, "texts": 0}}
 original = EmbeddingService._model_embed
-def timed(self, model, texts, progress=None):
+def timed(self, model, texts, *args, **kwargs):
     t0 = time.process_time()
     try:
-        return original(self, model, texts, progress)
+        return original(self, model, texts, *args, **kwargs)
     finally:
         spent["cpu"] += time.process_time() - t0
         spent["texts"] += len(texts)

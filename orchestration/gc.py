@@ -18,7 +18,6 @@ with reruns (a rerun updates a config's run in place).
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from rag_core.decision.holdout import holdout_size
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError
 from rag_core.planning.stages import PARTITIONED, STAGES
+from rag_core.search.halving import next_rung
 from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
 from resources.storage import read_parquet
 
@@ -113,10 +113,12 @@ def collect(plans: list[Plan], data: Path, instance, older_than_s: float) -> Gar
                 continue
             if (folder, m.group(1)) in keep:
                 garbage.kept_files += 1
-            elif path.stat().st_mtime > cutoff:
+                continue
+            st = path.stat()  # once: a request on object storage
+            if st.st_mtime > cutoff:
                 garbage.too_recent += 1
             else:
-                garbage.files.append((path, path.stat().st_size))
+                garbage.files.append((path, st.st_size))
     protected = _registered_collections(plans, data) | {
         _marker_collection(ArtifactRef(data, "vector_index", fp)) for s, fp in keep if s == "vector_index"
     }
@@ -168,7 +170,7 @@ def _needed(plan: Plan, instance, data: Path) -> set[tuple[str, str]]:
         size = min(sweep.search.start_questions, n)
         while size < n:  # every rung's artifacts: a rerun of the search finds each one
             expected |= plan.fingerprints(inputs, rung=size)
-            size = min(n, math.ceil(size * sweep.search.growth))
+            size = next_rung(size, sweep.search.growth, n)
     keep = {(stage, fp) for (stage, _), fp in expected.items()} | {(n, fp) for n, fp in inputs.items()}
     for s in PARTITIONED:
         latest = latest_fingerprints(instance, asset_key(plan, s.name))
@@ -244,9 +246,10 @@ def _unneeded_cache_parts(data: Path, keep: set[tuple[str, str]], cutoff: float)
                 needed |= set(map(text_hash, read_parquet(ref.path(), columns=[column])[column].to_list()))
     out = []
     for part in sorted(root.glob("*/*.parquet")):
-        if part.stat().st_mtime > cutoff:
+        st = part.stat()  # once: a request on object storage
+        if st.st_mtime > cutoff:
             continue
         hashes = read_parquet(part, columns=["text_hash"])["text_hash"].to_list()
         if needed.isdisjoint(hashes):
-            out.append((part, part.stat().st_size))
+            out.append((part, st.st_size))
     return out

@@ -130,13 +130,10 @@ class EmbeddingService(dg.ConfigurableResource):
         precision is checked now)."""
         return local_encoder(model, self.backend, texts, self.local_device())
 
-    def embedded_by(self, model: str, texts: list[str] | None = None) -> str:
-        """Where this service embeds the model's texts: describe() of its encoder, or the API's."""
-        return describe(self.encoder(model, texts)) if is_local(model) else f"api ({model})"
-
-    def _model_embed(self, model: str, texts: list[str], progress=None) -> np.ndarray:
+    def _model_embed(self, model: str, texts: list[str], encoder, progress=None) -> np.ndarray:
+        """`texts`' vectors from the local `encoder` (None: the litellm model), in its batches (a GPU's,
+        measured) or the service's."""
         out = []
-        encoder = self.encoder(model, texts) if is_local(model) else None  # looked up once, not per batch
         size = (encoder.batch_size if encoder is not None else None) or self.batch_size
         busy = 0.0  # the model's own seconds: what a device's measured rate is made of
         for i in range(0, len(texts), size):
@@ -223,8 +220,9 @@ class EmbeddingService(dg.ConfigurableResource):
                 cache = self._load_cache(model, origins)
                 missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
             if missing:  # the encoder is loaded (and checked, on first use) with the texts it is for
-                device = self.embedded_by(model, list(missing.values()))
-            self._embed_missing(model, missing, cache, progress, device, origins)
+                encoder = self.encoder(model, list(missing.values())) if is_local(model) else None
+                device = describe(encoder) if encoder is not None else f"api ({model})"
+                self._embed_missing(model, missing, cache, progress, encoder, device, origins)
         matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
         embedded_on: dict[str, int] = {}
         for h in set(hashes):
@@ -235,12 +233,11 @@ class EmbeddingService(dg.ConfigurableResource):
         return matrix, stats
 
     def _embed_missing(
-        self, model: str, missing: dict[str, str], cache: dict, progress, device: str, origins: dict
+        self, model: str, missing: dict[str, str], cache: dict, progress, encoder, device: str, origins: dict
     ) -> None:
         # longest first, so each batch holds texts of about one length: a batch pads to its longest text,
         # and unsorted batches of chunks spent half of the model's time on padding
         todo = sorted(missing.items(), key=lambda item: len(item[1]), reverse=True)
-        encoder = self.encoder(model) if is_local(model) and missing else None
         # a GPU's batches are large: a part holds several of them (a part per 256 texts is ~20 a second there)
         every = max(self.checkpoint_texts, 8 * ((encoder.batch_size if encoder is not None else None) or 0))
         for start in range(0, len(todo), every):
@@ -250,7 +247,7 @@ class EmbeddingService(dg.ConfigurableResource):
                 if progress:
                     progress(start + done, len(todo))
 
-            new = self._model_embed(model, [text for _, text in block], block_progress)
+            new = self._model_embed(model, [text for _, text in block], encoder, block_progress)
             part = pl.DataFrame({"text_hash": [h for h, _ in block]}).with_columns(
                 pl.Series("vector", fixed_size_vectors(new)), pl.lit(device).alias("embedded_on")
             )

@@ -240,9 +240,8 @@ def local_encoder(model: str, backend: str = "onnx", texts: list[str] | None = N
     if backend not in BACKENDS:
         raise ValueError(f"embedding backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     key = (model, model_version(model), backend, device.name)
-    with (
-        _BUILDING
-    ):  # threads of one process wait for one export or calibration instead of each making their own
+    # threads of one process wait for one export or calibration instead of each making their own
+    with _BUILDING:
         with _LOCK:
             known = _ENCODERS.get(key)
         if known is None:

@@ -15,16 +15,11 @@ import pytest
 
 from resources import devices, encoder_check
 from resources import local_encoders as le
+from tests.test_local_encoders import HELD_OUT  # texts the check never saw
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 MODEL = os.environ.get("RAG_GPU_TEST_MODEL") or "all-MiniLM-L6-v2"
-HELD_OUT = [
-    "Who wrote the novel?",
-    "Scott Derrickson is an American director, screenwriter and producer. " * 3,
-    "Ed Wood was an American filmmaker, actor, writer, producer, and director. " * 40,
-    "Zürich, Kraków, São Paulo, Reykjavík and Łódź are cities; 北京 and 서울 too.",
-]
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,11 @@ from rag_core.metrics.stats import holm, sign_flip_p
 from rag_core.search.space import Candidate
 
 
+def next_rung(size: int, growth: float, total: int) -> int:
+    """The questions of the rung after one of `size`: `growth` times more, at most all `total`."""
+    return min(total, int(np.ceil(size * growth)))
+
+
 def question_order(question_ids: Sequence[str], seed: int) -> list[str]:
     """The QA set in the order rungs take it: a seeded shuffle, so every rung is a random sample and a
     larger rung holds every question of a smaller one."""
@@ -118,7 +123,7 @@ class Halving:
                     self.alive.discard(ids[k])
                     self.dropped[ids[k]] = self.size
         if self.size < len(self.order) and len(self.alive) > 1:
-            self.size = min(len(self.order), int(np.ceil(self.size * self.growth)))
+            self.size = next_rung(self.size, self.growth, len(self.order))
 
     @property
     def done(self) -> bool:
