@@ -21,7 +21,7 @@ class Chunksets(StageLogic):
             def tokenize(texts: list[str]):
                 return embedder.token_offsets(cfg.model, texts)
 
-        if cfg.method == "semantic":
+        if cfg.semantic:
             # embed every sentence once (cached), then cut where adjacent sentences drift apart
             texts = docs["text"].to_list()
             spans = [sentence_spans(t) for t in texts]

@@ -24,6 +24,7 @@ from rag_core.decision.leaderboard import (
     rank_configs,
     score_plot_png,
     to_markdown,
+    with_plugin_metrics,
 )
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
 from rag_core.decision.report import missed_questions, query_scores, ship_report
@@ -284,7 +285,7 @@ class Leaderboard(StageLogic):
                 images={"trend.png": trend},
             )
         tracking.mark_current_board(run.plan.sweep.name, run.ref.fp)  # earlier boards: superseded
-        cols = [c for c in TABLE_COLUMNS if c in frame.columns]
+        cols = [c for c in with_plugin_metrics(TABLE_COLUMNS, frame) if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
         table = frame.select(cols).with_columns(pl.selectors.float().round(4))
         return {  # what to ship first: the UI lists metadata in this order

@@ -214,7 +214,7 @@ def loads_model(plan: Plan, name: str) -> bool:
     if name == "rerankings":
         return any(c.rerank.method == "cross_encoder" for c in plan.configs)
     if name == "chunksets":
-        return any(c.chunking.method == "semantic" for c in plan.configs)
+        return any(c.chunking.semantic for c in plan.configs)
     return False
 
 

@@ -2,6 +2,7 @@
 
     rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
     rag-sweep validate SPEC
+    rag-sweep components [--markdown]
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
     rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
@@ -28,11 +29,13 @@ from pathlib import Path
 from dagster._core.errors import DagsterExecutionInterruptedError
 
 from rag_assets.qa_generation import estimate_line, generate_qa_command
+from rag_core.common.registry import PluginError
 from rag_core.data.datasets import DatasetError, DataWarning
+from rag_core.planning.extension_points import plugins_line
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep.commands import calibrate_judge, gate, gc, models
+from rag_sweep.commands import calibrate_judge, components, gate, gc, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -124,6 +127,7 @@ def _main(argv: list[str] | None) -> int:
     gate.add_parser(sub)
     gc.add_parser(sub)
     calibrate_judge.add_parser(sub)
+    components.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -143,6 +147,8 @@ def _main(argv: list[str] | None) -> int:
             return gc.run(args)
         if args.command == "calibrate-judge":
             return calibrate_judge.run(args)
+        if args.command == "components":
+            return components.run(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
@@ -157,6 +163,7 @@ def _main(argv: list[str] | None) -> int:
         DeviceUnavailable,
         CheckFailed,
         StepFailed,
+        PluginError,
     ) as e:
         if getattr(args, "verbose", False):  # a server's URL in it keeps no password
             lines = traceback.format_exception(e.__cause__ or e)
@@ -191,6 +198,8 @@ def _validate(spec: str) -> int:
         + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
     )
     _warn_unsegmented(plan, corpus, qa)
+    if line := plugins_line():
+        print(line)
     for key in plan.config_keys:
         print(f"  {key}")
     _warn_size(plan)

@@ -81,9 +81,8 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
             return ref.read()
         cfg = plan.partition("chunksets", key).config.chunking
         tokenize = (lambda texts: embedder.token_offsets(cfg.model, texts)) if cfg.unit == "tokens" else None
-        method = (
-            "sentence" if cfg.method == "semantic" else cfg.method
-        )  # semantic cuts need embeddings: about
+        # a semantic chunker's cuts need the embeddings: the estimate packs sentences instead
+        method = "sentence" if cfg.semantic else cfg.method
         return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
 
     held = 0

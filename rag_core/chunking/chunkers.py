@@ -20,10 +20,10 @@ Units longer than `chunk_size` fall back to the next finer level, down to single
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from rag_core.chunking.base import CHUNKERS, Chunker, Measure, Span
 
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace.
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+")
@@ -40,53 +40,6 @@ _LEVELS_BY_METHOD = {
 }
 
 
-@dataclass(frozen=True)
-class Span:
-    start: int
-    end: int
-    heading: str = ""  # markdown: the heading path, "Title > Section"
-
-
-class Measure:
-    """Length of a span in characters, or in tokens when the tokenizer's character offsets are given."""
-
-    def __init__(self, token_offsets: Sequence[tuple[int, int]] | None = None):
-        self.tokens = None if token_offsets is None else [o for o in token_offsets if o[1] > o[0]]
-        self._starts = [s for s, _ in self.tokens or []]
-        self._ends = [e for _, e in self.tokens or []]
-
-    def size(self, start: int, end: int) -> int:
-        if self.tokens is None:
-            return end - start
-        # tokens lying inside [start, end): starts >= start, ends <= end
-        first = bisect.bisect_left(self._starts, start)
-        last = bisect.bisect_right(self._ends, end)
-        return max(0, last - first)
-
-    def windows(self, start: int, end: int, size: int, step: int) -> list[Span]:
-        if self.tokens is None:
-            out, pos = [], start
-            while pos < end:
-                out.append(Span(pos, min(pos + size, end)))
-                if pos + size >= end:
-                    break
-                pos += step
-            return out
-        idx = [i for i, (s, e) in enumerate(self.tokens) if s >= start and e <= end]
-        if not idx:
-            return [Span(start, end)]
-        out = []
-        for w in range(0, len(idx), step):
-            group = idx[w : w + size]
-            a = start if w == 0 else self.tokens[group[0]][0]
-            last = w + size >= len(idx)
-            b = end if last else self.tokens[idx[w + size]][0]  # up to the next window's first token
-            out.append(Span(a, b))
-            if last:
-                break
-        return out
-
-
 def chunk_text(
     text: str,
     method: str,
@@ -95,23 +48,13 @@ def chunk_text(
     token_offsets: Sequence[tuple[int, int]] | None = None,
     breakpoints: set[int] | None = None,
 ) -> list[Span]:
-    """Split `text` into spans; see the module docstring for each method. `token_offsets` (character
+    """Split `text` into spans by a registered chunking method (see the module docstring for the built-ins). `token_offsets` (character
     offsets of the tokenizer's tokens) switches sizes to tokens; `breakpoints` (character offsets where a
     new semantic group starts) drives the semantic method."""
     if chunk_overlap >= chunk_size:
         raise ValueError("chunk_overlap must be smaller than chunk_size")
     m = Measure(token_offsets)
-    if method == "fixed":
-        spans = m.windows(0, len(text), chunk_size, chunk_size - chunk_overlap)
-    elif method in _LEVELS_BY_METHOD:
-        units = _split(text, 0, len(text), _LEVELS_BY_METHOD[method], chunk_size, m)
-        spans = _pack(units, chunk_size, chunk_overlap, m)
-    elif method == "markdown":
-        spans = _markdown(text, chunk_size, chunk_overlap, m)
-    elif method == "semantic":
-        spans = _semantic(text, chunk_size, chunk_overlap, m, breakpoints or set())
-    else:
-        raise ValueError(f"unknown chunking method {method!r}")
+    spans = CHUNKERS.get(method).spans(text, chunk_size, chunk_overlap, m, breakpoints)
     return [s for s in (_trim(text, s) for s in spans) if s is not None]
 
 
@@ -354,3 +297,45 @@ def chunk_corpus(corpus, method: str, chunk_size: int, chunk_overlap: int, token
         "metadata": pl.String,
     }
     return pl.DataFrame(rows, schema=schema)
+
+
+# ---- the built-in methods ---------------------------------------------------------------------------
+
+
+def _fixed(text: str, size: int, overlap: int, m: Measure) -> list[Span]:
+    return m.windows(0, len(text), size, size - overlap)
+
+
+def _packed(levels: list[str]):
+    def split(text: str, size: int, overlap: int, m: Measure) -> list[Span]:
+        return _pack(_split(text, 0, len(text), levels, size, m), size, overlap, m)
+
+    return split
+
+
+for _chunker in (
+    Chunker(
+        "fixed",
+        _fixed,
+        "windows of chunk_size units, each starting chunk_size - chunk_overlap after the last",
+    ),
+    Chunker("sentence", _packed(_LEVELS_BY_METHOD["sentence"]), "whole sentences packed up to chunk_size"),
+    Chunker("paragraph", _packed(_LEVELS_BY_METHOD["paragraph"]), "whole paragraphs packed up to chunk_size"),
+    Chunker(
+        "recursive",
+        _packed(_LEVELS_BY_METHOD["recursive"]),
+        "the coarsest separator (paragraph, line, sentence, word) within chunk_size, packed with overlap",
+    ),
+    Chunker(
+        "markdown",
+        _markdown,
+        "never crosses a heading, keeps a heading with its content, never splits code blocks or tables",
+    ),
+    Chunker(
+        "semantic",
+        _semantic,
+        "cuts where adjacent sentences' embeddings drift apart (semantic_percentile), within chunk_size",
+        semantic=True,
+    ),
+):
+    CHUNKERS.register(_chunker.name, _chunker)

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.decision.leaderboard import MAX_ERROR_SHARE
-from rag_core.metrics import METRIC_NEEDS
+from rag_core.metrics import needs
 from rag_core.metrics.stats import holm, min_questions_for_claim
 
 OVERALL = "overall_score"
@@ -238,7 +238,7 @@ def gate(
                 )
                 test.decidable = False
             elif len(d) == 0:
-                need = METRIC_NEEDS.get(metric, "values this evaluation computes")
+                need = needs(metric) or "values this evaluation computes"
                 test.why = f"no question defines it for both configs (it needs {need})"
                 test.decidable = False
             elif len(d) < floor:

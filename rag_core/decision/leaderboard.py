@@ -42,6 +42,18 @@ DISPLAY_COLUMNS = [
 ]
 
 
+def with_plugin_metrics(columns: list[str], df: pl.DataFrame) -> list[str]:
+    """`columns` and, before the latency columns, the plug-in metrics `df` holds: an installed metric shows
+    where the built-in ones do."""
+    from rag_core.metrics.registry import METRICS
+
+    extra = [m for m in METRICS.plugin_names() if m in df.columns and m not in columns]
+    at = next(
+        (i for i, c in enumerate(columns) if c.endswith("_ms") or c.startswith("mean_hops")), len(columns)
+    )
+    return [*columns[:at], *extra, *columns[at:]]
+
+
 def compare_to_leader(
     board: pl.DataFrame,
     per_query: dict[str, pl.DataFrame],
@@ -158,7 +170,7 @@ def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataF
 
 
 def to_markdown(df: pl.DataFrame, columns: list[str] | None = None) -> str:
-    columns = [c for c in (columns or DISPLAY_COLUMNS) if c in df.columns]
+    columns = [c for c in (columns or with_plugin_metrics(DISPLAY_COLUMNS, df)) if c in df.columns]
 
     def fmt(v) -> str:
         if v is None:
@@ -173,16 +185,12 @@ def to_markdown(df: pl.DataFrame, columns: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-# The terminal's names for the leaderboard columns it shows (the file keeps the full names)
+# The terminal's names for the leaderboard columns it shows that are no metric (a metric's is its label in
+# the registry, rag_core/metrics/registry.py; the file keeps the full names)
 TERMINAL_NAMES = {
     "overall_score": "score",
     "overall_ci95": "95% CI",
     "vs_leader": "vs leader",
-    "recall_at_k": "recall@k",
-    "ndcg_at_k": "nDCG@k",
-    "exact_match": "EM",
-    "token_f1": "F1",
-    "faithfulness": "faithful",
     "retrieval_p50_ms": "ret p50 ms",
     "n_generation_errors": "gen errors",
     "n_judge_failures": "judge fails",
@@ -212,7 +220,9 @@ def to_terminal(df: pl.DataFrame, columns: list[str]) -> str:
             )
         return str(v)
 
-    cells = [[TERMINAL_NAMES.get(c, c) for c in columns]]
+    from rag_core.metrics.registry import label
+
+    cells = [[TERMINAL_NAMES.get(c) or label(c) or c for c in columns]]
     cells += [
         [fmt(v, c) for v, c in zip(row, columns, strict=True)] for row in df.select(columns).iter_rows()
     ]
@@ -278,4 +288,5 @@ def terminal_columns(board: pl.DataFrame) -> list[str]:
     ]
     if "mean_hops" in board.columns and board["mean_hops"].drop_nulls().len():  # an iterative retrieval
         cols.insert(cols.index("retrieval_p50_ms"), "mean_hops")
+    cols = with_plugin_metrics(cols, board)
     return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]

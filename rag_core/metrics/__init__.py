@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from rag_core.common.registry import PluginError
 from rag_core.metrics.generation import (
     bleu,
     citation_accuracy,
@@ -23,6 +24,14 @@ from rag_core.metrics.generation import (
     token_f1,
 )
 from rag_core.metrics.hops import hop_columns, hop_scores
+from rag_core.metrics.registry import (
+    METRICS,
+    Metric,
+    Question,
+    needs,
+    register,
+    scorable_metrics,
+)
 from rag_core.metrics.retrieval import (
     RETRIEVAL_METRICS,
     context_diversity,
@@ -31,20 +40,18 @@ from rag_core.metrics.retrieval import (
 )
 
 GENERATION_METRICS = ("exact_match", "token_f1", "bleu", "rouge_l")
-SUPPORT_METRICS = ("faithfulness", "citation_accuracy")
 EMBEDDING_METRICS = ("semantic_similarity", "answer_relevance", "context_diversity")
-SCORABLE_METRICS = (
-    RETRIEVAL_METRICS + GENERATION_METRICS + SUPPORT_METRICS + EMBEDDING_METRICS + ("faithfulness_judge",)
-)
-
-# what the QA set (or the run) must give a question for each metric to be defined on it: a metric no question
-# defines is undefined for every config, and left out of the overall score
-METRIC_NEEDS: dict[str, str] = {
-    **dict.fromkeys(RETRIEVAL_METRICS, "gold document ids (relevant_doc_ids)"),
-    **dict.fromkeys((*GENERATION_METRICS, "semantic_similarity"), "reference answers (answers)"),
-    "citation_accuracy": "answers that cite their context ([n] markers)",
-    "faithfulness_judge": "a verdict of the judge (evaluation.judge_model)",
-}
+for _metric in (  # computed by evaluate_queries with the embedder's vectors
+    Metric(
+        "semantic_similarity",
+        "cosine of the answer's and the closest gold answer's embeddings",
+        "embedding",
+        needs="reference answers (answers)",
+    ),
+    Metric("answer_relevance", "cosine of the answer's and the question's embeddings", "embedding"),
+    Metric("context_diversity", "1 - mean pairwise cosine of the retrieved chunks' vectors", "embedding"),
+):
+    register(_metric)
 
 
 def undefined_reasons(metrics: Sequence[str]) -> str:
@@ -53,7 +60,7 @@ def undefined_reasons(metrics: Sequence[str]) -> str:
     (answers)'. A BEIR set has gold documents and no answers: its answer metrics are the undefined ones."""
     groups: dict[str, list[str]] = {}
     for m in metrics:
-        groups.setdefault(METRIC_NEEDS.get(m, "a value this sweep's evaluation computes"), []).append(m)
+        groups.setdefault(needs(m) or "a value this sweep's evaluation computes", []).append(m)
     return "; ".join(
         f"{', '.join(names)} {'needs' if len(names) == 1 else 'need'} {need}"
         for need, names in groups.items()
@@ -61,10 +68,11 @@ def undefined_reasons(metrics: Sequence[str]) -> str:
 
 
 __all__ = [
-    "METRIC_NEEDS",
+    "METRICS",
     "RETRIEVAL_METRICS",
     "GENERATION_METRICS",
-    "SCORABLE_METRICS",
+    "needs",
+    "scorable_metrics",
     "dedupe",
     "retrieval_scores",
     "exact_match",
@@ -121,6 +129,8 @@ def evaluate_queries(
         answers.rename({"latency_ms": "generation_ms"}), on="query_id", how="left"
     )
     records = list(joined.iter_rows(named=True))
+    qa_columns = set(qa.columns)
+    scored = [METRICS.get(m) for m in scorable_metrics() if METRICS.get(m).score is not None]
     vec: dict[str, np.ndarray] = {}
     if embed is not None:
         texts = [
@@ -150,15 +160,24 @@ def evaluate_queries(
             row.update(retrieval_scores(doc_ids, gold, top_k))
         else:
             row.update(dict.fromkeys(RETRIEVAL_METRICS))
-        row["exact_match"] = exact_match(answer, golds) if golds else None
-        row["token_f1"] = token_f1(answer, golds) if golds else None
-        row["bleu"] = bleu(answer, golds) if golds else None
-        row["rouge_l"] = rouge_l(answer, golds) if golds else None
         # what the generator saw (after context synthesis) when the answers record it
         seen_texts = r["context_texts"] if r.get("context_texts") is not None else (r["texts"] or [])
         seen_docs = r["context_doc_ids"] if r.get("context_doc_ids") is not None else doc_ids
-        row["faithfulness"] = faithfulness(answer, seen_texts)
-        row["citation_accuracy"] = citation_accuracy(raw, seen_docs, set(relevant))
+        q = Question(
+            query_id=r["query_id"],
+            question=r["question"],
+            answer=answer,
+            raw_answer=raw,
+            gold_answers=golds,
+            doc_ids=list(doc_ids),
+            relevant_doc_ids=set(relevant),
+            context_texts=list(seen_texts),
+            context_doc_ids=list(seen_docs),
+            top_k=top_k,
+            extra={k: v for k, v in r.items() if k in qa_columns},
+        )
+        for metric in scored:
+            row[metric.name] = metric.checked(_score(metric, q), q.query_id)
         if embed is not None:
             a = vec.get(answer) if answer.strip() else None
             row["semantic_similarity"] = (
@@ -178,7 +197,7 @@ def evaluate_queries(
         row["generation_ms"] = r["generation_ms"]
         rows.append(row)
     schema = {"query_id": pl.String, "answer": pl.String, "error": pl.String}
-    metric_cols = [m for m in SCORABLE_METRICS if rows and m in rows[0]]
+    metric_cols = [m for m in scorable_metrics() if rows and m in rows[0]]
     schema |= {m: pl.Float64 for m in metric_cols}
     if max_hops > 1:
         schema |= {m: pl.Float64 for m in [*hop_columns(max_hops), "hops"]}
@@ -186,8 +205,18 @@ def evaluate_queries(
     return pl.DataFrame(rows, schema=schema)
 
 
+def _score(metric: Metric, q: Question) -> float | None:
+    try:
+        return metric.score(q)
+    except Exception as e:  # a plug-in's own failure: one error naming it and the question
+        where = METRICS.origin(metric.name)
+        raise PluginError(
+            f"metric {metric.name!r} ({where}) failed on question {q.query_id!r}: {type(e).__name__}: {e}"
+        ) from e
+
+
 def metric_columns(per_query: pl.DataFrame) -> list[str]:
-    return [m for m in SCORABLE_METRICS if m in per_query.columns]
+    return [m for m in scorable_metrics() if m in per_query.columns]
 
 
 def summarize(per_query: pl.DataFrame) -> dict[str, float | None]:

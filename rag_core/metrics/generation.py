@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from rag_core.common.text import normalize_answer, tokens
+from rag_core.metrics.registry import Metric, register
 
 _CITATION = re.compile(r"\[(\d+)\]")
 
@@ -84,3 +85,61 @@ def citation_accuracy(answer: str, context_doc_ids: Sequence[str], relevant: set
         return None
     ok = sum(1 for n in cited if 1 <= n <= len(context_doc_ids) and context_doc_ids[n - 1] in relevant)
     return ok / len(cited)
+
+
+# ---- registered: scored per question by evaluate_queries --------------------------------------------
+
+_ANSWERS = "reference answers (answers)"
+
+
+def _against_golds(fn):
+    return lambda q: fn(q.answer, q.gold_answers) if q.gold_answers else None
+
+
+for _metric in (
+    Metric(
+        "exact_match",
+        "SQuAD exact match, max over gold answers",
+        "generation",
+        "EM",
+        _ANSWERS,
+        score=_against_golds(exact_match),
+    ),
+    Metric(
+        "token_f1",
+        "SQuAD token F1, max over gold answers",
+        "generation",
+        "F1",
+        _ANSWERS,
+        score=_against_golds(token_f1),
+    ),
+    Metric(
+        "bleu",
+        "sacreBLEU sentence BLEU against the gold answers, in [0, 1]",
+        "generation",
+        needs=_ANSWERS,
+        score=_against_golds(bleu),
+    ),
+    Metric(
+        "rouge_l",
+        "ROUGE-L F-measure, max over gold answers",
+        "generation",
+        needs=_ANSWERS,
+        score=_against_golds(rouge_l),
+    ),
+    Metric(
+        "faithfulness",
+        "share of the answer's tokens found in the context it was given",
+        "support",
+        "faithful",
+        score=lambda q: faithfulness(q.answer, q.context_texts),
+    ),
+    Metric(
+        "citation_accuracy",
+        "share of cited context blocks whose document is gold",
+        "support",
+        needs="answers that cite their context ([n] markers)",
+        score=lambda q: citation_accuracy(q.raw_answer, q.context_doc_ids, q.relevant_doc_ids),
+    ),
+):
+    register(_metric)

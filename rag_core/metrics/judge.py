@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from rag_core.metrics.registry import Metric, register
+
 JUDGE_PROMPT_VERSION = "faithfulness-v1"
 JUDGE_PROMPT = """You are grading a question-answering system.
 Decide how much of the ANSWER is supported by the CONTEXT (not by your own knowledge).
@@ -35,3 +37,13 @@ def parse_verdict(text: str) -> float | None:
         return None
     value = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
     return value if 0.0 <= value <= 1.0 else None
+
+
+register(
+    Metric(
+        "faithfulness_judge",
+        "an LLM judge's share of the answer's claims the context supports (evaluation.judge_model)",
+        "judge",
+        needs="a verdict of the judge (evaluation.judge_model)",
+    )
+)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from rag_core.metrics.registry import Metric, register
+
 RETRIEVAL_METRICS = (
     "precision_at_k",
     "recall_at_k",
@@ -32,6 +34,27 @@ RETRIEVAL_METRICS = (
     "map_at_k",
     "r_precision",
 )
+_DESCRIPTIONS = {
+    "precision_at_k": "gold documents among the top-k documents, over k",
+    "recall_at_k": "gold documents found in the top k, over all gold documents",
+    "f1_at_k": "harmonic mean of precision@k and recall@k",
+    "hit_rate_at_k": "1 when any gold document is in the top k",
+    "mrr": "1 / rank of the first gold document",
+    "ndcg_at_k": "graded DCG over the ideal DCG (linear gain)",
+    "map_at_k": "mean of precision at each gold document's rank (trec_eval map_cut)",
+    "r_precision": "precision at rank |gold|",
+}
+_LABELS = {"recall_at_k": "recall@k", "ndcg_at_k": "nDCG@k"}
+for _name in RETRIEVAL_METRICS:  # computed together, by retrieval_scores (evaluate_queries)
+    register(
+        Metric(
+            _name,
+            _DESCRIPTIONS[_name],
+            "retrieval",
+            label=_LABELS.get(_name, ""),
+            needs="gold document ids (relevant_doc_ids)",
+        )
+    )
 
 
 def dedupe(doc_ids: Iterable[str]) -> list[str]:

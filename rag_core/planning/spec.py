@@ -89,20 +89,35 @@ class ChunkingConfig(_Strict):
     tokenizer with `unit: tokens`. `model` (the tokenizer / the semantic chunker's embedder) is filled from
     the config's embedding model when needed, so such a chunkset is keyed by it too."""
 
-    method: Literal["fixed", "sentence", "paragraph", "recursive", "markdown", "semantic"]
+    method: str  # a registered chunking method (rag_core/chunking/base.py): built in or a plug-in's
     chunk_size: int = Field(gt=0)
     chunk_overlap: int = Field(ge=0)
     unit: Literal["chars", "tokens"] = "chars"
     semantic_percentile: float = Field(default=90.0, gt=0.0, lt=100.0)
     model: str | None = None
 
+    @field_validator("method")
+    @classmethod
+    def _method_installed(cls, v: str) -> str:
+        from rag_core.chunking.base import CHUNKERS
+
+        CHUNKERS.get(v)  # UnknownComponent names the installed methods; PluginError the broken plug-in
+        return v
+
+    @property
+    def semantic(self) -> bool:
+        """The method cuts by sentence embeddings (it runs the embedder while chunking)."""
+        from rag_core.chunking.base import CHUNKERS
+
+        return CHUNKERS.get(self.method).semantic
+
     @property
     def needs_model(self) -> bool:
-        return self.unit == "tokens" or self.method == "semantic"
+        return self.unit == "tokens" or self.semantic
 
     def effective(self) -> ChunkingConfig:
         fields = self.model_dump()
-        if self.method != "semantic":
+        if not self.semantic:
             fields["semantic_percentile"] = 90.0
         if not self.needs_model:
             fields["model"] = None
@@ -120,7 +135,7 @@ class ChunkingConfig(_Strict):
     def key(self) -> str:
         t = "t" if self.unit == "tokens" else ""
         key = f"{self.method}-{self.chunk_size}{t}-{self.chunk_overlap}{t}"
-        if self.method == "semantic":
+        if self.semantic:
             key += f"-p{self.semantic_percentile:g}"
         if self.needs_model and self.model:
             key += f"-{slug(self.model.split('/')[-1])}"
@@ -479,12 +494,18 @@ class EvaluationSpec(_Strict):
 
 
 def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
-    """A mapping of metric -> number (weights, floors): known metric names and finite numbers."""
-    from rag_core.metrics import SCORABLE_METRICS
+    """A mapping of metric -> number (weights, floors): installed weightable metrics and finite numbers."""
+    from rag_core.metrics.registry import METRICS, weightable_metrics
 
-    unknown = sorted(set(v) - set(SCORABLE_METRICS))
+    allowed = weightable_metrics()
+    unknown = sorted(set(v) - set(METRICS.names()))
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(SCORABLE_METRICS)}")
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {allowed}")
+    other = sorted(set(v) - set(allowed))
+    if other:
+        raise ValueError(
+            f"{what}: metric(s) {other} are reported only (not a score in [0, 1], higher better)"
+        )
     bad = sorted(k for k, x in v.items() if not math.isfinite(x))
     if bad:
         raise ValueError(f"{what} must be finite numbers (not nan or inf): {bad}")

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rag_core.chunking.base import CHUNKERS
 from rag_core.common.fingerprint import fingerprint
 from rag_core.common.local_models import model_version
 from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
+from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
 
 
@@ -62,6 +64,13 @@ class Stage:
         return settings
 
 
+def _chunking_settings(c: RagConfig, judge) -> dict:
+    # a plug-in method's package and version: upgrading it recomputes its chunksets (a built-in adds nothing)
+    pin = CHUNKERS.origin(c.chunking.method).pin
+    settings = c.chunking.model_dump()
+    return {**settings, "plugin": pin} if pin else settings
+
+
 def _retrieval_key(c: RagConfig) -> str:
     return f"{c.retrieval.key}-k{c.fetch_k}"
 
@@ -86,7 +95,10 @@ def _rerank_settings(c: RagConfig, judge) -> dict:
 
 
 def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
-    return (judge, JUDGE_PROMPT_VERSION) if judge else None
+    settings = (judge, JUDGE_PROMPT_VERSION) if judge else None
+    # installed plug-in metrics are computed too: their packages' versions (none installed: as before)
+    pins = {m: METRICS.origin(m).pin for m in METRICS.plugin_names()}
+    return {"judge": settings, "plugin_metrics": pins} if pins else settings
 
 
 STAGES: tuple[Stage, ...] = (
@@ -98,7 +110,7 @@ STAGES: tuple[Stage, ...] = (
         ("corpus",),
         2,
         key=lambda c: c.chunking.key,
-        settings=lambda c, j: c.chunking.model_dump(),
+        settings=_chunking_settings,
         models=lambda c: (c.chunking.model,),  # the tokenizer or the semantic chunker's embedder
     ),
     Stage(

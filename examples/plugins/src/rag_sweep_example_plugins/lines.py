@@ -1,0 +1,42 @@
+"""The `lines` chunking method: whole lines packed up to chunk_size.
+
+For line-oriented documents (lists, logs, tables as text, verse), where a paragraph is too coarse and a
+sentence rule cuts in the wrong places. A line longer than chunk_size is cut into windows of it; the
+overlap carries whole trailing lines. `measure` counts characters or tokens (`chunking.unit`), so the
+method works in both units.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rag_core.chunking.base import Measure, Span
+
+_LINE = re.compile(r"[^\n]*\S[^\n]*")  # a line with some text
+
+
+def lines(text: str, chunk_size: int, chunk_overlap: int, measure: Measure) -> list[Span]:
+    """whole lines packed up to chunk_size; a longer line is cut into windows"""
+    units: list[Span] = []
+    for m in _LINE.finditer(text):
+        if measure.size(m.start(), m.end()) <= chunk_size:
+            units.append(Span(m.start(), m.end()))
+        else:
+            units.extend(measure.windows(m.start(), m.end(), chunk_size, chunk_size))
+    out: list[Span] = []
+    current: list[Span] = []
+    for unit in units:
+        if current and measure.size(current[0].start, unit.end) > chunk_size:
+            out.append(Span(current[0].start, current[-1].end))
+            carried: list[Span] = []  # the trailing lines that fit in the overlap, and with the next line
+            for u in reversed(current):
+                if measure.size(u.start, current[-1].end) > chunk_overlap:
+                    break
+                if measure.size(u.start, unit.end) > chunk_size:
+                    break
+                carried.insert(0, u)
+            current = carried
+        current.append(unit)
+    if current:
+        out.append(Span(current[0].start, current[-1].end))
+    return out

@@ -1,0 +1,68 @@
+"""The extension points a team can add a component to, each with its registry: what `rag-sweep components`
+lists and what README's "Add a component" describes. A point's plug-ins register under its entry-point
+group (the registry's `group`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rag_core.chunking.base import CHUNKERS
+from rag_core.common.registry import PluginError, Registry
+from rag_core.metrics.registry import METRICS
+
+
+@dataclass(frozen=True)
+class ExtensionPoint:
+    name: str
+    registry: Registry
+    field: str  # where a sweep file names a component
+    component: str  # what a plug-in's entry point names
+
+
+EXTENSION_POINTS = (
+    ExtensionPoint(
+        "chunking methods",
+        CHUNKERS,
+        "chunking.method",
+        "a split(text, chunk_size, chunk_overlap, measure) function, or a rag_core.chunking.base.Chunker",
+    ),
+    ExtensionPoint(
+        "metrics",
+        METRICS,
+        "weights, decision.min, gate.metric_margins",
+        "a score(question) function, or a rag_core.metrics.registry.Metric",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    point: str
+    name: str
+    origin: str
+    description: str
+
+
+def components(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> list[Row]:
+    """Every installed component: built-ins and plug-ins alike. A plug-in that fails to load is a row
+    saying so (the listing is where a team looks for it), not an error."""
+    rows = []
+    for point in points:
+        for name in point.registry.names():
+            try:
+                description = getattr(point.registry.get(name), "description", "")
+                origin = str(point.registry.origin(name))
+            except PluginError as e:
+                description, origin = f"FAILS TO LOAD: {e}", "plug-in"
+            rows.append(Row(point.name, name, origin, description))
+    return rows
+
+
+def plugins_line(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> str | None:
+    """'plug-ins: lines (chunking method, example-plugins 0.1.0); ...', or None when none is installed."""
+    parts = [
+        f"{name} ({point.registry.kind}, {point.registry.origin(name)})"
+        for point in points
+        for name in point.registry.plugin_names()
+    ]
+    return f"plug-ins: {'; '.join(parts)}" if parts else None

@@ -1,0 +1,33 @@
+"""`rag-sweep components`: every installed chunking method and metric, built-in or plug-in
+(rag_core/planning/extension_points.py)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    cmd = sub.add_parser(
+        "components", help="list every installed component (chunking methods, metrics), plug-ins included"
+    )
+    cmd.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
+
+
+def run(args) -> int:
+    from rag_core.planning.extension_points import EXTENSION_POINTS, components
+
+    rows = components()
+    broken = any(r.description.startswith("FAILS TO LOAD") for r in rows)
+    if args.markdown:
+        print("| extension point | name | from | what it does |\n|---|---|---|---|")
+        print("\n".join(f"| {r.point} | `{r.name}` | {r.origin} | {_cell(r.description)} |" for r in rows))
+        return 1 if broken else 0
+    for point in EXTENSION_POINTS:
+        mine = [r for r in rows if r.point == point.name]
+        print(f"{point.name} ({point.field}; plug-ins: entry-point group {point.registry.group})")
+        width = max(len(r.name) for r in mine)
+        for r in mine:
+            print(f"  {r.name.ljust(width)}  {r.origin:<10}  {r.description}")
+    return 1 if broken else 0
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

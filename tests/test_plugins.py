@@ -1,0 +1,372 @@
+"""Plug-ins through entry points: a package on the path with a dist-info (its METADATA and entry_points.txt,
+as an installer writes them) is found, listed, validated, fingerprinted and run like a built-in; a broken
+one is one error naming it. The example package installed for real and run in a sweep is
+tests/test_plugins_sweep.py."""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rag_core.chunking.base import CHUNKERS
+from rag_core.chunking.chunkers import chunk_text
+from rag_core.common.registry import PluginError, UnknownComponent
+from rag_core.metrics import evaluate_queries
+from rag_core.metrics.registry import METRICS, scorable_metrics
+from rag_core.planning.spec import SpecError, load_sweep
+from tests.conftest import write_sweep
+
+REGISTRIES = (CHUNKERS, METRICS)
+
+
+def _sweep(path: Path, data: dict, **sections) -> Path:
+    sections.setdefault("chunking", {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0})
+    sections.setdefault("retrieval", {"mode": "vector", "top_k": 2})
+    return write_sweep(path, data, **sections)
+
+
+def install(root: Path, package: str, version: str, modules: dict[str, str], points: dict[str, dict]) -> Path:
+    """A distribution laid out as an installer leaves it in site-packages: its modules and a dist-info."""
+    site = root / f"site-{package}-{version}"
+    site.mkdir(parents=True)
+    for name, code in modules.items():
+        (site / f"{name}.py").write_text(textwrap.dedent(code))
+    info = site / f"{package.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    lines = []
+    for group, eps in points.items():
+        lines += [f"[{group}]", *(f"{n} = {v}" for n, v in eps.items()), ""]
+    (info / "entry_points.txt").write_text("\n".join(lines))
+    return site
+
+
+@pytest.fixture
+def plugin_path():
+    """Put sites on sys.path for one test; afterwards the registries forget them and their modules."""
+    added: list[str] = []
+    before = set(sys.modules)
+
+    def add(site: Path) -> None:
+        sys.path.insert(0, str(site))
+        added.append(str(site))
+        for r in REGISTRIES:
+            r.refresh()
+
+    yield add
+    for s in added:
+        if s in sys.path:
+            sys.path.remove(s)
+    for m in set(sys.modules) - before:
+        if m.startswith("demo_"):
+            del sys.modules[m]
+    for r in REGISTRIES:
+        r.refresh()
+
+
+LINES = """
+from rag_core.chunking.base import Span
+
+def lines(text, chunk_size, chunk_overlap, measure):
+    '''one chunk per line'''
+    out, pos = [], 0
+    for line in text.split("\\n"):
+        if line.strip():
+            out.append(Span(pos, pos + len(line)))
+        pos += len(line) + 1
+    return out
+"""
+
+METRIC = """
+from rag_core.metrics.registry import Metric
+
+def _score(q):
+    return float(len(q.answer.split()) <= {limit}) if q.answer else {empty}
+
+SHORT = Metric("short_answer", "1 when the answer has at most {limit} words", score=_score, weightable={weightable})
+"""
+
+
+def metric_site(root: Path, version="1.0", limit=3, empty="None", weightable=True) -> Path:
+    code = METRIC.format(limit=limit, empty=empty, weightable=weightable)
+    return install(
+        root,
+        "demo-metrics",
+        version,
+        {f"demo_metric_{version.replace('.', '_')}": code},
+        {"rag_sweep.metrics": {"short_answer": f"demo_metric_{version.replace('.', '_')}:SHORT"}},
+    )
+
+
+def test_an_installed_chunker_is_listed_and_runs_like_a_built_in(plugin_path, tmp_path):
+    plugin_path(
+        install(
+            tmp_path,
+            "demo-lines",
+            "1.2",
+            {"demo_lines": LINES},
+            {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}},
+        )
+    )
+    assert CHUNKERS.names()[-1] == "lines" and "(demo-lines 1.2)" in CHUNKERS.listing()
+    assert str(CHUNKERS.origin("lines")) == "demo-lines 1.2" and CHUNKERS.origin("paragraph").builtin
+    text = "alpha beta\n\n  gamma  \ndelta"
+    spans = chunk_text(text, "lines", 100, 0)
+    assert [text[s.start : s.end] for s in spans] == [
+        "alpha beta",
+        "gamma",
+        "delta",
+    ]  # trimmed like built-ins
+    assert CHUNKERS.get("lines").description == "one chunk per line"
+
+
+def test_an_unknown_method_names_the_installed_ones_in_the_spec_error(plugin_path, tmp_path, slice_data):
+    plugin_path(
+        install(
+            tmp_path,
+            "demo-lines",
+            "1.2",
+            {"demo_lines": LINES},
+            {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}},
+        )
+    )
+    spec = _sweep(
+        tmp_path / "s.yaml", slice_data, chunking={"method": "line", "chunk_size": 100, "chunk_overlap": 0}
+    )
+    with pytest.raises(SpecError) as e:
+        load_sweep(spec)
+    msg = str(e.value)
+    assert "chunking.method" in msg and "unknown chunking method 'line'" in msg
+    assert (
+        "fixed, sentence, paragraph, recursive, markdown, semantic (built-in); lines (demo-lines 1.2)" in msg
+    )
+    with pytest.raises(UnknownComponent):
+        chunk_text("a b", "line", 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("code", "value", "expected"),
+    [
+        ("raise ImportError('needs spacy')", "demo_broken:split", "failed to load: ImportError: needs spacy"),
+        ("split = 42", "demo_broken:split", "is not a chunking method: got int"),
+        ("", "demo_broken:nothing", "failed to load: AttributeError"),
+    ],
+)
+def test_a_plugin_that_cannot_load_is_one_error_naming_it(
+    plugin_path, tmp_path, slice_data, code, value, expected
+):
+    plugin_path(
+        install(
+            tmp_path, "demo-broken", "0.3", {"demo_broken": code}, {"rag_sweep.chunkers": {"broken": value}}
+        )
+    )
+    assert "broken (demo-broken 0.3)" in CHUNKERS.listing()  # listed without loading it
+    spec = _sweep(
+        tmp_path / "s.yaml", slice_data, chunking={"method": "broken", "chunk_size": 100, "chunk_overlap": 0}
+    )
+    with pytest.raises(SpecError) as e:
+        load_sweep(spec)
+    msg = str(e.value)
+    assert f"plug-in chunking method 'broken' ({value}, from demo-broken 0.3) {expected}" in msg
+    assert "chunking.method" in msg
+    # a sweep that does not use it is unaffected
+    load_sweep(
+        _sweep(
+            tmp_path / "t.yaml", slice_data, chunking={"method": "fixed", "chunk_size": 9, "chunk_overlap": 0}
+        )
+    )
+
+
+def test_a_plugin_may_not_take_a_built_ins_name(plugin_path, tmp_path):
+    plugin_path(
+        install(
+            tmp_path,
+            "demo-shadow",
+            "1.0",
+            {"demo_shadow": LINES},
+            {"rag_sweep.chunkers": {"fixed": "demo_shadow:lines"}},
+        )
+    )
+    with pytest.raises(
+        PluginError, match=r"plug-in chunking method 'fixed' .*demo-shadow 1.0.* has a built-in's name"
+    ):
+        chunk_text("a b", "fixed", 10, 0)
+
+
+def test_a_chunk_outside_the_text_is_refused_naming_the_method(plugin_path, tmp_path):
+    code = "from rag_core.chunking.base import Span\ndef split(text, size, overlap, measure):\n    return [Span(0, len(text) + 5)]\n"
+    plugin_path(
+        install(
+            tmp_path, "demo-bad", "1.0", {"demo_bad": code}, {"rag_sweep.chunkers": {"bad": "demo_bad:split"}}
+        )
+    )
+    with pytest.raises(
+        ValueError, match=r"chunking method 'bad' returned span 0\.\.8, outside its text of 3 characters"
+    ):
+        chunk_text("a b", "bad", 10, 0)
+
+
+def _plan(tmp_path, slice_data, name: str, **sections):
+    from orchestration.plans import load_plan
+
+    spec = _sweep(tmp_path / f"{name}.yaml", slice_data, name=name, **sections)
+    plan = load_plan(spec, "lancedb")
+    return plan, plan.fingerprints({"corpus": "c", "qa_set": "q"})
+
+
+def test_a_plugins_version_joins_the_fingerprints_of_what_it_makes_and_nothing_else(
+    plugin_path, tmp_path, slice_data
+):
+    chunking = [
+        {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        {"method": "lines", "chunk_size": 300, "chunk_overlap": 0},
+    ]
+    points = {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}}
+    plugin_path(install(tmp_path / "a", "demo-lines", "1.0", {"demo_lines": LINES}, points))
+    _, v1 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
+    sys.path.pop(0)
+    plugin_path(install(tmp_path / "b", "demo-lines", "1.1", {"demo_lines": LINES}, points))
+    _, v2 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
+    assert v1.keys() == v2.keys()
+    changed = {(stage, key) for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    assert changed and all(key.startswith("lines-") for stage, key in changed)
+    assert {s for s, k in changed if k.startswith("lines-")} >= {"chunksets", "embeddings", "evaluations"}
+
+    # a metric plug-in: every evaluation (it computes the metric), nothing upstream of it
+    plugin_path(metric_site(tmp_path, "1.0"))
+    _, m1 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
+    sys.path.pop(0)
+    plugin_path(metric_site(tmp_path / "m2", "2.0"))
+    _, m2 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
+    changed = {(stage, key) for (stage, key), fp in m1.items() if m2[(stage, key)] != fp}
+    assert changed == {("evaluations", k) for s, k in m1 if s == "evaluations"} and len(changed) == 2
+
+
+def _frames():
+    qa = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2"],
+            "question": ["who?", "what?"],
+            "answers": [["Ada Lovelace"], []],
+            "relevant_doc_ids": [["d1"], ["d2"]],
+        }
+    )
+    ret = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2"],
+            "chunk_ids": [["d1#0"], ["d3#0"]],
+            "doc_ids": [["d1"], ["d3"]],
+            "texts": [["Ada Lovelace wrote it"], ["nothing"]],
+            "latency_ms": [1.0, 1.0],
+        }
+    )
+    ans = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2"],
+            "answer": ["Ada Lovelace", "a much longer answer here"],
+            "error": [None, None],
+            "latency_ms": [1.0, 1.0],
+        }
+    )
+    return qa, ret, ans
+
+
+def test_a_metric_plugin_is_a_column_scored_per_question_and_weightable(plugin_path, tmp_path, slice_data):
+    plugin_path(metric_site(tmp_path))
+    assert scorable_metrics()[-1] == "short_answer"
+    per = evaluate_queries(*_frames(), top_k=1)
+    assert per["short_answer"].to_list() == [1.0, 0.0]
+    spec = _sweep(tmp_path / "w.yaml", slice_data, weights={"short_answer": 0.5, "token_f1": 0.5})
+    assert load_sweep(spec).weights["short_answer"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("empty", "expected"),
+    [
+        ("float('nan')", "nan"),
+        ("2.5", "a weightable metric scores in [0, 1]"),
+        ("'x'", "expected a finite number"),
+    ],
+)
+def test_a_metric_never_turns_nan_or_leaves_its_range(plugin_path, tmp_path, empty, expected):
+    plugin_path(metric_site(tmp_path, limit=0, empty=empty))
+    qa, ret, ans = _frames()
+    ans = ans.with_columns(pl.lit("").alias("answer"))
+    with pytest.raises(PluginError, match=r"metric 'short_answer' scored question 'q1'") as e:
+        evaluate_queries(qa, ret, ans, top_k=1)
+    assert expected in str(e.value)
+
+
+def test_a_metric_that_raises_is_named_with_its_package_and_question(plugin_path, tmp_path):
+    code = "def boom(q):\n    '''divides by zero'''\n    return 1 / 0\n"
+    plugin_path(
+        install(
+            tmp_path,
+            "demo-boom",
+            "1.0",
+            {"demo_boom": code},
+            {"rag_sweep.metrics": {"boom": "demo_boom:boom"}},
+        )
+    )
+    assert METRICS.get("boom").description == "divides by zero"
+    with pytest.raises(
+        PluginError, match=r"metric 'boom' \(demo-boom 1.0\) failed on question 'q1': ZeroDivisionError"
+    ):
+        evaluate_queries(*_frames(), top_k=1)
+
+
+def test_a_metric_reported_only_cannot_be_weighted(plugin_path, tmp_path, slice_data):
+    plugin_path(metric_site(tmp_path, weightable=False))
+    spec = _sweep(tmp_path / "w.yaml", slice_data, weights={"short_answer": 0.5, "token_f1": 0.5})
+    with pytest.raises(SpecError, match=r"weights.*\['short_answer'\] are reported only"):
+        load_sweep(spec)
+    assert not math.isnan(evaluate_queries(*_frames(), top_k=1)["short_answer"][0])
+
+
+def test_components_lists_built_ins_and_plugins_alike_and_flags_a_broken_one(plugin_path, tmp_path, capsys):
+    from rag_sweep.cli import main
+
+    plugin_path(metric_site(tmp_path))
+    plugin_path(
+        install(
+            tmp_path,
+            "demo-broken",
+            "0.3",
+            {"demo_broken": "raise ImportError('gone')"},
+            {"rag_sweep.chunkers": {"broken": "demo_broken:split"}},
+        )
+    )
+    assert main(["components"]) == 1  # a broken plug-in: listed, and the exit says so
+    out = capsys.readouterr().out
+    assert (
+        "short_answer" in out and "demo-metrics 1.0" in out and "1 when the answer has at most 3 words" in out
+    )
+    assert "FAILS TO LOAD: plug-in chunking method 'broken'" in out and "ImportError: gone" in out
+    assert "paragraph" in out and "recall_at_k" in out
+    assert all(line.startswith("|") for line in _markdown(main, capsys))
+
+
+def _markdown(main, capsys) -> list[str]:
+    main(["components", "--markdown"])
+    return capsys.readouterr().out.strip().splitlines()
+
+
+def test_the_example_line_chunker_packs_whole_lines_within_the_size(monkeypatch):
+    from rag_core.chunking.base import Measure
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "examples" / "plugins" / "src"))
+    from rag_sweep_example_plugins.lines import lines
+
+    text = "- apples\n- pears\n\n- a very long line that does not fit\n- plums"
+    spans = lines(text, 20, 9, Measure())
+    chunks = [text[s.start : s.end] for s in spans]
+    # whole lines packed; a line longer than the size cut into windows; "- pears" fits the overlap but not
+    # beside the next line, so it is not carried
+    assert chunks == ["- apples\n- pears", "- a very long line t", "hat does not fit", "- plums"]
+    short = "a\nb\nc\nd"
+    assert [short[s.start : s.end] for s in lines(short, 3, 1, Measure())] == ["a\nb", "b\nc", "c\nd"]
