@@ -164,7 +164,7 @@ def _needed(plan: Plan, instance, data: Path) -> set[tuple[str, str]]:
     inputs = snapshot_fingerprints(sweep)
     expected = dict(plan.fingerprints(inputs))
     qa = ArtifactRef(data, "qa_set", inputs.get("qa_set", ""))
-    if sweep.search.strategy == "halving" and "qa_set" in inputs and qa.exists():  # else no rung ran on it
+    if sweep.search.how == "halving" and "qa_set" in inputs and qa.exists():  # else no rung ran on it
         questions = read_parquet(qa.path(), columns=["query_id"]).height
         n = questions - holdout_size(questions, sweep.decision.holdout)
         size = min(sweep.search.start_questions, n)

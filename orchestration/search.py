@@ -350,7 +350,7 @@ def begin_search(
     if state is None:
         known = (
             [k for k in plan.config_keys if complete(CONFIG_STAGE, k) is not None]
-            if plan.sweep.search.strategy == "bayesian" and not force
+            if plan.sweep.search.sequential and not force
             else []
         )
         state = SearchState(
@@ -436,7 +436,7 @@ class SearchController:
             return True
         if self.state.force:
             return False
-        if stage_name == CONFIG_STAGE and self.plan.sweep.search.strategy == "bayesian":
+        if stage_name == CONFIG_STAGE and self.plan.sweep.search.sequential:
             return key in self.state.known
         return self.at(n)(stage_name, key) is not None
 
@@ -478,7 +478,7 @@ class SearchController:
         self._rungs.clear()  # completeness is read afresh; artifacts read before are kept (immutable)
         plan = self.plan
         try:
-            if plan.sweep.search.strategy == "halving":
+            if plan.sweep.search.how == "halving":
                 report = run_halving(
                     plan,
                     self.question_ids(),

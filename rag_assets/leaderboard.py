@@ -361,12 +361,12 @@ class Leaderboard(StageLogic):
 
     def _complete(self, run: StageRun, frame: pl.DataFrame) -> dg.AssetCheckResult:
         missing = sorted(set(run.plan.config_keys) - set(frame["config_key"].to_list()))
-        bayesian = run.plan.sweep.search.strategy == "bayesian"
+        sequential = run.plan.sweep.search.sequential
         return dg.AssetCheckResult(
             check_name="complete",
             # an adaptive search evaluates some configs of the plan by design: bayesian its budget,
             # halving its survivors (the rest it dropped on a share of the questions)
-            passed=(frame.height >= run.plan.trial_budget if bayesian else frame.height >= 1)
+            passed=(frame.height >= run.plan.trial_budget if sequential else frame.height >= 1)
             if run.plan.sweep.search.adaptive
             else not missing,
             severity=dg.AssetCheckSeverity.WARN,

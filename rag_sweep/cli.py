@@ -211,10 +211,10 @@ def _plan(args) -> int:
     search = plan.sweep.search
     adaptive = (
         f"; search {search.strategy} evaluates {_of_them(plan)}"
-        if search.strategy == "bayesian"
+        if search.sequential
         else f"; search halving starts {_of_them(plan)} on "
         f"{min(search.start_questions, estimate.selection_questions)} questions"
-        if search.strategy == "halving"
+        if search.how == "halving"
         else ""
     )
     print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")

@@ -15,13 +15,11 @@ import pytest
 
 from rag_core.chunking.base import CHUNKERS
 from rag_core.chunking.chunkers import chunk_text
-from rag_core.common.registry import PluginError, UnknownComponent
+from rag_core.common.registry import PluginError, UnknownComponent, refresh_all
 from rag_core.metrics import evaluate_queries
 from rag_core.metrics.registry import METRICS, scorable_metrics
 from rag_core.planning.spec import SpecError, load_sweep
 from tests.conftest import write_sweep
-
-REGISTRIES = (CHUNKERS, METRICS)
 
 
 def _sweep(path: Path, data: dict, **sections) -> Path:
@@ -55,8 +53,7 @@ def plugin_path():
     def add(site: Path) -> None:
         sys.path.insert(0, str(site))
         added.append(str(site))
-        for r in REGISTRIES:
-            r.refresh()
+        refresh_all()
 
     yield add
     for s in added:
@@ -65,8 +62,7 @@ def plugin_path():
     for m in set(sys.modules) - before:
         if m.startswith("demo_"):
             del sys.modules[m]
-    for r in REGISTRIES:
-        r.refresh()
+    refresh_all()
 
 
 LINES = """
@@ -370,3 +366,35 @@ def test_the_example_line_chunker_packs_whole_lines_within_the_size(monkeypatch)
     assert chunks == ["- apples\n- pears", "- a very long line t", "hat does not fit", "- plums"]
     short = "a\nb\nc\nd"
     assert [short[s.start : s.end] for s in lines(short, 3, 1, Measure())] == ["a\nb", "b\nc", "c\nd"]
+
+
+REVERSE = """
+from rag_core.search.strategies import Strategy
+
+class Reverse(Strategy):
+    '''the space's candidates, last first'''
+
+    def propose(self):
+        return next((c for c in reversed(self.space.all()) if self.space.key(c) not in self.seen), None)
+"""
+
+
+def test_a_search_strategy_plugin_runs_one_config_at_a_time_like_bayesian(plugin_path, tmp_path):
+    from rag_core.search.strategies import STRATEGIES
+    from tests.test_search import _drive, _plan
+
+    points = {"rag_sweep.search_strategies": {"reverse": "demo_reverse:Reverse"}}
+    plugin_path(install(tmp_path, "demo-search", "1.0", {"demo_reverse": REVERSE}, points))
+    assert STRATEGIES.get("reverse").how == "sequential"
+    plan = _plan({"strategy": "reverse", "budget": {"max_configs": 3}})
+    assert plan.sweep.search.adaptive and len(plan.config_keys) == 12  # the plan holds the whole space
+    report, steps, done = _drive(plan)
+    from orchestration.search import space_of
+
+    space, key_of = space_of(plan)
+    assert report.evaluated == [key_of[space.key(c)] for c in reversed(space.all())][:3]
+    assert report.stopped_by == "max_configs" and len(steps) == len(set(steps))
+    with pytest.raises(
+        ValueError, match=r"unknown search strategy 'revers'; installed: grid, random, bayesian, halving"
+    ):
+        _plan({"strategy": "revers"})

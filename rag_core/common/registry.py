@@ -49,6 +49,13 @@ class Origin:
 
 
 BUILTIN = Origin()
+_ALL: list[Registry] = []
+
+
+def refresh_all() -> None:
+    """Every registry looks for installed plug-ins again (a package installed, or removed, meanwhile)."""
+    for registry in _ALL:
+        registry.refresh()
 
 
 class Registry(Generic[T]):
@@ -69,6 +76,7 @@ class Registry(Generic[T]):
         self._builtins: dict[str, T] = {}
         self._plugins: dict[str, tuple[T, Origin]] = {}
         self._points: dict[str, EntryPoint] | None = None
+        _ALL.append(self)
 
     def register(self, name: str, component: T) -> T:
         if name in self._builtins:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from rag_core.chunking.base import CHUNKERS
 from rag_core.common.registry import PluginError, Registry
 from rag_core.metrics.registry import METRICS
+from rag_core.search.strategies import STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,12 @@ EXTENSION_POINTS = (
         METRICS,
         "weights, decision.min, gate.metric_margins",
         "a score(question) function, or a rag_core.metrics.registry.Metric",
+    ),
+    ExtensionPoint(
+        "search strategies",
+        STRATEGIES,
+        "search.strategy",
+        "a rag_core.search.strategies.Strategy subclass: propose() a candidate, observe() its objectives",
     ),
 )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import random
 from pathlib import Path
 from typing import Any, Literal
 
@@ -566,7 +565,7 @@ class SearchSpec(_Strict):
     that reuses an existing index (rag_core/search). halving: every config answers `start_questions`
     questions; a paired test drops those worse than the leader, the rest answer `growth` times more."""
 
-    strategy: Literal["grid", "random", "bayesian", "halving"] = "grid"
+    strategy: str = "grid"  # a registered search strategy (rag_core/search/strategies.py), or a plug-in's
     budget: SearchBudget = Field(default_factory=SearchBudget)
     seed: int = 0
     pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
@@ -577,10 +576,30 @@ class SearchSpec(_Strict):
     start_questions: int = Field(default=10, ge=2)  # halving: the first rung's questions
     growth: float = Field(default=2.0, gt=1)  # halving: each rung's questions × growth
 
+    @field_validator("strategy")
+    @classmethod
+    def _strategy_installed(cls, v: str) -> str:
+        from rag_core.search.strategies import STRATEGIES
+
+        STRATEGIES.get(v)  # UnknownComponent names the installed strategies
+        return v
+
+    @property
+    def how(self) -> str:
+        """upfront (grid, random: chosen on load), sequential (bayesian, a plug-in's) or halving."""
+        from rag_core.search.strategies import STRATEGIES
+
+        return STRATEGIES.get(self.strategy).how
+
     @property
     def adaptive(self) -> bool:
         """Whether `rag-sweep run` chooses what to evaluate as it goes (the plan holds the whole space)."""
-        return self.strategy in ("bayesian", "halving")
+        return self.how != "upfront"
+
+    @property
+    def sequential(self) -> bool:
+        """One config at a time, each chosen from the results so far (bayesian, a plug-in's strategy)."""
+        return self.how == "sequential"
 
 
 def component_used(c: RagConfig, component: str) -> bool:
@@ -900,10 +919,9 @@ def _search(configs: list[RagConfig], search: SearchSpec) -> list[RagConfig]:
     n = search.budget.max_configs
     if search.adaptive or n is None or n >= len(configs):  # adaptive: the run picks what to evaluate
         return configs
-    if search.strategy == "grid":
-        return configs[:n]
-    picked = sorted(random.Random(search.seed).sample(range(len(configs)), n))
-    return [configs[i] for i in picked]
+    from rag_core.search.strategies import STRATEGIES
+
+    return [configs[i] for i in STRATEGIES.get(search.strategy).choose(len(configs), n, search.seed)]
 
 
 def check_optimize_budget(sweep: Sweep, selection_questions: int, source: str = "the QA set") -> None:

@@ -2,7 +2,8 @@
 however it likes (a sweep's partitions, or a lookup in a published grid) and tells the strategy the result.
 
 - `space.Space`: the dimensions, and what a candidate costs given what is already built (reuse-aware).
-- `strategies`: `grid`, `random` and `bayesian` (Optuna's TPE, multi-objective when given several).
+- `strategies`: `grid`, `random` and `bayesian` (Optuna's TPE, multi-objective when given several), and the
+  registry of strategies (`search.strategy`), plug-ins included.
 - `halving`: successive halving over questions, with a paired test against the leader at each rung.
 """
 

@@ -1,12 +1,25 @@
 """Search strategies behind one interface: `propose()` a candidate (None when done), `observe()` its
 objective values (higher is better unless the direction says otherwise). No candidate is proposed twice.
+
+The registry of strategies (`search.strategy`) is here too. A strategy runs one of three ways:
+- `upfront`: it picks `budget.max_configs` configs when the sweep loads (`choose`), and the plan holds only
+  those (grid, random);
+- `sequential`: the plan holds every config and the run evaluates them one at a time as the strategy
+  proposes them, telling it each result (bayesian; a plug-in's `Strategy` subclass runs this way too);
+- `halving`: rungs of questions over a sample of the configs (rag_core/search/halving.py).
+A plug-in registers a `Strategy` subclass (its docstring's first line describes it) under the entry-point
+group `rag_sweep.search_strategies`.
 """
 
 from __future__ import annotations
 
+import inspect
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
+from rag_core.common.registry import Registry, first_line
 from rag_core.search.space import Candidate, Space
 
 
@@ -34,6 +47,11 @@ class Strategy:
 class Grid(Strategy):
     """Every candidate in the space's order."""
 
+    @staticmethod
+    def choose(n_configs: int, n: int, seed: int) -> list[int]:
+        """The first n configs (upfront)."""
+        return list(range(min(n, n_configs)))
+
     def propose(self) -> Candidate | None:
         return next((c for c in self.space.all() if self.space.key(c) not in self.seen), None)
 
@@ -45,6 +63,11 @@ class RandomSearch(Strategy):
         super().__init__(space, seed)
         self.order = space.all()
         random.Random(seed).shuffle(self.order)
+
+    @staticmethod
+    def choose(n_configs: int, n: int, seed: int) -> list[int]:
+        """A seeded sample of n configs, in the sweep's order (upfront)."""
+        return sorted(random.Random(seed).sample(range(n_configs), min(n, n_configs)))
 
     def propose(self) -> Candidate | None:
         return next((c for c in self.order if self.space.key(c) not in self.seen), None)
@@ -137,11 +160,64 @@ class Bayesian(Strategy):
             self.study.tell(trial, self._directed(self.seen[self.space.key(c)]))
 
 
-STRATEGIES = {"grid": Grid, "random": RandomSearch, "bayesian": Bayesian}
+@dataclass(frozen=True)
+class SearchStrategy:
+    name: str
+    description: str
+    how: Literal["upfront", "sequential", "halving"]
+    factory: Callable[..., Strategy] | None = None  # upfront and sequential: a Strategy over a space
+    choose: Callable[[int, int, int], list[int]] | None = None  # upfront: (configs, n, seed) -> indices
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the run chooses what to evaluate as it goes (the plan holds the whole space)."""
+        return self.how != "upfront"
+
+
+def _adapt(name: str, obj: object) -> SearchStrategy:
+    if isinstance(obj, SearchStrategy):
+        return (
+            obj
+            if obj.name == name
+            else SearchStrategy(name, obj.description, obj.how, obj.factory, obj.choose)
+        )
+    if inspect.isclass(obj) and issubclass(obj, Strategy):
+        return SearchStrategy(name, first_line(obj.__doc__) or f"{name} (no description)", "sequential", obj)
+    raise TypeError(f"got {type(obj).__name__}; expected a Strategy subclass (propose and observe)")
+
+
+STRATEGIES: Registry[SearchStrategy] = Registry(
+    "search strategy", "rag_sweep.search_strategies", ("rag_core.search.strategies",), _adapt
+)
+for _strategy in (
+    SearchStrategy("grid", "every config, or the first budget.max_configs", "upfront", Grid, Grid.choose),
+    SearchStrategy(
+        "random",
+        "a seeded sample of budget.max_configs configs",
+        "upfront",
+        RandomSearch,
+        RandomSearch.choose,
+    ),
+    SearchStrategy(
+        "bayesian",
+        "Optuna's TPE, one config at a time, preferring one that reuses an index",
+        "sequential",
+        Bayesian,
+    ),
+    SearchStrategy(
+        "halving",
+        "successive halving over questions with a paired test against the leader (rag_core/search/halving.py)",
+        "halving",
+    ),
+):
+    STRATEGIES.register(_strategy.name, _strategy)
 
 
 def make(name: str, space: Space, seed: int = 0, **options) -> Strategy:
-    """A strategy by name: grid, random or bayesian (options: directions, pool, n_startup_trials)."""
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](space, seed, **options) if name == "bayesian" else STRATEGIES[name](space, seed)
+    """A registered strategy over `space` by name, given the options its constructor takes (bayesian:
+    directions, pool, n_startup_trials)."""
+    strategy = STRATEGIES.get(name)
+    if strategy.factory is None:
+        raise ValueError(f"search strategy {name!r} proposes no single configs (it runs as {strategy.how})")
+    accepted = inspect.signature(strategy.factory).parameters
+    return strategy.factory(space, seed, **{k: v for k, v in options.items() if k in accepted})

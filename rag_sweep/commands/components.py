@@ -1,4 +1,4 @@
-"""`rag-sweep components`: every installed chunking method and metric, built-in or plug-in
+"""`rag-sweep components`: every installed chunking method, metric and search strategy, built-in or plug-in
 (rag_core/planning/extension_points.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 def add_parser(sub) -> None:
     cmd = sub.add_parser(
-        "components", help="list every installed component (chunking methods, metrics), plug-ins included"
+        "components",
+        help="list every installed component (chunking methods, metrics, search strategies), plug-ins included",
     )
     cmd.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
 
