@@ -56,6 +56,7 @@ class Evaluations(StageLogic):
             judged=(lambda answers: judge(llm, sweep.judge_model, qa, ret, answers))
             if sweep.judge_model
             else None,
+            language=sweep.language,
         )
         metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
         if forced(run.context) and run.ref.intact():  # re-evaluated (the nightly): what changed since

@@ -194,7 +194,9 @@ class QASet(StageLogic):
         sweep = run.plan.sweep
         with warnings.catch_warnings(record=True) as dropped:  # what the loader could not use, counted
             warnings.simplefilter("always", DataWarning)
-            frame = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
+            frame = load_qa(
+                sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus, sweep.language
+            )
         for w in dropped:
             if issubclass(w.category, DataWarning):
                 run.context.log.warning(str(w.message))

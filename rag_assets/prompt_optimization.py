@@ -85,10 +85,12 @@ def upstream_stage(plan: Plan) -> str:
 def optimization_fingerprint(plan: Plan, key: str, upstream_fp: str, questions_fp: str) -> str:
     """The fingerprint of config `key`'s optimization on this upstream artifact (upstream_stage) and these
     questions (the selection's)."""
-    # (not a stage of the registry: its code version is in its identity)
-    return fingerprint(
-        OPTIMIZATION, identity(plan, key), {"qa_set": questions_fp, upstream_stage(plan): upstream_fp}
-    )
+    # (not a stage of the registry: its code version is in its identity); a named language scores its
+    # candidates' answers (none: the fingerprints optimizations had before languages)
+    identified = identity(plan, key)
+    if plan.sweep.language:
+        identified = {"identity": identified, "language": plan.sweep.language}
+    return fingerprint(OPTIMIZATION, identified, {"qa_set": questions_fp, upstream_stage(plan): upstream_fp})
 
 
 def optimization_ref(plan: Plan, key: str, data, inputs: dict[str, str], fps: dict):
@@ -330,6 +332,7 @@ def optimization_asset(plan: Plan) -> dg.AssetsDefinition:
                 run_dir=_gepa_dir(artifacts.root, fp),
                 parents=lambda: (inputs["chunksets"].read(), inputs["corpus"].read()),
                 say=lambda m: context.log.debug(m),
+                language=plan.sweep.language,
             )
             frame = pl.DataFrame(
                 {

@@ -35,7 +35,9 @@ def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         check_optimize_budget(sweep, selection_questions(sweep, n), f"the QA set to generate ({n} questions)")
         return corpus, None
     try:
-        qa = load_qa(sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus)
+        qa = load_qa(
+            sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus, sweep.language
+        )
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
     check_optimize_budget(sweep, selection_questions(sweep, qa.height), f"the QA set ({qa.height} questions)")

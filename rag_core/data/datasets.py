@@ -10,6 +10,7 @@ Errors name the file, the row (1-based; the line for JSONL) and the field.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -118,14 +119,59 @@ def load_corpus(path: str | Path) -> pl.DataFrame:
     return pl.DataFrame(out, schema=CORPUS_SCHEMA)
 
 
+_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
+
+
+def language_code(value: str) -> str:
+    """A BCP 47 tag's language, as the metrics name it: `zh-CN` -> `zh`, `EN` -> `en`; ValueError otherwise."""
+    if not _LANGUAGE.match(value):
+        raise ValueError(f"{value!r} is not a language tag (an ISO 639 code such as en, zh or de-CH)")
+    return re.split(r"[-_]", value)[0].lower()
+
+
+def _language(path: Path, row: dict, i: int) -> str | None:
+    value = _string(path, row, i, "language", required=False)
+    if value is None:
+        return None
+    try:
+        return language_code(value)
+    except ValueError as e:
+        raise DatasetError(f"{where(path, row, i)}: field 'language': {e}") from None
+
+
+def _warn_uncovered(path: Path, languages: list[str | None]) -> None:
+    from rag_core.metrics.languages import COVERED
+
+    counts: dict[str, int] = {}
+    for lang in languages:
+        if lang is not None and lang not in COVERED:
+            counts[lang] = counts.get(lang, 0) + 1
+    if counts:
+        named = ", ".join(f"{lang} ({n})" for lang, n in sorted(counts.items()))
+        warnings.warn(
+            DataWarning(
+                f"{path}: field 'language': {sum(counts.values())} question(s) in a language with no answer "
+                f"normalization of its own ({named}; MLQA's are {', '.join(sorted(COVERED))}): scored with "
+                "Unicode punctuation removed, no articles and whitespace tokens, so an answer in a script "
+                "written without spaces is one token"
+            ),
+            stacklevel=3,
+        )
+
+
 def load_qa(
     path: str | Path,
     known_doc_ids: set[str] | None = None,
     max_queries: int | None = None,
     corpus: pl.DataFrame | None = None,
+    language: str | None = None,
 ) -> pl.DataFrame:
     """The project's QA format, or BEIR, Ragas or an MLflow evaluation dataset (rag_core/data/qa/formats.py);
-    `corpus` (doc_id, text) finds the gold documents of a Ragas set."""
+    `corpus` (doc_id, text) finds the gold documents of a Ragas set. A `language` per question (else the
+    set's `language`) is how its answers are normalized (rag_core/metrics/languages.py); the column is kept
+    when the file has one."""
+    from rag_core.metrics.languages import normalize
+
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
@@ -154,9 +200,13 @@ def load_qa(
                     f"{where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
                 )
         answers = _string_list(path, row, i, "answers")
+        lang = _language(path, row, i)
+        norm = (
+            (lambda a, code=lang or language: normalize(a, code)) if (lang or language) else normalize_answer
+        )
         # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
         # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
-        kept = [a for a in answers if normalize_answer(a)]
+        kept = [a for a in answers if norm(a)]
         if len(kept) < len(answers):
             junk += [
                 f"{where(path, row, i)} answer {j + 1} ({a!r})"
@@ -172,6 +222,7 @@ def load_qa(
                 "answers": answers,
                 "relevant_doc_ids": rel,
                 "relevant_doc_grades": _grades(path, row, i, len(rel)),
+                "language": lang,
             }
         )
     if not out:
@@ -188,12 +239,19 @@ def load_qa(
         )
     if max_queries is not None:
         out = out[:max_queries]
+    _warn_uncovered(path, [r["language"] or language for r in out])
+    schema = dict(QA_SCHEMA)
     if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column
         out = [{k: v for k, v in r.items() if k != "relevant_doc_grades"} for r in out]
-        return pl.DataFrame(out, schema=QA_SCHEMA)
-    for r in out:  # a row without grades in a graded set: its gold documents have grade 1
-        r["relevant_doc_grades"] = r["relevant_doc_grades"] or [1.0] * len(r["relevant_doc_ids"])
-    return pl.DataFrame(out, schema={**QA_SCHEMA, "relevant_doc_grades": pl.List(pl.Float64)})
+    else:
+        for r in out:  # a row without grades in a graded set: its gold documents have grade 1
+            r["relevant_doc_grades"] = r["relevant_doc_grades"] or [1.0] * len(r["relevant_doc_ids"])
+        schema["relevant_doc_grades"] = pl.List(pl.Float64)
+    if all(r["language"] is None for r in out):  # no language per question: no column
+        out = [{k: v for k, v in r.items() if k != "language"} for r in out]
+    else:
+        schema["language"] = pl.String
+    return pl.DataFrame(out, schema=schema)
 
 
 def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:

@@ -113,6 +113,7 @@ def evaluate(
     token_counts: Callable[[list[str]], list[int]],
     max_tokens: int | None,
     judged: Callable[[pl.DataFrame], tuple[dict, dict]] | None,
+    language: str | None = None,
 ) -> tuple[pl.DataFrame, dict[str, float | None]]:
     """(per-query metrics, summary): metric means (None where no query defines one) with their 95% bootstrap intervals, chunk quality
     (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged(answers)` is the judge's (scores, usage) when a judge is set.
@@ -134,6 +135,7 @@ def evaluate(
             chunk_vectors=chunk_vectors,
             judge_scores=verdicts[0] if verdicts else None,
             max_hops=c.retrieval.max_hops,
+            language=language,
         )
         frames.append(scored.with_columns(pl.lit(i, pl.Int64).alias("sample")))
     per_query = frames[0].drop("sample") if len(frames) == 1 else mean_over_samples(pl.concat(frames))

@@ -115,6 +115,7 @@ def evaluate_queries(
     chunk_vectors: dict[str, np.ndarray] | None = None,
     judge_scores: dict[str, float | None] | None = None,
     max_hops: int = 1,
+    language: str | None = None,
 ) -> pl.DataFrame:
     """One row per query with every metric (null where undefined for that query).
 
@@ -123,7 +124,8 @@ def evaluate_queries(
     `embed` (normalized vectors of texts) enables semantic_similarity and answer_relevance;
     `chunk_vectors` (chunk_id -> vector) enables context_diversity; `judge_scores` adds faithfulness_judge;
     `max_hops` > 1 (an iterative retrieval: `hop_doc_ids` in the retrievals) adds its hop-by-hop scores
-    (rag_core/metrics/hops.py) and the hops each question made.
+    (rag_core/metrics/hops.py) and the hops each question made. A question's language (the QA set's
+    `language` column, else `language`) picks its answer normalization (rag_core/metrics/languages.py).
     """
     joined = qa.join(retrievals.rename({"latency_ms": "retrieval_ms"}), on="query_id", how="left").join(
         answers.rename({"latency_ms": "generation_ms"}), on="query_id", how="left"
@@ -174,6 +176,7 @@ def evaluate_queries(
             context_texts=list(seen_texts),
             context_doc_ids=list(seen_docs),
             top_k=top_k,
+            language=(r.get("language") or language or None),
             extra={k: v for k, v in r.items() if k in qa_columns},
         )
         for metric in scored:

@@ -2,7 +2,8 @@
 
 SQuAD v1.1 normalization for exact match and token F1, exactly as its evaluation script: lowercase, strip
 ASCII punctuation (`string.punctuation`; other Unicode punctuation stays), drop the articles a/an/the,
-collapse whitespace; the max over gold answers is taken. `[n]` citation markers are removed from the answer
+collapse whitespace; the max over gold answers is taken. A question in a named language is normalized as
+MLQA's script does instead (rag_core/metrics/languages.py). `[n]` citation markers are removed from the answer
 and the gold answers alike before scoring (evaluate_queries).
 """
 
@@ -13,12 +14,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 from rag_core.common.text import normalize_answer, tokens
+from rag_core.metrics.languages import answer_tokens, normalize
 from rag_core.metrics.registry import Metric, register
 
 _CITATION = re.compile(r"\[(\d+)\]")
 
 
-def exact_match(answer: str, golds: Sequence[str]) -> float:
+def exact_match(answer: str, golds: Sequence[str], language: str | None = None) -> float:
+    """1.0 when the normalized answer equals a normalized gold answer: SQuAD v1.1's normalization, or MLQA's
+    for `language` (rag_core/metrics/languages.py)."""
+    if language is not None:
+        return max(float(normalize(answer, language) == normalize(g, language)) for g in golds)
     return max(float(normalize_answer(answer) == normalize_answer(g)) for g in golds)
 
 
@@ -31,17 +37,22 @@ def _f1(pred: list[str], gold: list[str]) -> float:
     return 2 * p * r / (p + r)
 
 
-def token_f1(answer: str, golds: Sequence[str]) -> float:
-    pred = tokens(answer)
-    return max(_f1(pred, tokens(g)) for g in golds)
+def _tokens(text: str, language: str | None) -> list[str]:
+    return tokens(text) if language is None else answer_tokens(text, language)
 
 
-def faithfulness(answer: str, contexts: Sequence[str]) -> float:
-    """Lexical faithfulness: share of the answer's normalized tokens found in the retrieved context."""
-    ans = tokens(answer)
+def token_f1(answer: str, golds: Sequence[str], language: str | None = None) -> float:
+    pred = _tokens(answer, language)
+    return max(_f1(pred, _tokens(g, language)) for g in golds)
+
+
+def faithfulness(answer: str, contexts: Sequence[str], language: str | None = None) -> float:
+    """Lexical faithfulness: share of the answer's normalized tokens found in the retrieved context (tokens
+    of its language: a Chinese answer's characters)."""
+    ans = _tokens(answer, language)
     if not ans:
         return 0.0
-    support = set(tokens(" ".join(contexts)))
+    support = set(_tokens(" ".join(contexts), language))
     return sum(t in support for t in ans) / len(ans)
 
 
@@ -96,6 +107,10 @@ def _against_golds(fn):
     return lambda q: fn(q.answer, q.gold_answers) if q.gold_answers else None
 
 
+def _in_language(fn):
+    return lambda q: fn(q.answer, q.gold_answers, q.language) if q.gold_answers else None
+
+
 for _metric in (
     Metric(
         "exact_match",
@@ -103,7 +118,7 @@ for _metric in (
         "generation",
         "EM",
         _ANSWERS,
-        score=_against_golds(exact_match),
+        score=_in_language(exact_match),
     ),
     Metric(
         "token_f1",
@@ -111,7 +126,7 @@ for _metric in (
         "generation",
         "F1",
         _ANSWERS,
-        score=_against_golds(token_f1),
+        score=_in_language(token_f1),
     ),
     Metric(
         "bleu",
@@ -132,7 +147,7 @@ for _metric in (
         "share of the answer's tokens found in the context it was given",
         "support",
         "faithful",
-        score=lambda q: faithfulness(q.answer, q.context_texts),
+        score=lambda q: faithfulness(q.answer, q.context_texts, q.language),
     ),
     Metric(
         "citation_accuracy",

@@ -35,6 +35,9 @@ class Question:
     context_texts: list[str]  # the blocks the generator saw (after context synthesis)
     context_doc_ids: list[str]  # their documents, in block order ([n] cites the n-th)
     top_k: int
+    # the question's language (a `language` column of the QA set, else data.language): None for SQuAD's
+    # English normalization
+    language: str | None = None
     extra: dict = field(default_factory=dict)  # any other column of the QA set's row, by name
 
 

@@ -109,8 +109,10 @@ class PromptAdapter(GEPAAdapter):
         llm: Completer,
         count_tokens: Callable[[str], int],
         parents: Callable[[], tuple[pl.DataFrame, pl.DataFrame]] = lambda: (None, None),
+        language: str | None = None,
     ):
         self.config, self.qa, self.contexts, self.weights, self.llm = config, qa, contexts, weights, llm
+        self.language = language  # the QA set's, as the sweep's evaluation scores it
         self.count_tokens, self.parents = count_tokens, parents
         # what the stages before the answers gave each question, per text of the prompts they read: a
         # candidate that changes only answer-side texts never retrieves or reranks again, one that changes
@@ -160,7 +162,9 @@ class PromptAdapter(GEPAAdapter):
         for sample in sorted(set(answers["sample"].to_list())):  # a random generator's samples: their mean
             ans = answers.filter(pl.col("sample") == sample).drop("sample")
             r = c.retrieval  # every hop's documents count (top_k each), as the sweep's evaluation does
-            scored = evaluate_queries(qa, reranked, ans, r.top_k * r.max_hops, max_hops=r.max_hops)
+            scored = evaluate_queries(
+                qa, reranked, ans, r.top_k * r.max_hops, max_hops=r.max_hops, language=self.language
+            )
             # a question's overall score (0 when no weighted metric is defined for it: GEPA sums scores)
             scores = question_scores(scored, self.weights)
             context = ans.select("query_id", "context_texts")

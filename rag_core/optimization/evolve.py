@@ -138,6 +138,7 @@ def optimize(
     parents: Callable[[], tuple[pl.DataFrame, pl.DataFrame]] = lambda: (None, None),
     say: Callable[[str], None] = lambda message: None,
     callbacks: list | None = None,
+    language: str | None = None,
 ) -> Optimized:
     """Evolve `spec.components` of `config` on `qa` (the selection split: the caller never passes the
     holdout), running the config's stages from the first one an optimized component changes (`contexts`:
@@ -149,7 +150,7 @@ def optimize(
     ids = qa["query_id"].to_list()
     train, val = train_val_split(ids, spec.val_share, spec.seed)
     metered = Metered(llm)
-    adapter = PromptAdapter(config, qa, contexts, weights, metered, count_tokens, parents)
+    adapter = PromptAdapter(config, qa, contexts, weights, metered, count_tokens, parents, language)
     seed = seed_candidate(config, spec.components)
     cost = _CostStopper(metered, spec.budget.max_cost_usd)
     # GEPA checks its budget between iterations, and an iteration scores two minibatches and, when its

@@ -136,7 +136,7 @@ class Plan:
             by_key: dict[str, Partition] = {}
             for c in configs:
                 key = partition_key(s.name, c)
-                own = s.own(c, sweep.judge_model, version, llm_api_base)
+                own = s.own(c, sweep.judge_model, version, llm_api_base, sweep.language)
                 up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
                 chain = [own, up]
                 if chains.setdefault((s.name, key), chain) != chain:

@@ -484,6 +484,17 @@ class DataSpec(_Strict):
     corpus: str
     qa: str
     max_queries: int | None = Field(default=None, gt=0)
+    # the QA set's language (en, zh, de-CH): answers are normalized as MLQA's script does for it
+    # (rag_core/metrics/languages.py); unset: SQuAD's English normalization. A `language` column per
+    # question overrides it.
+    language: str | None = None
+
+    @field_validator("language")
+    @classmethod
+    def _language_tag(cls, v: str | None) -> str | None:
+        from rag_core.data.datasets import language_code
+
+        return None if v is None else language_code(v)
 
 
 class EvaluationSpec(_Strict):
@@ -733,6 +744,7 @@ class Sweep(BaseModel):
     max_queries: int | None
     weights: dict[str, float]
     configs: tuple[RagConfig, ...]
+    language: str | None = None
     judge_model: str | None = None
     decision: DecisionSpec = DecisionSpec()
     search: SearchSpec = SearchSpec()
@@ -862,6 +874,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         corpus_path=(base / spec.data.corpus).resolve(),
         qa_path=(base / spec.data.qa).resolve(),
         max_queries=spec.data.max_queries,
+        language=spec.data.language,
         weights=spec.weights,
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,

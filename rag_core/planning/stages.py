@@ -41,6 +41,8 @@ class Stage:
     # whether a config's partition calls an LLM (judge: the sweep's judge model): the LLM endpoint the
     # deployment sets then joins its fingerprint (another server under the same model name answers otherwise)
     calls_llm: Callable[[RagConfig, Any], bool] = lambda c, judge: False
+    # the stage scores answers by the QA set's language (data.language): a named one joins its fingerprint
+    reads_language: bool = False
 
     @property
     def partitioned(self) -> bool:
@@ -52,6 +54,7 @@ class Stage:
         judge: Any,
         version: Callable[[str | None], str | None] = model_version,
         llm_api_base: str | None = None,
+        language: str | None = None,
     ) -> Any:
         """What the stage adds to a config's fingerprint: its settings, the version of every local model it
         runs (a folder replaced under the same path is another model), and the LLM endpoint it calls when
@@ -59,6 +62,8 @@ class Stage:
         settings = self.settings(c, judge)
         versions = {m: v for m in self.models(c) if (v := version(m))}
         settings = {**settings, "model_versions": versions} if versions else settings
+        if language and self.reads_language:
+            settings = {"settings": settings, "language": language}
         if llm_api_base and self.calls_llm(c, judge):
             return {"settings": settings, "llm_api_base": llm_api_base}
         return settings
@@ -175,11 +180,12 @@ STAGES: tuple[Stage, ...] = (
         "evaluations",
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
-        8,  # 8: a metric no query defines is null, not 0.0
+        9,  # 8: a metric no query defines is null, not 0.0; 9: a question's language normalizes its answers
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
         failures="n_generation_errors",
         calls_llm=lambda c, j: j is not None,
+        reads_language=True,
     ),
     # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
     # 5: a short label per config (rag_core/planning/labels.py)

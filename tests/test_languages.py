@@ -1,0 +1,161 @@
+"""Answers scored in their language: MLQA's normalization (rag_core/metrics/languages.py) equals the MLQA
+script's own exact match and F1 on every reference question (tests/data/mlqa_reference.jsonl); without a
+language the SQuAD scores are unchanged; the QA set's language reaches the evaluation and its fingerprint."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rag_core.data.datasets import DatasetError, DataWarning, load_qa
+from rag_core.metrics import evaluate_queries
+from rag_core.metrics.generation import exact_match, faithfulness, token_f1
+from rag_core.metrics.languages import COVERED, answer_tokens
+
+REFERENCE = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "data" / "mlqa_reference.jsonl").read_text("utf-8").splitlines()
+]
+
+
+@pytest.mark.parametrize("row", REFERENCE, ids=[f"{r['language']}-{i}" for i, r in enumerate(REFERENCE)])
+def test_each_question_scores_as_the_mlqa_script_scores_it(row):
+    lang = row["language"]
+    assert exact_match(row["prediction"], row["answers"], lang) == row["exact_match"]
+    assert token_f1(row["prediction"], row["answers"], lang) == row["f1"]
+
+
+def test_the_reference_covers_every_language_mlqa_has_a_rule_for():
+    assert {r["language"] for r in REFERENCE} == set(COVERED)
+    # and both outcomes of each metric, partial F1s included
+    assert {r["exact_match"] for r in REFERENCE} == {0.0, 1.0}
+    assert any(0 < r["f1"] < 1 for r in REFERENCE if r["language"] == "zh")
+
+
+def test_without_a_language_the_squad_scores_are_unchanged():
+    # SQuAD's script strips ASCII punctuation only: curly quotes stay part of the word
+    assert exact_match("“Paris”", ["Paris"]) == 0.0 and exact_match("“Paris”", ["Paris"], "en") == 1.0
+    # a Chinese near-miss is one whitespace token: F1 0 in SQuAD's terms, per character in MLQA's
+    assert token_f1("北京", ["北京大学"]) == 0.0
+    assert token_f1("北京", ["北京大学"], "zh") == pytest.approx(2 / 3)
+    assert faithfulness("北京大学", ["他在北京工作"]) == 0.0
+    assert faithfulness("北京大学", ["他在北京工作"], "zh") == 0.5
+
+
+def test_a_language_mlqa_has_no_rule_for_is_normalized_without_articles_by_whitespace():
+    assert answer_tokens("Le «Petit» Prince!", "fr") == ["le", "petit", "prince"]
+
+
+def _qa_file(tmp_path: Path, rows: list[dict]) -> Path:
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), "utf-8")
+    return path
+
+
+def _row(qid: str, answers: list[str], **extra) -> dict:
+    return {"query_id": qid, "question": "?", "answers": answers, "relevant_doc_ids": ["d1"], **extra}
+
+
+def test_the_qa_set_keeps_a_language_per_question_and_refuses_a_bad_one(tmp_path):
+    qa = load_qa(_qa_file(tmp_path, [_row("q1", ["北京"], language="zh-CN"), _row("q2", ["Paris"])]))
+    assert qa["language"].to_list() == ["zh", None]
+    assert "language" not in load_qa(_qa_file(tmp_path, [_row("q1", ["a b"])])).columns  # none: no column
+    with pytest.raises(
+        DatasetError, match=r"qa.jsonl: line 2: field 'language': 'chinese!' is not a language"
+    ):
+        load_qa(_qa_file(tmp_path, [_row("q1", ["x"]), _row("q2", ["y"], language="chinese!")]))
+
+
+def test_a_gold_answer_empty_once_normalized_in_its_language_is_dropped_and_counted(tmp_path):
+    rows = [_row("q1", ["。", "北京"], language="zh"), _row("q2", ["。"])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        qa = load_qa(_qa_file(tmp_path, rows))
+    # Chinese: MLQA strips the ideographic full stop, so "。" would match an empty answer; SQuAD keeps it
+    assert qa["answers"].to_list() == [["北京"], ["。"]]
+    assert any(issubclass(w.category, DataWarning) and "1 gold answer(s)" in str(w.message) for w in caught)
+
+
+def test_the_evaluation_scores_each_question_in_its_language():
+    qa = pl.DataFrame(
+        {
+            "query_id": ["zh", "default"],
+            "question": ["?", "?"],
+            "answers": [["北京大学"], ["北京大学"]],
+            "relevant_doc_ids": [["d1"], ["d1"]],
+            "language": ["zh", None],
+        }
+    )
+    ret = pl.DataFrame(
+        {
+            "query_id": ["zh", "default"],
+            "chunk_ids": [["d1#0"], ["d1#0"]],
+            "doc_ids": [["d1"], ["d1"]],
+            "texts": [["北京"], ["北京"]],
+            "latency_ms": [1.0, 1.0],
+        }
+    )
+    ans = pl.DataFrame(
+        {
+            "query_id": ["zh", "default"],
+            "answer": ["北京", "北京"],
+            "error": [None, None],
+            "latency_ms": [1.0, 1.0],
+        }
+    )
+    per = evaluate_queries(qa, ret, ans, 1).sort("query_id")
+    assert per["token_f1"].to_list() == [0.0, pytest.approx(2 / 3)]  # "default" (SQuAD) first, then "zh"
+    # the set's language scores the questions that name none
+    per = evaluate_queries(qa, ret, ans, 1, language="zh").sort("query_id")
+    assert per["token_f1"].to_list() == [pytest.approx(2 / 3), pytest.approx(2 / 3)]
+
+
+def test_a_named_language_joins_the_evaluations_fingerprints_and_nothing_upstream(tmp_path):
+    from orchestration.plans import load_plan
+    from tests.conftest import write_sweep
+
+    data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
+    fps = {}
+    for language in (None, "zh", "de"):
+        spec = write_sweep(
+            tmp_path / f"{language}.yaml",
+            data,
+            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
+            retrieval={"mode": "vector", "top_k": 2},
+        )
+        if language:
+            raw = spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1)
+            spec.write_text(raw)
+        fps[language] = load_plan(spec, "lancedb").fingerprints({"corpus": "c", "qa_set": "q"})
+    for language in ("zh", "de"):
+        changed = {stage for (stage, _), fp in fps[None].items() if fps[language][(stage, _)] != fp}
+        assert changed == {"evaluations"}
+    assert fps["zh"] != fps["de"]
+
+
+def test_a_language_without_a_rule_of_its_own_is_a_counted_warning_and_a_bad_set_language_an_error(tmp_path):
+    from rag_core.planning.spec import SpecError, load_sweep
+    from tests.conftest import write_sweep
+
+    with pytest.warns(
+        DataWarning, match=r"2 question\(s\) in a language with no answer normalization .*ja \(1\), th \(1\)"
+    ):
+        load_qa(
+            _qa_file(
+                tmp_path,
+                [_row("q1", ["東京"], language="ja"), _row("q2", ["x"], language="th"), _row("q3", ["y"])],
+            )
+        )
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"},
+        chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
+        retrieval={"mode": "vector", "top_k": 2},
+    )
+    spec.write_text(spec.read_text().replace("data:\n", "data:\n  language: Chinese Simplified\n", 1))
+    with pytest.raises(SpecError, match=r"data.language.*'Chinese Simplified' is not a language tag"):
+        load_sweep(spec)
