@@ -14,7 +14,13 @@ from rag_assets.stage_asset import Check, StageLogic, StageRun, forced
 from rag_core.data.qa.generation import generation_params
 from rag_core.decision.drift import compare
 from rag_core.decision.holdout import is_holdout_key
-from rag_core.evaluation.evaluate import evaluate, judge, per_question_table, variance_split
+from rag_core.evaluation.evaluate import (
+    evaluate,
+    judge,
+    language_slices,
+    per_question_table,
+    variance_split,
+)
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 
@@ -59,6 +65,7 @@ class Evaluations(StageLogic):
             language=sweep.language,
         )
         metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
+        metrics |= language_slices(per_query, qa, sweep.weights, sweep.language)  # a QA set in several
         if forced(run.context) and run.ref.intact():  # re-evaluated (the nightly): what changed since
             metrics |= compare(run.ref.read("per_query"), per_query, sweep.weights) or {}
         summary = {
@@ -76,7 +83,11 @@ class Evaluations(StageLogic):
         metrics = _metrics(frame)
         qa = run.inputs["qa_set"]
         rung = {"questions": f"{qa.n}/{qa.source.read().height}"} if isinstance(qa, QuestionSubset) else {}
-        plotted = set(run.plan.sweep.weights) | set(PLOTTED_METRICS)
+        plotted = (
+            set(run.plan.sweep.weights)
+            | set(PLOTTED_METRICS)
+            | {m for m in metrics if m.startswith("score_lang_")}
+        )
         key = run.context.partition_key
         run.context.log.info(
             f"{key}: "

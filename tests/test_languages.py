@@ -159,3 +159,38 @@ def test_a_language_without_a_rule_of_its_own_is_a_counted_warning_and_a_bad_set
     spec.write_text(spec.read_text().replace("data:\n", "data:\n  language: Chinese Simplified\n", 1))
     with pytest.raises(SpecError, match=r"data.language.*'Chinese Simplified' is not a language tag"):
         load_sweep(spec)
+
+
+def test_a_qa_set_in_several_languages_gets_a_score_per_language():
+    from rag_core.decision.leaderboard import terminal_columns, to_terminal
+    from rag_core.evaluation.evaluate import language_slices
+
+    qa = pl.DataFrame({"query_id": ["a", "b", "c"], "language": ["zh", "zh", None]})
+    per = pl.DataFrame(
+        {"query_id": ["a", "b", "c"], "token_f1": [1.0, 0.5, 0.25], "recall_at_k": [None, None, 1.0]}
+    )
+    weights = {"token_f1": 0.5, "recall_at_k": 0.5}
+    slices = language_slices(per, qa, weights, language="en")
+    # zh: recall undefined on both questions, so its weight is left out: the F1 mean alone
+    assert slices == {
+        "score_lang_en": 0.5 * 0.25 + 0.5 * 1.0,
+        "n_questions_lang_en": 1.0,
+        "score_lang_zh": 0.75,
+        "n_questions_lang_zh": 2.0,
+    }
+    assert (
+        language_slices(per, qa.with_columns(pl.lit("zh").alias("language")), weights) == {}
+    )  # one language
+    assert language_slices(per, qa.drop("language"), weights) == {}
+    board = pl.DataFrame(
+        {
+            "rank": [1],
+            "config_key": ["k"],
+            "overall_score": [0.6],
+            "overall_ci95": ["0.5–0.7"],
+            **{k: [v] for k, v in slices.items()},
+        }
+    )
+    cols = terminal_columns(board)
+    assert cols[cols.index("overall_ci95") + 1 :][:2] == ["score_lang_en", "score_lang_zh"]
+    assert "score zh" in to_terminal(board, cols)

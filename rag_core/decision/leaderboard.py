@@ -222,7 +222,10 @@ def to_terminal(df: pl.DataFrame, columns: list[str]) -> str:
 
     from rag_core.metrics.registry import label
 
-    cells = [[TERMINAL_NAMES.get(c) or label(c) or c for c in columns]]
+    def name(c: str) -> str:
+        return f"score {c.removeprefix('score_lang_')}" if c.startswith("score_lang_") else c
+
+    cells = [[TERMINAL_NAMES.get(c) or label(c) or name(c) for c in columns]]
     cells += [
         [fmt(v, c) for v, c in zip(row, columns, strict=True)] for row in df.select(columns).iter_rows()
     ]
@@ -289,4 +292,8 @@ def terminal_columns(board: pl.DataFrame) -> list[str]:
     if "mean_hops" in board.columns and board["mean_hops"].drop_nulls().len():  # an iterative retrieval
         cols.insert(cols.index("retrieval_p50_ms"), "mean_hops")
     cols = with_plugin_metrics(cols, board)
+    # a QA set in several languages: each language's score beside the overall one
+    slices = sorted(c for c in board.columns if c.startswith("score_lang_"))
+    at = cols.index("overall_ci95") + 1
+    cols = [*cols[:at], *slices, *cols[at:]]
     return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]

@@ -254,3 +254,29 @@ def per_question_table(per_query: pl.DataFrame, qa: pl.DataFrame, retrieved: pl.
         *([pl.col("titles").alias("retrieved_titles")] if "titles" in retrieved.columns else []),
     )
     return gold.join(got, on="query_id", how="left").join(per_query, on="query_id", how="left")
+
+
+def language_slices(
+    per_query: pl.DataFrame, qa: pl.DataFrame, weights: dict[str, float], language: str | None = None
+) -> dict[str, float | None]:
+    """For a QA set in several languages (its `language` column, else `language`, else "default"): per
+    language, the overall score over its questions by the leaderboard's rule (the weighted mean of the metric
+    means, a metric no question of the slice defines left out; None when none is defined) and their count.
+    Empty for a QA set in one language."""
+    if "language" not in qa.columns:
+        return {}
+    of = {
+        q: lang or language or "default"
+        for q, lang in zip(qa["query_id"].to_list(), qa["language"].to_list(), strict=True)
+    }
+    if len(set(of.values())) < 2:
+        return {}
+    out: dict[str, float | None] = {}
+    for lang in sorted(set(of.values())):
+        part = per_query.filter(pl.col("query_id").is_in([q for q, x in of.items() if x == lang]))
+        means = {m: part[m].drop_nulls().mean() for m in weights if m in part.columns}
+        defined = {m: w for m, w in weights.items() if means.get(m) is not None and w > 0}
+        total = sum(defined.values())
+        out[f"score_lang_{lang}"] = sum(means[m] * w for m, w in defined.items()) / total if total else None
+        out[f"n_questions_lang_{lang}"] = float(part.height)
+    return out
