@@ -13,7 +13,7 @@ import pytest
 
 from rag_core.data.datasets import DatasetError, DataWarning, load_qa
 from rag_core.metrics import evaluate_queries
-from rag_core.metrics.generation import exact_match, faithfulness, token_f1
+from rag_core.metrics.generation import bleu, exact_match, faithfulness, rouge_l, token_f1
 from rag_core.metrics.languages import COVERED, answer_tokens
 
 REFERENCE = [
@@ -194,3 +194,14 @@ def test_a_qa_set_in_several_languages_gets_a_score_per_language():
     cols = terminal_columns(board)
     assert cols[cols.index("overall_ci95") + 1 :][:2] == ["score_lang_en", "score_lang_zh"]
     assert "score zh" in to_terminal(board, cols)
+
+
+def test_bleu_and_rouge_l_read_a_named_languages_tokens():
+    # rouge-score keeps [a-z0-9] tokens only: a Chinese answer has none, ROUGE-L 0 whatever it says
+    assert rouge_l("北京", ["北京大学"]) == 0.0
+    assert rouge_l("北京", ["北京大学"], "zh") == pytest.approx(2 / 3)  # LCS 2 of 2 and 4 characters
+    assert rouge_l("the cat sat", ["a cat sat"], "en") == 1.0  # the articles go, as for F1
+    assert bleu("北京大学", ["北京大学"], "zh") == pytest.approx(1.0)
+    assert bleu("北京大学", ["北京大学"]) == pytest.approx(1.0) and bleu("北京", ["北京大学"], "zh") < 1.0
+    # without a language both are what they were (13a and rouge-score's own tokenizer)
+    assert rouge_l("The cat sat.", ["a cat sat"]) == pytest.approx(2 / 3)  # LCS cat sat; articles kept

@@ -56,26 +56,39 @@ def faithfulness(answer: str, contexts: Sequence[str], language: str | None = No
     return sum(t in support for t in ans) / len(ans)
 
 
-def bleu(answer: str, golds: Sequence[str]) -> float:
-    """sacreBLEU sentence BLEU (default 13a tokenizer, exp smoothing) against all golds, scaled to [0, 1]."""
+def bleu(answer: str, golds: Sequence[str], language: str | None = None) -> float:
+    """sacreBLEU sentence BLEU (exp smoothing) against all golds, scaled to [0, 1]: its 13a tokenizer, or for
+    a named language its `zh` tokenizer (Chinese: per character) or `intl` (Unicode punctuation split off)."""
     import sacrebleu
 
     if not answer.strip():
         return 0.0
-    return sacrebleu.sentence_bleu(answer, list(golds)).score / 100.0
+    tokenize = "13a" if language is None else "zh" if language == "zh" else "intl"
+    return sacrebleu.sentence_bleu(answer, list(golds), tokenize=tokenize).score / 100.0
 
 
-_ROUGE = None
+_ROUGE: dict[str | None, object] = {}
 
 
-def rouge_l(answer: str, golds: Sequence[str]) -> float:
-    """ROUGE-L F-measure (rouge-score, no stemming), max over golds."""
-    global _ROUGE
+class _LanguageTokens:
+    """rouge-score's tokenizer interface over a language's answer tokens (its own keeps [a-z0-9] only, so a
+    Chinese answer has no token at all)."""
+
+    def __init__(self, language: str):
+        self.language = language
+
+    def tokenize(self, text: str) -> list[str]:
+        return answer_tokens(text, self.language)
+
+
+def rouge_l(answer: str, golds: Sequence[str], language: str | None = None) -> float:
+    """ROUGE-L F-measure (rouge-score, no stemming), max over golds; a named language's tokens."""
     from rouge_score import rouge_scorer
 
-    if _ROUGE is None:
-        _ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    return max(_ROUGE.score(g, answer)["rougeL"].fmeasure for g in golds)
+    if language not in _ROUGE:
+        tokenizer = None if language is None else _LanguageTokens(language)
+        _ROUGE[language] = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=tokenizer)
+    return max(_ROUGE[language].score(g, answer)["rougeL"].fmeasure for g in golds)
 
 
 def citations(answer: str) -> list[int]:
@@ -101,10 +114,6 @@ def citation_accuracy(answer: str, context_doc_ids: Sequence[str], relevant: set
 # ---- registered: scored per question by evaluate_queries --------------------------------------------
 
 _ANSWERS = "reference answers (answers)"
-
-
-def _against_golds(fn):
-    return lambda q: fn(q.answer, q.gold_answers) if q.gold_answers else None
 
 
 def _in_language(fn):
@@ -133,14 +142,14 @@ for _metric in (
         "sacreBLEU sentence BLEU against the gold answers, in [0, 1]",
         "generation",
         needs=_ANSWERS,
-        score=_against_golds(bleu),
+        score=_in_language(bleu),
     ),
     Metric(
         "rouge_l",
         "ROUGE-L F-measure, max over gold answers",
         "generation",
         needs=_ANSWERS,
-        score=_against_golds(rouge_l),
+        score=_in_language(rouge_l),
     ),
     Metric(
         "faithfulness",
