@@ -7,7 +7,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
 from rag_core.common.completion import failure_summary
-from rag_core.decision.leaderboard import MAX_ERROR_SHARE
+from rag_core.decision.qualification import MAX_ERROR_SHARE
 from rag_core.generation.answering import answer
 from rag_core.metrics import percentile
 

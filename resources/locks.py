@@ -38,7 +38,7 @@ def shared_lock(name: str, local_file: Path, waiting: Callable[[str], None] | No
         try:
             conn = psycopg2.connect(url, application_name=f"rag-sweep lock {name}"[:63], connect_timeout=10)
         except psycopg2.OperationalError as e:  # not running, a wrong host, port or password
-            from resources.llm import redact
+            from resources.environment import redact
 
             reason = redact(str(e).strip().splitlines()[0], os.environ.get("DAGSTER_PG_PASSWORD"))
             raise Unreachable(

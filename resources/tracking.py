@@ -17,7 +17,7 @@ import dagster as dg
 import polars as pl
 
 from rag_core.common.redaction import redact_url
-from rag_core.decision.leaderboard import qualified
+from rag_core.decision.qualification import qualified
 from resources.environment import Unreachable, mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
 from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
 

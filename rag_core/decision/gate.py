@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import polars as pl
 
-from rag_core.decision.leaderboard import MAX_ERROR_SHARE
+from rag_core.decision.qualification import MAX_ERROR_SHARE
 from rag_core.metrics import needs
 from rag_core.metrics.stats import holm, min_questions_for_claim
 

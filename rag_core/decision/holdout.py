@@ -65,7 +65,7 @@ def finalists(board: pl.DataFrame, decision: dict) -> list[str]:
     """The configs confirmed on the holdout, in board order: the top tier, the recommended config, and the
     best-ranked config that meets the constraints when it is neither; never a config that does not
     qualify (too many failed calls, no score)."""
-    from rag_core.decision.leaderboard import qualified
+    from rag_core.decision.qualification import qualified
 
     if not decision.get("recommended") and not decision.get("top_tier"):
         return []

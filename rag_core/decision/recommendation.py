@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from rag_core.decision.leaderboard import MAX_ERROR_SHARE, qualified
+from rag_core.decision.qualification import MAX_ERROR_SHARE, qualified
 from rag_core.metrics import percentile
 from rag_core.metrics.stats import (
     N_BOOT,

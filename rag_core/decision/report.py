@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.decision.holdout import holdout_share
-from rag_core.decision.leaderboard import qualified
+from rag_core.decision.qualification import qualified
 from rag_core.metrics import undefined_reasons
 
 STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
