@@ -153,12 +153,51 @@ def publish_board(
     return path, to_markdown(frame), png, {"ship_report.html": page, "ship_report.md": md}
 
 
+JUDGE_METRIC = "faithfulness_judge"
+
+
+def judge_agreement(run: StageRun) -> dict | None:
+    """The sweep's judge against its labels (evaluation.judge_labels): Cohen's kappa and accuracy with their
+    intervals, and whether faithfulness_judge may be weighted: only a judge whose kappa reaches min_kappa is
+    (an undefined kappa is not). The judge is asked through the LLM call cache, as `rag-sweep
+    calibrate-judge` asks it: a rerun pays nothing."""
+    sweep = run.plan.sweep
+    if sweep.judge_labels is None:
+        return None
+    from rag_core.evaluation.evaluate import judge_labelled
+    from rag_core.metrics.judge_agreement import agreement, read_labels
+
+    ev = sweep.evaluation
+    rows, labels = read_labels(sweep.judge_labels)
+    scores = judge_labelled(run.llm, sweep.judge_model, rows)
+    base = {"model": sweep.judge_model, "labels": str(sweep.judge_labels), "min_kappa": ev.min_kappa}
+    try:
+        result = agreement(labels, scores, [len(r["answer"]) for r in rows], ev.judge_threshold)
+    except ValueError as e:  # every call failed: nothing measured
+        return {**base, "verdict": "undefined", "weighted": False, "reason": f"not weighted: {e}"}
+    verdict = result.verdict(ev.min_kappa)
+    figures = {k: v for k, v in result.as_dict().items() if k != "length_bias"}
+    if verdict == "trusted":
+        reason = f"weighted: kappa {result.kappa:.3f} on {result.n} labels reaches min_kappa {ev.min_kappa:g}"
+    elif verdict == "undefined":
+        reason = f"reported, not weighted: kappa undefined on {result.n} labels ({result.undefined})"
+    else:
+        reason = (
+            f"reported, not weighted: kappa {result.kappa:.3f} (95% {result.kappa_low:.3f} to "
+            f"{result.kappa_high:.3f}) on {result.n} labels is below min_kappa {ev.min_kappa:g}"
+        )
+    return {**base, **figures, "verdict": verdict, "weighted": verdict == "trusted", "reason": reason}
+
+
 class Leaderboard(StageLogic):
     description = (
         "Configs ranked by weighted overall score with 95% intervals, grouped into Holm-corrected tiers, with "
         "the recommended config under the sweep's decision constraints and a ship report."
     )
-    resources = ("tracking",)
+    resources = (
+        "tracking",
+        "llm",
+    )  # llm: the judge, measured against people's labels when the sweep has them
     checks = (
         Check("complete", "Every config of the sweep is evaluated and on the board."),
         Check(
@@ -197,8 +236,13 @@ class Leaderboard(StageLogic):
         summaries = pl.concat([every[k] for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
         spec = run.plan.sweep.decision
+        judged = judge_agreement(run)  # None: no labels to measure the judge against
+        weighted = run.plan.sweep.weights
+        if judged and not judged["weighted"]:
+            weighted = {m: w for m, w in weighted.items() if m != JUDGE_METRIC}
+            run.context.log.warning(f"{JUDGE_METRIC}: {judged['reason']}")
         try:
-            weights, undefined = defined_weights(run.plan.sweep.weights, summaries)
+            weights, undefined = defined_weights(weighted, summaries)
         except ValueError as e:
             raise dg.Failure(f"sweep {run.plan.sweep.name}: {e}") from None
         if undefined:
@@ -216,6 +260,8 @@ class Leaderboard(StageLogic):
         decision["questions"] = most
         decision["weights"] = weights  # the weights the overall score used
         decision["undefined_metrics"] = undefined
+        if judged:
+            decision["judge"] = judged
         decision["not_ranked"] = partial  # config -> questions it answered before halving dropped it
         if run.plan.holdout:  # confirmed afterwards on the questions no selection step saw
             everything = run.inputs["qa_set"].source.read()["query_id"].to_list()
@@ -351,6 +397,20 @@ class Leaderboard(StageLogic):
             **(
                 {"undefined_metrics": dg.MetadataValue.json(decision["undefined_metrics"])}
                 if decision["undefined_metrics"]
+                else {}
+            ),
+            # the judge against people's labels: its kappa, and whether its metric is weighted and why
+            **(
+                {
+                    "judge_agreement": dg.MetadataValue.json(decision["judge"]),
+                    "judge_weighted": decision["judge"]["weighted"],
+                    **(
+                        {"judge_kappa": decision["judge"]["kappa"]}
+                        if decision["judge"].get("kappa") is not None
+                        else {}
+                    ),
+                }
+                if decision.get("judge")
                 else {}
             ),
         }

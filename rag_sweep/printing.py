@@ -96,6 +96,8 @@ def _print_recommendation(data: Path, sweep: str) -> None:
             f"  Undefined for every config, left out of the overall score: {', '.join(undefined)} "
             f"(no question has what they need: {undefined_reasons(undefined)})"
         )
+    if judge := decision.get("judge"):  # the judge against people's labels (evaluation.judge_labels)
+        print(f"  Judge {judge['model']}, faithfulness_judge {judge['reason']}")
     print(f"  Ship report: {leaderboard_path(data, sweep).with_suffix('.report.html')}")
 
 

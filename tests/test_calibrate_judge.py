@@ -156,3 +156,38 @@ def test_bad_labels_are_refused_naming_the_row_and_field_before_any_call(spec, t
         f"error: {file}: row 7, field 'supported': expected true/false, 1/0 or yes/no, got 'maybe'"
         in r.stderr
     )
+
+
+def test_a_sweeps_judge_labels_are_checked_on_load(slice_data, tmp_path):
+    from rag_core.planning.spec import SpecError, load_sweep
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "answer": "a", "context": "c", "supported": "maybe"}))
+    sections = {
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "vector", "top_k": 2},
+    }
+    spec = write_sweep(tmp_path / "a.yaml", slice_data, evaluation={"judge_labels": str(bad)}, **sections)
+    with pytest.raises(SpecError, match=r"evaluation.judge_labels': labels for a judge, but no judge runs"):
+        load_sweep(spec)
+    spec = write_sweep(
+        tmp_path / "b.yaml",
+        slice_data,
+        evaluation={"judge_model": "openai/j", "judge_labels": str(bad)},
+        **sections,
+    )
+    with pytest.raises(
+        SpecError, match=r"judge_labels': .*bad.jsonl: row 1, field 'supported': expected true/false"
+    ):
+        load_sweep(spec)
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"question": "q", "answer": "a", "context": "c", "supported": "yes"}))
+    spec = write_sweep(
+        tmp_path / "c.yaml",
+        slice_data,
+        evaluation={"judge_model": "openai/j", "judge_labels": str(good)},
+        **sections,
+    )
+    first = load_sweep(spec).judge_labels_fp
+    good.write_text(json.dumps({"question": "q", "answer": "a", "context": "c", "supported": "no"}))
+    assert load_sweep(spec).judge_labels_fp != first  # edited labels: another leaderboard fingerprint

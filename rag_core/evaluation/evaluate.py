@@ -102,6 +102,21 @@ def judge(
     return scores, spent
 
 
+def judge_labelled(llm: Completer, model: str, rows: list[dict]) -> list[float | None]:
+    """The judge's score of each labelled row (question, answer, context), asked exactly as the sweep's
+    evaluation asks it; None for a failed call or a verdict that did not parse; an empty answer 0, no call."""
+
+    def one(row: dict) -> float | None:
+        if not row["answer"].strip():
+            return 0.0
+        reply = llm.complete(
+            model, judge_prompt(row["question"], row["answer"], row["context"]), temperature=0.0, max_tokens=8
+        )
+        return None if reply.error else parse_verdict(reply.text)
+
+    return map_concurrently(one, rows, llm.max_concurrency, what="labelled answers judged")
+
+
 def evaluate(
     c: RagConfig,
     qa: pl.DataFrame,

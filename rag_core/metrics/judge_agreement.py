@@ -17,10 +17,55 @@ Calls that failed or whose verdict did not parse are counted and left out, never
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 MIN_LABELS = 10  # below this an interval is as wide as the scale
+TRUE, FALSE = {"true", "1", "yes", "y", "supported"}, {"false", "0", "no", "n", "unsupported"}
+FIELDS = ("question", "answer", "context", "supported")
+
+
+class LabelsError(ValueError):
+    """A labels file that cannot be used; the message names the file, the row (1-based) and the field."""
+
+
+def read_labels(path: str | Path) -> tuple[list[dict], list[bool]]:
+    """The labelled rows (JSONL, CSV or Parquet: question, answer, context, supported) and their labels; a
+    missing field or a label that is no yes/no is an error naming the file, the row and the field."""
+    import polars as pl
+
+    file = Path(path)
+    if not file.is_file():
+        raise LabelsError(f"{path}: no such file")
+    try:
+        frame = {
+            ".jsonl": lambda: pl.read_ndjson(file),
+            ".csv": lambda: pl.read_csv(file),
+            ".parquet": lambda: pl.read_parquet(file),
+        }[file.suffix.lower()]()
+    except KeyError:
+        raise LabelsError(f"{path}: expected a .jsonl, .csv or .parquet file") from None
+    except Exception as e:  # a file its reader cannot parse
+        raise LabelsError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    missing = [f for f in FIELDS if f not in frame.columns]
+    if missing:
+        raise LabelsError(f"{path}: no field {', '.join(missing)} (each row needs {', '.join(FIELDS)})")
+    rows, labels = [], []
+    for n, row in enumerate(frame.select(FIELDS).iter_rows(named=True), start=1):
+        for f in ("question", "answer", "context"):
+            if not isinstance(row[f], str) or (f != "answer" and not row[f].strip()):
+                raise LabelsError(f"{path}: row {n}, field '{f}': expected text, got {row[f]!r}")
+        value = str(row["supported"]).strip().lower()
+        if value not in TRUE | FALSE:
+            raise LabelsError(
+                f"{path}: row {n}, field 'supported': expected true/false, 1/0 or yes/no, got {row['supported']!r}"
+            )
+        rows.append(row)
+        labels.append(value in TRUE)
+    if not rows:
+        raise LabelsError(f"{path}: no rows")
+    return rows, labels
 
 
 @dataclass

@@ -340,8 +340,19 @@ class Plan:
 
     @property
     def board_identity(self) -> dict:
-        """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks."""
-        return {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
+        """The leaderboard's own settings: what its fingerprint holds beside the evaluations it ranks (and,
+        when the judge is measured against labels, the labels, the floor and the endpoint that judges them)."""
+        identity = {"weights": self.sweep.weights, "decision": self.sweep.decision.model_dump()}
+        if self.sweep.judge_labels_fp:
+            ev = self.sweep.evaluation
+            identity["judge"] = {
+                "model": self.sweep.judge_model,
+                "labels": self.sweep.judge_labels_fp,
+                "min_kappa": ev.min_kappa,
+                "threshold": ev.judge_threshold,
+                "llm_api_base": self.llm_api_base,
+            }
+        return identity
 
     @property
     def holdout(self) -> bool:

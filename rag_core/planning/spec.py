@@ -499,6 +499,12 @@ class DataSpec(_Strict):
 
 class EvaluationSpec(_Strict):
     judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/metrics/judge.py)
+    # people's labels of answers (question, answer, context, supported; rag_core/metrics/judge_agreement.py):
+    # the judge is measured against them with each leaderboard, and a judge whose Cohen's kappa is below
+    # min_kappa (or undefined) is reported but not weighted into the overall score
+    judge_labels: str | None = None
+    min_kappa: float = Field(default=0.6, ge=-1.0, le=1.0)
+    judge_threshold: float = Field(default=0.5, ge=0.0, le=1.0)  # a score at or above it is "supported"
     # answers per question of a generator with temperature > 0: a question's scores are their mean
     samples: int = Field(default=1, ge=1, le=50)
 
@@ -746,6 +752,9 @@ class Sweep(BaseModel):
     configs: tuple[RagConfig, ...]
     language: str | None = None
     judge_model: str | None = None
+    evaluation: EvaluationSpec = EvaluationSpec()
+    judge_labels: Path | None = None  # resolved; its content's hash is judge_labels_fp
+    judge_labels_fp: str | None = None
     decision: DecisionSpec = DecisionSpec()
     search: SearchSpec = SearchSpec()
     qa_generation: QAGeneration | None = None
@@ -868,6 +877,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
     _check_consistency(spec, configs, path)
     configs = _search(configs, spec.search)
     base = path.parent
+    labels, labels_fp = _judge_labels(spec, path)
     return Sweep(
         name=spec.name,
         path=path,
@@ -878,12 +888,38 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         weights=spec.weights,
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
+        evaluation=spec.evaluation,
+        judge_labels=labels,
+        judge_labels_fp=labels_fp,
         decision=spec.decision,
         search=spec.search,
         qa_generation=spec.qa_generation,
         optimize=spec.optimize,
         gate=spec.gate,
     )
+
+
+def _judge_labels(spec: SweepFile, path: Path) -> tuple[Path | None, str | None]:
+    """The judge's labels file, read and checked on load (an error names its row and field before any
+    work), and the hash of its content (the leaderboard's fingerprint holds it: edited labels, a new verdict)."""
+    import hashlib
+
+    from rag_core.metrics.judge_agreement import LabelsError, read_labels
+
+    ev = spec.evaluation
+    if ev.judge_labels is None:
+        return None, None
+    if not ev.judge_model:
+        raise SpecError(
+            f"{path}: field 'evaluation.judge_labels': labels for a judge, but no judge runs; set "
+            "evaluation.judge_model"
+        )
+    labels = (path.parent / ev.judge_labels).resolve()
+    try:
+        read_labels(labels)
+    except LabelsError as e:
+        raise SpecError(f"{path}: field 'evaluation.judge_labels': {e}") from None
+    return labels, hashlib.sha256(labels.read_bytes()).hexdigest()
 
 
 def _check_consistency(spec: SweepFile, configs: list[RagConfig], path: Path) -> None:

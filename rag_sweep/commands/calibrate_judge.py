@@ -16,9 +16,6 @@ from rag_core.planning.spec import SpecError
 from resources import environment
 from resources.storage import data_root
 
-TRUE, FALSE = {"true", "1", "yes", "y", "supported"}, {"false", "0", "no", "n", "unsupported"}
-FIELDS = ("question", "answer", "context", "supported")
-
 
 def add_parser(sub) -> None:
     cal = sub.add_parser(
@@ -40,49 +37,18 @@ def add_parser(sub) -> None:
 
 
 def read_labels(path: str) -> tuple[list[dict], list[bool]]:
-    """The labelled rows and their labels; a missing field or a label that is no yes/no is an error naming
-    the file, the row (1-based) and the field, before any call."""
-    import polars as pl
+    from rag_core.metrics.judge_agreement import LabelsError
+    from rag_core.metrics.judge_agreement import read_labels as read
 
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"--labels {path}: no such file")
     try:
-        frame = {
-            ".jsonl": lambda: pl.read_ndjson(file),
-            ".csv": lambda: pl.read_csv(file),
-            ".parquet": lambda: pl.read_parquet(file),
-        }[file.suffix.lower()]()
-    except KeyError:
-        raise SpecError(f"--labels {path}: expected a .jsonl, .csv or .parquet file") from None
-    except Exception as e:  # a file its reader cannot parse
-        raise SpecError(f"--labels {path}: cannot be read ({type(e).__name__}: {e})") from None
-    missing = [f for f in FIELDS if f not in frame.columns]
-    if missing:
-        raise SpecError(
-            f"--labels {path}: no field {', '.join(missing)} (each row needs {', '.join(FIELDS)})"
-        )
-    rows, labels = [], []
-    for n, row in enumerate(frame.select(FIELDS).iter_rows(named=True), start=1):
-        for f in ("question", "answer", "context"):
-            if not isinstance(row[f], str) or (f != "answer" and not row[f].strip()):
-                raise SpecError(f"{path}: row {n}, field '{f}': expected text, got {row[f]!r}")
-        value = str(row["supported"]).strip().lower()
-        if value not in TRUE | FALSE:
-            raise SpecError(
-                f"{path}: row {n}, field 'supported': expected true/false, 1/0 or yes/no, got {row['supported']!r}"
-            )
-        rows.append(row)
-        labels.append(value in TRUE)
-    if not rows:
-        raise SpecError(f"--labels {path}: no rows")
-    return rows, labels
+        return read(path)
+    except LabelsError as e:  # a row's error names its file, row and field; the file's, the flag too
+        raise SpecError(str(e) if ": row " in str(e) else f"--labels {e}") from None
 
 
 def run(args) -> int:
     from orchestration.plans import load_plan
-    from rag_core.common.concurrency import map_concurrently
-    from rag_core.metrics.judge import judge_prompt, parse_verdict
+    from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
     from resources.llm import llm_from_env
 
@@ -95,15 +61,7 @@ def run(args) -> int:
     data = data_root(args.data_dir or environment.default_data_dir())
     llm = llm_from_env(cache_path=str(data / "llm_cache.sqlite"))
 
-    def score(row: dict) -> float | None:
-        if not row["answer"].strip():  # as the evaluation: an empty answer scores 0 without a call
-            return 0.0
-        reply = llm.complete(
-            model, judge_prompt(row["question"], row["answer"], row["context"]), temperature=0.0, max_tokens=8
-        )
-        return None if reply.error else parse_verdict(reply.text)
-
-    scores = map_concurrently(score, rows, llm.max_concurrency, what="answers judged")
+    scores = judge_labelled(llm, model, rows)
     try:
         result = agreement(labels, scores, [len(r["answer"]) for r in rows], args.threshold)
     except ValueError as e:
