@@ -47,6 +47,26 @@ def slice_data(tmp_path_factory) -> dict:
     }
 
 
+@pytest.fixture(scope="session")
+def small_slice(tmp_path_factory) -> dict:
+    """8 questions, their gold documents and 12 distractors: a sweep whose point is not its scores (a
+    plug-in, the judge's floor) embeds a few dozen chunks."""
+    out = tmp_path_factory.mktemp("small")
+    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(8)
+    corpus = pl.read_parquet(EXAMPLE / "corpus.parquet")
+    gold = set(qa["relevant_doc_ids"].explode().to_list())
+    distractors = corpus.filter(~pl.col("doc_id").is_in(list(gold))).head(12)
+    sliced = pl.concat([corpus.filter(pl.col("doc_id").is_in(list(gold))), distractors]).sort("doc_id")
+    sliced.write_parquet(out / "corpus.parquet")
+    qa.write_parquet(out / "queries.parquet")
+    return {
+        "dir": out,
+        "corpus": out / "corpus.parquet",
+        "qa": out / "queries.parquet",
+        "n_docs": sliced.height,
+    }
+
+
 # the recommendation takes the fastest config of a tied top tier (p95 within 2x counts as equally fast): two
 # runs timed on a busy 2-core host (workers, object storage, another process) may time two tied configs apart
 TIMED = ("recommended",)

@@ -38,7 +38,7 @@ def labels_file(path, flips: set[int]):
     return human, judged
 
 
-def test_a_judge_below_the_kappa_floor_is_reported_not_weighted(slice_data, tmp_path, monkeypatch):
+def test_a_judge_below_the_kappa_floor_is_reported_not_weighted(small_slice, tmp_path, monkeypatch):
     from sklearn.metrics import cohen_kappa_score
 
     from rag_assets.leaderboard import read_decision
@@ -49,7 +49,7 @@ def test_a_judge_below_the_kappa_floor_is_reported_not_weighted(slice_data, tmp_
     human, judged = labels_file(disagree, flips={0, 1, 2, 3, 4, 5, 6})
     spec = write_sweep(
         tmp_path / "gate.yaml",
-        slice_data,
+        small_slice,
         name="judged",
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
         retrieval={"mode": "vector", "top_k": 2},

@@ -54,7 +54,7 @@ def rag_sweep(target: Path, *args) -> subprocess.CompletedProcess:
 
 
 def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_only_their_work(
-    slice_data, tmp_path
+    small_slice, tmp_path
 ):
     target = tmp_path / "site"
     install(target, ROOT / "examples" / "plugins")
@@ -67,7 +67,7 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
 
     spec = write_sweep(
         tmp_path / "plugins.yaml",
-        slice_data,
+        small_slice,
         name="plugins",
         chunking=[
             {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
@@ -87,10 +87,11 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
     assert sorted(k.split("__")[0] for k in board["config_key"]) == ["lines-300-0", "paragraph-1024-0"]
     scores = dict(zip(board["config_key"], board["answer_in_context"], strict=True))
     assert all(0.0 <= v <= 1.0 for v in scores.values()), scores
-    mlflow.set_tracking_uri(f"sqlite:///{data / 'mlflow.db'}")
-    runs = mlflow.search_runs(experiment_names=["plugins"])
-    runs = runs[runs["tags.config_key"].notna()]  # the configs' runs (the sweep has one of its own)
-    logged = dict(zip(runs["tags.config_key"], runs["metrics.answer_in_context"], strict=True))
+    # a client of its own: setting the process's tracking URI would send later tests' runs here
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{data / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("plugins").experiment_id
+    runs = client.search_runs([experiment], filter_string="tags.config_key != ''")  # the configs' runs
+    logged = {r.data.tags["config_key"]: r.data.metrics["answer_in_context"] for r in runs}
     assert logged == pytest.approx(scores)
     # the weighted plug-in metric is in each config's overall score
     for row in board.iter_rows(named=True):
