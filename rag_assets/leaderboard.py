@@ -24,6 +24,7 @@ from rag_core.decision.leaderboard import (
     rank_configs,
     score_plot_png,
     to_markdown,
+    with_language_scores,
     with_plugin_metrics,
 )
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
@@ -331,7 +332,8 @@ class Leaderboard(StageLogic):
                 images={"trend.png": trend},
             )
         tracking.mark_current_board(run.plan.sweep.name, run.ref.fp)  # earlier boards: superseded
-        cols = [c for c in with_plugin_metrics(TABLE_COLUMNS, frame) if c in frame.columns]
+        shown = with_language_scores(with_plugin_metrics(TABLE_COLUMNS, frame), frame)
+        cols = [c for c in shown if c in frame.columns]
         kind = {pl.Float64: "float", pl.Int64: "int", pl.UInt32: "int"}
         table = frame.select(cols).with_columns(pl.selectors.float().round(4))
         return {  # what to ship first: the UI lists metadata in this order

@@ -35,6 +35,14 @@ def with_plugin_metrics(columns: list[str], df: pl.DataFrame) -> list[str]:
     return [*columns[:at], *extra, *columns[at:]]
 
 
+def with_language_scores(columns: list[str], df: pl.DataFrame) -> list[str]:
+    """`columns` and, after the overall score's interval, each language's score a QA set in several
+    languages gives (`score_lang_<code>`, rag_core/evaluation/evaluate.language_slices)."""
+    slices = sorted(c for c in df.columns if c.startswith("score_lang_") and c not in columns)
+    at = columns.index("overall_ci95") + 1 if "overall_ci95" in columns else len(columns)
+    return [*columns[:at], *slices, *columns[at:]]
+
+
 def compare_to_leader(
     board: pl.DataFrame,
     per_query: dict[str, pl.DataFrame],
@@ -272,9 +280,5 @@ def terminal_columns(board: pl.DataFrame) -> list[str]:
     ]
     if "mean_hops" in board.columns and board["mean_hops"].drop_nulls().len():  # an iterative retrieval
         cols.insert(cols.index("retrieval_p50_ms"), "mean_hops")
-    cols = with_plugin_metrics(cols, board)
-    # a QA set in several languages: each language's score beside the overall one
-    slices = sorted(c for c in board.columns if c.startswith("score_lang_"))
-    at = cols.index("overall_ci95") + 1
-    cols = [*cols[:at], *slices, *cols[at:]]
+    cols = with_language_scores(with_plugin_metrics(cols, board), board)
     return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]
