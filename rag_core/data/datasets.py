@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 
-from rag_core.common.text import normalize_answer
 from rag_core.data.qa import formats
 from rag_core.data.rows import DatasetError, finite_grade, read_rows, where
 
@@ -201,12 +200,9 @@ def load_qa(
                 )
         answers = _string_list(path, row, i, "answers")
         lang = _language(path, row, i)
-        norm = (
-            (lambda a, code=lang or language: normalize(a, code)) if (lang or language) else normalize_answer
-        )
         # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
         # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
-        kept = [a for a in answers if norm(a)]
+        kept = [a for a in answers if normalize(a, lang or language)]
         if len(kept) < len(answers):
             junk += [
                 f"{where(path, row, i)} answer {j + 1} ({a!r})"

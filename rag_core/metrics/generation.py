@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from rag_core.common.text import normalize_answer, tokens
 from rag_core.metrics.languages import answer_tokens, normalize
 from rag_core.metrics.registry import Metric, register
 
@@ -23,9 +22,7 @@ _CITATION = re.compile(r"\[(\d+)\]")
 def exact_match(answer: str, golds: Sequence[str], language: str | None = None) -> float:
     """1.0 when the normalized answer equals a normalized gold answer: SQuAD v1.1's normalization, or MLQA's
     for `language` (rag_core/metrics/languages.py)."""
-    if language is not None:
-        return max(float(normalize(answer, language) == normalize(g, language)) for g in golds)
-    return max(float(normalize_answer(answer) == normalize_answer(g)) for g in golds)
+    return max(float(normalize(answer, language) == normalize(g, language)) for g in golds)
 
 
 def _f1(pred: list[str], gold: list[str]) -> float:
@@ -37,22 +34,18 @@ def _f1(pred: list[str], gold: list[str]) -> float:
     return 2 * p * r / (p + r)
 
 
-def _tokens(text: str, language: str | None) -> list[str]:
-    return tokens(text) if language is None else answer_tokens(text, language)
-
-
 def token_f1(answer: str, golds: Sequence[str], language: str | None = None) -> float:
-    pred = _tokens(answer, language)
-    return max(_f1(pred, _tokens(g, language)) for g in golds)
+    pred = answer_tokens(answer, language)
+    return max(_f1(pred, answer_tokens(g, language)) for g in golds)
 
 
 def faithfulness(answer: str, contexts: Sequence[str], language: str | None = None) -> float:
     """Lexical faithfulness: share of the answer's normalized tokens found in the retrieved context (tokens
     of its language: a Chinese answer's characters)."""
-    ans = _tokens(answer, language)
+    ans = answer_tokens(answer, language)
     if not ans:
         return 0.0
-    support = set(_tokens(" ".join(contexts), language))
+    support = set(answer_tokens(" ".join(contexts), language))
     return sum(t in support for t in ans) / len(ans)
 
 

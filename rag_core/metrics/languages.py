@@ -9,8 +9,8 @@ articles, whitespace tokens), exactly as before languages existed. With one:
   have none;
 - tokens: Chinese (`zh`) per character for CJK ideographs (U+4E00-U+9FA5) and by whitespace between them
   (MLQA's mixed segmentation); every other language by whitespace.
-A language MLQA has no rule for is normalized as above with no articles and whitespace tokens; `covered`
-says whether a code has its own rule, so the evaluation can count the questions scored by the fallback.
+A language MLQA has no rule for is normalized as above with no articles and whitespace tokens; `COVERED`
+names the codes with a rule of their own, so loading a QA set can count the questions scored by the fallback.
 tests/test_languages.py checks every rule against the MLQA script's own scores, question by question.
 """
 
@@ -21,6 +21,8 @@ import string
 import sys
 import unicodedata
 from functools import lru_cache
+
+from rag_core.common.text import normalize_answer, tokens
 
 _ARTICLES = {
     "en": r"\b(a|an|the)\b",
@@ -40,10 +42,6 @@ def _punctuation() -> dict[int, None]:
     return dict.fromkeys(map(ord, chars | set(string.punctuation)))
 
 
-def covered(language: str) -> bool:
-    return language in COVERED
-
-
 def _mixed_segmentation(text: str) -> list[str]:
     out, run = [], ""
     for ch in text:
@@ -57,14 +55,16 @@ def _mixed_segmentation(text: str) -> list[str]:
     return out
 
 
-def answer_tokens(text: str, language: str) -> list[str]:
-    """The normalized tokens of an answer in `language` (an ISO 639-1 code, lowercase)."""
+def answer_tokens(text: str, language: str | None) -> list[str]:
+    """The normalized tokens of an answer in `language` (an ISO 639-1 code, lowercase); None: SQuAD v1.1's."""
+    if language is None:
+        return tokens(text)
     text = text.lower().translate(_punctuation())
     if language in _ARTICLES:
         text = re.sub(_ARTICLES[language], " ", text)
     return _mixed_segmentation(text) if language == "zh" else text.split()
 
 
-def normalize(text: str, language: str) -> str:
-    """The normalized answer, its tokens joined by spaces (what exact match compares)."""
-    return " ".join(answer_tokens(text, language))
+def normalize(text: str, language: str | None) -> str:
+    """The normalized answer, its tokens joined by spaces (what exact match compares); None: SQuAD v1.1's."""
+    return normalize_answer(text) if language is None else " ".join(answer_tokens(text, language))
