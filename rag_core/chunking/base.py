@@ -65,6 +65,27 @@ class Measure:
         return out
 
 
+def pack(units: list[Span], size: int, overlap: int, m: Measure, heading: str = "") -> list[Span]:
+    """Greedily pack consecutive units into spans of at most `size`; a new span starts with the
+    trailing units of the previous one that fit in `overlap` (and beside the unit that starts it). The
+    built-in methods pack their sentences, paragraphs or pieces with it; a plug-in may pack its own units."""
+    out: list[Span] = []
+    current: list[Span] = []
+    for unit in units:
+        if current and m.size(current[0].start, unit.end) > size:
+            out.append(Span(current[0].start, current[-1].end, heading))
+            carried: list[Span] = []
+            for u in reversed(current):
+                if m.size(u.start, current[-1].end) > overlap or m.size(u.start, unit.end) > size:
+                    break
+                carried.insert(0, u)
+            current = carried
+        current.append(unit)
+    if current:
+        out.append(Span(current[0].start, current[-1].end, heading))
+    return out
+
+
 @dataclass(frozen=True)
 class Chunker:
     name: str

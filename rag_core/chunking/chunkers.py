@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rag_core.chunking.base import CHUNKERS, Chunker, Measure, Span
+from rag_core.chunking.base import CHUNKERS, Chunker, Measure, Span, pack
 
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace.
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+")
@@ -75,26 +75,6 @@ def _split(text: str, start: int, end: int, levels: list[str], size: int, m: Mea
     for a, b in zip(bounds, bounds[1:], strict=False):
         units.extend(_split(text, a, b, rest, size, m))
     return units
-
-
-def _pack(units: list[Span], size: int, overlap: int, m: Measure, heading: str = "") -> list[Span]:
-    """Greedily pack consecutive units into spans of at most `size`; a new span starts with the
-    trailing units of the previous one that fit in `overlap`."""
-    out: list[Span] = []
-    current: list[Span] = []
-    for unit in units:
-        if current and m.size(current[0].start, unit.end) > size:
-            out.append(Span(current[0].start, current[-1].end, heading))
-            carried: list[Span] = []
-            for u in reversed(current):
-                if m.size(u.start, current[-1].end) > overlap or m.size(u.start, unit.end) > size:
-                    break
-                carried.insert(0, u)
-            current = carried
-        current.append(unit)
-    if current:
-        out.append(Span(current[0].start, current[-1].end, heading))
-    return out
 
 
 def _trim(text: str, span: Span) -> Span | None:
@@ -169,7 +149,7 @@ def _markdown(text: str, size: int, overlap: int, m: Measure) -> list[Span]:
     def flush() -> None:
         nonlocal section
         if section:
-            out.extend(_pack(section, size, overlap, m, " > ".join(t for _, t in path)))
+            out.extend(pack(section, size, overlap, m, " > ".join(t for _, t in path)))
         section = []
 
     for kind, start, end, level, title in _blocks(text):
@@ -219,11 +199,11 @@ def _semantic(text: str, size: int, overlap: int, m: Measure, breakpoints: set[i
     group: list[Span] = []
     for unit in units:
         if group and unit.start in breakpoints:
-            out.extend(_pack(group, size, overlap, m))
+            out.extend(pack(group, size, overlap, m))
             group = []
         group.append(unit)
     if group:
-        out.extend(_pack(group, size, overlap, m))
+        out.extend(pack(group, size, overlap, m))
     return out
 
 
@@ -308,7 +288,7 @@ def _fixed(text: str, size: int, overlap: int, m: Measure) -> list[Span]:
 
 def _packed(levels: list[str]):
     def split(text: str, size: int, overlap: int, m: Measure) -> list[Span]:
-        return _pack(_split(text, 0, len(text), levels, size, m), size, overlap, m)
+        return pack(_split(text, 0, len(text), levels, size, m), size, overlap, m)
 
     return split
 

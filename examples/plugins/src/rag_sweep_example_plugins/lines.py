@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from rag_core.chunking.base import Measure, Span
+from rag_core.chunking.base import Measure, Span, pack
 
 _LINE = re.compile(r"[^\n]*\S[^\n]*")  # a line with some text
 
@@ -23,20 +23,4 @@ def lines(text: str, chunk_size: int, chunk_overlap: int, measure: Measure) -> l
             units.append(Span(m.start(), m.end()))
         else:
             units.extend(measure.windows(m.start(), m.end(), chunk_size, chunk_size))
-    out: list[Span] = []
-    current: list[Span] = []
-    for unit in units:
-        if current and measure.size(current[0].start, unit.end) > chunk_size:
-            out.append(Span(current[0].start, current[-1].end))
-            carried: list[Span] = []  # the trailing lines that fit in the overlap, and with the next line
-            for u in reversed(current):
-                if measure.size(u.start, current[-1].end) > chunk_overlap:
-                    break
-                if measure.size(u.start, unit.end) > chunk_size:
-                    break
-                carried.insert(0, u)
-            current = carried
-        current.append(unit)
-    if current:
-        out.append(Span(current[0].start, current[-1].end))
-    return out
+    return pack(units, chunk_size, chunk_overlap, measure)  # whole lines, whole trailing lines as overlap
