@@ -195,10 +195,8 @@ class Leaderboard(StageLogic):
         "Configs ranked by weighted overall score with 95% intervals, grouped into Holm-corrected tiers, with "
         "the recommended config under the sweep's decision constraints and a ship report."
     )
-    resources = (
-        "tracking",
-        "llm",
-    )  # llm: the judge, measured against people's labels when the sweep has them
+    # llm: the judge, measured against people's labels when the sweep has them (evaluation.judge_labels)
+    resources = ("tracking", "llm")
     checks = (
         Check("complete", "Every config of the sweep is evaluated and on the board."),
         Check(

@@ -48,9 +48,9 @@ def chunk_text(
     token_offsets: Sequence[tuple[int, int]] | None = None,
     breakpoints: set[int] | None = None,
 ) -> list[Span]:
-    """Split `text` into spans by a registered chunking method (see the module docstring for the built-ins). `token_offsets` (character
-    offsets of the tokenizer's tokens) switches sizes to tokens; `breakpoints` (character offsets where a
-    new semantic group starts) drives the semantic method."""
+    """Split `text` into spans by a registered chunking method (the module docstring describes the
+    built-ins). `token_offsets` (character offsets of the tokenizer's tokens) switches sizes to tokens;
+    `breakpoints` (character offsets where a new semantic group starts) drives the semantic method."""
     if chunk_overlap >= chunk_size:
         raise ValueError("chunk_overlap must be smaller than chunk_size")
     m = Measure(token_offsets)

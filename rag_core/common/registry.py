@@ -126,7 +126,6 @@ class Registry(Generic[T]):
 
     def listing(self) -> str:
         """'fixed, sentence (built-in); lines (example-plugins 0.1.0)' without loading a plug-in."""
-        self._load_builtins()
         builtins = [n for n in self.names() if n in self._builtins]
         parts = [", ".join(builtins) + " (built-in)"] if builtins else []
         by_package: dict[str, list[str]] = {}

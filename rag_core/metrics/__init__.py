@@ -132,7 +132,7 @@ def evaluate_queries(
     )
     records = list(joined.iter_rows(named=True))
     qa_columns = set(qa.columns)
-    scored = [METRICS.get(m) for m in scorable_metrics() if METRICS.get(m).score is not None]
+    scored = [m for m in map(METRICS.get, scorable_metrics()) if m.score is not None]
     vec: dict[str, np.ndarray] = {}
     if embed is not None:
         texts = [
