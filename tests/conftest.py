@@ -29,14 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
 
-@pytest.fixture(scope="session")
-def slice_data(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("slice")
-    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(20)
+def _write_slice(out: Path, questions: int, distractors: int) -> dict:
+    """The example's first `questions` questions, their gold documents and `distractors` other documents."""
+    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(questions)
     corpus = pl.read_parquet(EXAMPLE / "corpus.parquet")
     gold = set(qa["relevant_doc_ids"].explode().to_list())
-    distractors = corpus.filter(~pl.col("doc_id").is_in(list(gold))).head(80)
-    sliced = pl.concat([corpus.filter(pl.col("doc_id").is_in(list(gold))), distractors]).sort("doc_id")
+    others = corpus.filter(~pl.col("doc_id").is_in(list(gold))).head(distractors)
+    sliced = pl.concat([corpus.filter(pl.col("doc_id").is_in(list(gold))), others]).sort("doc_id")
     sliced.write_parquet(out / "corpus.parquet")
     qa.write_parquet(out / "queries.parquet")
     return {
@@ -45,26 +44,18 @@ def slice_data(tmp_path_factory) -> dict:
         "qa": out / "queries.parquet",
         "n_docs": sliced.height,
     }
+
+
+@pytest.fixture(scope="session")
+def slice_data(tmp_path_factory) -> dict:
+    return _write_slice(tmp_path_factory.mktemp("slice"), 20, 80)
 
 
 @pytest.fixture(scope="session")
 def small_slice(tmp_path_factory) -> dict:
     """8 questions, their gold documents and 12 distractors: a sweep whose point is not its scores (a
     plug-in, the judge's floor) embeds a few dozen chunks."""
-    out = tmp_path_factory.mktemp("small")
-    qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(8)
-    corpus = pl.read_parquet(EXAMPLE / "corpus.parquet")
-    gold = set(qa["relevant_doc_ids"].explode().to_list())
-    distractors = corpus.filter(~pl.col("doc_id").is_in(list(gold))).head(12)
-    sliced = pl.concat([corpus.filter(pl.col("doc_id").is_in(list(gold))), distractors]).sort("doc_id")
-    sliced.write_parquet(out / "corpus.parquet")
-    qa.write_parquet(out / "queries.parquet")
-    return {
-        "dir": out,
-        "corpus": out / "corpus.parquet",
-        "qa": out / "queries.parquet",
-        "n_docs": sliced.height,
-    }
+    return _write_slice(tmp_path_factory.mktemp("small"), 8, 12)
 
 
 # the recommendation takes the fastest config of a tied top tier (p95 within 2x counts as equally fast): two

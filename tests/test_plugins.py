@@ -88,6 +88,11 @@ SHORT = Metric("short_answer", "1 when the answer has at most {limit} words", sc
 """
 
 
+def lines_site(root: Path, version: str = "1.2") -> Path:
+    points = {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}}
+    return install(root, "demo-lines", version, {"demo_lines": LINES}, points)
+
+
 def metric_site(root: Path, version="1.0", limit=3, empty="None", weightable=True) -> Path:
     code = METRIC.format(limit=limit, empty=empty, weightable=weightable)
     return install(
@@ -100,15 +105,7 @@ def metric_site(root: Path, version="1.0", limit=3, empty="None", weightable=Tru
 
 
 def test_an_installed_chunker_is_listed_and_runs_like_a_built_in(plugin_path, tmp_path):
-    plugin_path(
-        install(
-            tmp_path,
-            "demo-lines",
-            "1.2",
-            {"demo_lines": LINES},
-            {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}},
-        )
-    )
+    plugin_path(lines_site(tmp_path))
     assert CHUNKERS.names()[-1] == "lines" and "(demo-lines 1.2)" in CHUNKERS.listing()
     assert str(CHUNKERS.origin("lines")) == "demo-lines 1.2" and CHUNKERS.origin("paragraph").builtin
     text = "alpha beta\n\n  gamma  \ndelta"
@@ -122,15 +119,7 @@ def test_an_installed_chunker_is_listed_and_runs_like_a_built_in(plugin_path, tm
 
 
 def test_an_unknown_method_names_the_installed_ones_in_the_spec_error(plugin_path, tmp_path, slice_data):
-    plugin_path(
-        install(
-            tmp_path,
-            "demo-lines",
-            "1.2",
-            {"demo_lines": LINES},
-            {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}},
-        )
-    )
+    plugin_path(lines_site(tmp_path))
     spec = _sweep(
         tmp_path / "s.yaml", slice_data, chunking={"method": "line", "chunk_size": 100, "chunk_overlap": 0}
     )
@@ -222,11 +211,10 @@ def test_a_plugins_version_joins_the_fingerprints_of_what_it_makes_and_nothing_e
         {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
         {"method": "lines", "chunk_size": 300, "chunk_overlap": 0},
     ]
-    points = {"rag_sweep.chunkers": {"lines": "demo_lines:lines"}}
-    plugin_path(install(tmp_path / "a", "demo-lines", "1.0", {"demo_lines": LINES}, points))
+    plugin_path(lines_site(tmp_path / "a", "1.0"))
     _, v1 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
     sys.path.pop(0)
-    plugin_path(install(tmp_path / "b", "demo-lines", "1.1", {"demo_lines": LINES}, points))
+    plugin_path(lines_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "fp", chunking=chunking)
     assert v1.keys() == v2.keys()
     changed = {(stage, key) for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
