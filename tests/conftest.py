@@ -69,13 +69,22 @@ def assert_same_board(a: pl.DataFrame, b: pl.DataFrame, skip: tuple[str, ...] = 
 
     a, b = a.sort("config_key"), b.sort("config_key")
     assert a["config_key"].to_list() == b["config_key"].to_list()
+    differ = {}  # every column that differs, with each config's two values: the metric behind a score
     for col in a.columns:
         if col in skip or col.endswith("_ms") or "latency" in col or "p50" in col or "seconds" in col:
             continue
         if a[col].dtype == pl.Float64:
-            assert np.allclose(a[col].to_numpy(), b[col].to_numpy(), atol=1e-12, rtol=0, equal_nan=True), col
+            x, y = a[col].to_numpy(), b[col].to_numpy()
+            same = np.isclose(x, y, atol=1e-12, rtol=0, equal_nan=True)
         elif a[col].dtype in (pl.String, pl.Boolean) or a[col].dtype.is_integer():
-            assert a[col].to_list() == b[col].to_list(), col
+            x, y = a[col].to_list(), b[col].to_list()
+            same = [u == v for u, v in zip(x, y, strict=True)]
+        else:
+            continue
+        bad = [(a["config_key"][i], x[i], y[i]) for i, ok in enumerate(same) if not ok]
+        if bad:
+            differ[col] = bad
+    assert not differ, "\n".join(f"{col}: {bad}" for col, bad in differ.items())
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
