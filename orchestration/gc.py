@@ -200,8 +200,9 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
 
     import mlflow
 
+    from rag_core.retrieval.stores import keeps_files
     from resources.tracking import MlflowTracking
-    from shipping.pipeline import BUNDLE, EMBEDDED, MANIFEST
+    from shipping.pipeline import BUNDLE, MANIFEST
 
     tracking = MlflowTracking(default_dir=str(data))
     client, out = tracking.client(), set()
@@ -226,7 +227,7 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
                     f"({type(e).__name__}), so gc cannot tell which collection it searches; nothing was deleted"
                 ) from e
             if (
-                manifest["store"] not in EMBEDDED
+                keeps_files(manifest["store"]) == "server"
             ):  # an embedded store's model builds its index from its bundle
                 out.add((manifest["store"], manifest["collection"]))
     return out

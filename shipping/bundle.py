@@ -16,6 +16,7 @@ import dagster as dg
 import polars as pl
 
 from rag_core.common.local_models import model_version
+from rag_core.planning.extension_points import config_plugins
 from rag_core.planning.plan import Plan
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from shipping import ExportWarning
@@ -163,6 +164,9 @@ def collect(
         "embedder_version": model_version(config.embedding.model),
     }
     manifest = {**identity, "config": config.model_dump(mode="json")}
+    plugins = config_plugins(config)
+    if plugins:  # the packages its plug-in components come from: the model installs them (requirements)
+        manifest["plugins"] = plugins
     metadata = {
         **identity,
         "leaderboard_evaluated_at": decision.get("evaluated_at"),
@@ -201,14 +205,15 @@ def _signature():
     return ModelSignature(outputs=Schema(texts + lists))
 
 
-def requirements() -> list[str]:
-    """The model's pip requirements, each pinned to the version installed here (what it was built with)."""
+def requirements(plugins: list[str] = ()) -> list[str]:
+    """The model's pip requirements, each pinned to the version installed here (what it was built with),
+    and the plug-in packages its config's components come from (`package==version`)."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in REQUIREMENTS]
+    return [f"{name}=={version(name)}" for name in REQUIREMENTS] + list(plugins)
 
 
-def environment() -> dict:
+def environment(plugins: list[str] = ()) -> dict:
     """The model's environment as MLflow records it (conda.yaml, requirements.txt, python_env.yaml): this
     Python and the pinned requirements. Given whole, so that MLflow neither looks up a pip version (a uv
     environment has none: it warns) nor copies the uv project of the working directory into the model."""
@@ -217,7 +222,7 @@ def environment() -> dict:
     return {
         "name": "rag-model",
         "channels": ["conda-forge"],
-        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": requirements()}],
+        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": requirements(plugins)}],
     }
 
 
@@ -234,7 +239,7 @@ def save(bundle: Bundle, out: Path) -> Path:
             metadata=json.loads(json.dumps(bundle.metadata, default=str)),
             signature=_signature(),
             input_example=EXAMPLE,
-            conda_env=environment(),
+            conda_env=environment(bundle.manifest.get("plugins", [])),
             uv_project_path=tmp,  # no uv project: not the working directory's copied into the model
         )
     return out

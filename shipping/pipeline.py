@@ -29,7 +29,6 @@ import pandas as pd
 
 BUNDLE = "bundle"  # the artifact (a folder) holding pipeline.json and the tables
 MANIFEST = "pipeline.json"
-EMBEDDED = ("lancedb", "qdrant", "chroma", "milvus")
 # the file MLflow writes into a registered model's folder each time it downloads it (its name and version,
 # data MLflow reads, not code): not one of the files the model was registered with
 MLFLOW_WRITES = "registered_model_meta"
@@ -307,11 +306,12 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         self.store = self._store(manifest, vectors_from_column(embeddings["vector"]))
 
     def _store(self, manifest: dict, vectors):
+        from rag_core.retrieval.stores import keeps_files
         from resources.environment import weaviate_settings
         from resources.vector_stores import VectorStores
 
         backend = manifest["store"]
-        if backend in EMBEDDED:
+        if keeps_files(backend) != "server":  # an embedded store: its index rebuilt from the bundle
             store = VectorStores(data_dir=str(Path(self._work.name) / "index")).get(backend)
             rows = self.chunks.select(
                 "chunk_id", "doc_id", self.chunks["index_text"].alias("text"), "metadata"

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -386,3 +387,84 @@ def test_a_search_strategy_plugin_runs_one_config_at_a_time_like_bayesian(plugin
         ValueError, match=r"unknown search strategy 'revers'; installed: grid, random, bayesian, halving"
     ):
         _plan({"strategy": "revers"})
+
+
+EXACT = (
+    Path(__file__).parents[1] / "examples/plugins/src/rag_sweep_example_plugins/exact_store.py"
+).read_text()
+
+
+def exact_site(root: Path, version: str = "1.0", name: str = "exact", code: str = EXACT) -> Path:
+    points = {"rag_sweep.vector_stores": {name: "demo_exact:ExactStore"}}
+    return install(root, "demo-exact", version, {"demo_exact": code}, points)
+
+
+def test_a_vector_store_plugin_is_validated_fingerprinted_and_searches_like_a_built_in(
+    plugin_path, tmp_path, slice_data
+):
+    from rag_core.retrieval.stores import STORES
+    from resources.vector_stores import VectorStores
+
+    with pytest.raises(SpecError, match=r"unknown vector store 'exact'; installed: lancedb, qdrant"):
+        load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", index={"store": "exact"}))
+    plugin_path(exact_site(tmp_path / "a"))
+    assert STORES.names()[-1] == "exact" and "exact (demo-exact 1.0)" in STORES.listing()
+    # the spec takes it; a BM25 analyzer it does not offer is refused naming the stores that can
+    load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", index={"store": "exact"}))
+    with pytest.raises(SpecError, match=r"exact cannot apply 'english'.*stores that can: lancedb"):
+        _plan(tmp_path, slice_data, "en", index={"store": "exact", "bm25_analyzer": "english"})
+
+    # searched like a built-in: exact cosine, BM25, hybrid and filters, under <data dir>/exact
+    store = VectorStores(data_dir=str(tmp_path / "data")).get("exact")
+    rows = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i}", "text": t, "metadata": f'{{"year": {2000 + i}}}'}
+        for i, t in enumerate(["red apples", "green pears", "red cherries and apples"])
+    ]
+    vecs = np.array([[1, 0, 0], [0, 1, 0], [0.8, 0.1, 0.1]], dtype=np.float32)
+    assert store.upsert("Rag_demo", rows, vecs) == 3 and (tmp_path / "data" / "exact").is_dir()
+    assert [
+        h.chunk_id for h in store.retrieve("Rag_demo", "vector", "", np.array([1, 0, 0]), 2, 0.5, "rrf")
+    ] == [
+        "c0",
+        "c2",
+    ]
+    assert [h.chunk_id for h in store.retrieve("Rag_demo", "bm25", "apples", None, 5, 0.5, "rrf")] == [
+        "c0",
+        "c2",
+    ]
+    assert (
+        store.retrieve("Rag_demo", "hybrid", "pears", np.array([0, 1, 0]), 1, 0.5, "rrf")[0].chunk_id == "c1"
+    )
+    hits = store.vector_search("Rag_demo", np.array([1, 0, 0]), 3, where={"year": {"$gte": 2001}})
+    assert [h.chunk_id for h in hits] == ["c2", "c1"]
+    assert store.info("Rag_demo")["count"] == 3
+
+    # its package's version joins the index's fingerprint (and what is built on it), nothing upstream
+    _, v1 = _plan(tmp_path, slice_data, "fp", index={"store": "exact"})
+    sys.path.pop(0)
+    plugin_path(exact_site(tmp_path / "b", "1.1"))
+    _, v2 = _plan(tmp_path, slice_data, "fp", index={"store": "exact"})
+    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    assert changed == {"vector_index", "retrievals", "rerankings", "answers", "evaluations"}
+
+
+def test_a_store_plugin_that_is_not_a_store_is_one_error_naming_it(plugin_path, tmp_path, slice_data):
+    plugin_path(exact_site(tmp_path, name="flat"))  # its class says `exact`: the entry point says `flat`
+    with pytest.raises(
+        SpecError, match=r"plug-in vector store 'flat' \(demo_exact:ExactStore, from demo-exact"
+    ):
+        load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", index={"store": "flat"}))
+
+
+def test_a_shipped_model_installs_the_plugins_its_config_runs_with(plugin_path, tmp_path, slice_data):
+    from rag_core.planning.extension_points import config_plugins
+    from shipping.bundle import environment
+
+    plugin_path(exact_site(tmp_path / "a", "1.0"))
+    plugin_path(lines_site(tmp_path / "b", "1.2"))
+    chunking = {"method": "lines", "chunk_size": 300, "chunk_overlap": 0}
+    plan, _ = _plan(tmp_path, slice_data, "ship", chunking=chunking, index={"store": ["exact", "lancedb"]})
+    pins = {c.index.store: config_plugins(c) for c in plan.sweep.configs}
+    assert pins == {"exact": ["demo-exact==1.0", "demo-lines==1.2"], "lancedb": ["demo-lines==1.2"]}
+    (pip,) = [d["pip"] for d in environment(pins["exact"])["dependencies"] if isinstance(d, dict)]
+    assert pip[-2:] == ["demo-exact==1.0", "demo-lines==1.2"] and any(p.startswith("mlflow==") for p in pip)

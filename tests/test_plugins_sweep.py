@@ -1,5 +1,5 @@
-"""The example plug-in package (examples/plugins: the `lines` chunking method and the `answer_in_context`
-metric), installed by a real installer into a folder on the CLI's path, in a sweep as a user runs it: listed
+"""The example plug-in package (examples/plugins: the `lines` chunking method, the `exact` vector store and
+the `answer_in_context` metric), installed by a real installer into a folder on the CLI's path, in a sweep as a user runs it: listed
 by `rag-sweep components`, a leaderboard column, an MLflow metric; upgraded, it recomputes what it made and
 nothing else."""
 
@@ -60,7 +60,7 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
     install(target, ROOT / "examples" / "plugins")
     listed = rag_sweep(target, "components")
     assert listed.returncode == 0, listed.stderr
-    for name in ("lines", "answer_in_context"):
+    for name in ("lines", "exact", "answer_in_context"):
         assert re.search(rf"^  {name} +rag-sweep-example-plugins 0\.1\.0 ", listed.stdout, re.M), (
             listed.stdout
         )
@@ -73,7 +73,8 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
             {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
             {"method": "lines", "chunk_size": 300, "chunk_overlap": 0},
         ],
-        retrieval={"mode": "vector", "top_k": 4},
+        index={"store": "exact"},
+        retrieval={"mode": "hybrid", "top_k": 4},
         weights={"recall_at_k": 0.3, "token_f1": 0.5, "answer_in_context": 0.2},
     )
     valid = rag_sweep(target, "validate", spec)
@@ -82,6 +83,8 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
     run = rag_sweep(target, "run", spec, "--data-dir", data)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ans in ctx" in run.stdout  # the plug-in metric's column, under its label
+    aliases = sorted(p.stem for p in (data / "exact" / "_aliases").glob("*.json"))
+    assert len(aliases) == 2, aliases  # each chunking's index, in the plug-in store under the data dir
 
     board = pl.read_parquet(data / "leaderboards" / "plugins.parquet")
     assert sorted(k.split("__")[0] for k in board["config_key"]) == ["lines-300-0", "paragraph-1024-0"]
@@ -98,11 +101,14 @@ def test_the_example_plugins_installed_run_in_a_sweep_and_an_upgrade_recomputes_
         expected = 0.3 * row["recall_at_k"] + 0.5 * row["token_f1"] + 0.2 * row["answer_in_context"]
         assert row["overall_score"] == pytest.approx(expected, abs=1e-12)
 
-    # an upgrade: the lines chunkset and what was built on it, and every evaluation (the metric), again
+    # an upgrade: the lines chunkset and what was built on it, every index (the store) and what was built on
+    # it, and every evaluation (the metric), again
     install(target, ROOT / "examples" / "plugins", version="0.2.0")
     plan = rag_sweep(target, "plan", spec, "--data-dir", data)
     assert plan.returncode == 0, plan.stderr
     table = dict(re.findall(r"^  (\w+) +(\d+ +\d+)$", plan.stdout, re.M))
     to_run = {stage: tuple(map(int, counts.split())) for stage, counts in table.items()}
-    upstream = ("chunksets", "embeddings", "vector_index", "retrievals", "rerankings", "answers")
-    assert to_run == {**dict.fromkeys(upstream, (1, 1)), "evaluations": (0, 2)}, plan.stdout
+    on_the_store = ("vector_index", "retrievals", "rerankings", "answers", "evaluations")
+    assert to_run == {"chunksets": (1, 1), "embeddings": (1, 1), **dict.fromkeys(on_the_store, (0, 2))}, (
+        plan.stdout
+    )

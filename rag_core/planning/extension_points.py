@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rag_core.chunking.base import CHUNKERS
-from rag_core.common.registry import PluginError, Registry
+from rag_core.common.registry import PluginError, Registry, first_line
 from rag_core.metrics.registry import METRICS
+from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.stores import STORES
 from rag_core.search.strategies import STRATEGIES
 
 
@@ -26,6 +28,13 @@ EXTENSION_POINTS = (
         CHUNKERS,
         "chunking.method",
         "a split(text, chunk_size, chunk_overlap, measure) function, or a rag_core.chunking.base.Chunker",
+    ),
+    ExtensionPoint(
+        "vector stores",
+        STORES,
+        "index.store, $RAG_VECTOR_STORE",
+        "a resources.vector_stores.base.VectorStore subclass (a Dagster ConfigurableResource): backend, "
+        "analyzers, files, open()",
     ),
     ExtensionPoint(
         "metrics",
@@ -57,7 +66,10 @@ def components(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> list[Ro
     for point in points:
         for name in point.registry.names():
             try:
-                description = getattr(point.registry.get(name), "description", "")
+                component = point.registry.get(name)
+                description = getattr(component, "description", None)
+                if not isinstance(description, str):  # a class (a vector store): its docstring's first line
+                    description = first_line(component.__doc__)
                 origin = str(point.registry.origin(name))
             except PluginError as e:
                 description, origin = f"FAILS TO LOAD: {e}", "plug-in"
@@ -73,3 +85,13 @@ def plugins_line(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> str |
         for name in point.registry.plugin_names()
     ]
     return f"plug-ins: {'; '.join(parts)}" if parts else None
+
+
+def config_plugins(c: RagConfig) -> list[str]:
+    """The plug-ins (`package==version`) a config's components come from: what a shipped model of the
+    config installs with it."""
+    pins = {
+        CHUNKERS.origin(c.chunking.method).pin,
+        STORES.origin(c.index.store).pin if c.index.store else None,
+    }
+    return sorted(p for p in pins if p)

@@ -22,14 +22,13 @@ from rag_core.planning.labels import short_labels
 from rag_core.planning.spec import (
     OPTIMIZABLE_STAGES,
     PROMPT_COMPONENTS,
-    STORE_ANALYZERS,
-    VECTOR_STORES,
     RagConfig,
     SpecError,
     Sweep,
     component_used,
 )
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
+from rag_core.retrieval.stores import STORES, store_analyzers
 
 
 def prefix_of(sweep_name: str) -> str:
@@ -97,8 +96,10 @@ class Plan:
         prompt optimizations found (the config key they started from -> component -> text), each a new
         config after the sweep's own, sharing every partition up to its first optimized stage; `versions`:
         each local model's version as another machine read it (model_versions), instead of this one's."""
-        if store not in VECTOR_STORES:
-            raise SpecError(f"unknown vector store {store!r}; choose one of {', '.join(VECTOR_STORES)}")
+        try:
+            STORES.get(store)
+        except ValueError as e:  # an unknown store (the installed ones named) or a plug-in that fails to load
+            raise SpecError(str(e)) from e
         configs = tuple(_with_store(c, store) for c in sweep.configs)
         optimized_from: dict[str, str] = {}
         if optimized and sweep.optimize is not None:
@@ -117,8 +118,8 @@ class Plan:
                     extra.append(c)
             configs = configs + tuple(extra)
         for c in configs:
-            if c.index.bm25_analyzer not in STORE_ANALYZERS[c.index.store]:
-                able = [s for s, names in STORE_ANALYZERS.items() if c.index.bm25_analyzer in names]
+            if c.index.bm25_analyzer not in store_analyzers(c.index.store):
+                able = [s for s in STORES.names() if c.index.bm25_analyzer in store_analyzers(s)]
                 raise SpecError(
                     f"{sweep.path}: field 'index.bm25_analyzer': {c.index.store} cannot apply "
                     f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"

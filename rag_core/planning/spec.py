@@ -149,18 +149,11 @@ class EmbeddingConfig(_Strict):
         return slug(self.model.split("/")[-1])
 
 
-VECTOR_STORES = ("lancedb", "qdrant", "chroma", "milvus", "weaviate")
-# The keyword (BM25) index's analyzer, the same on every store that offers it:
+# The keyword (BM25) index's analyzer, the same on every store that offers it (a store says which it offers,
+# rag_core/retrieval/stores.py):
 # - plain: lowercase, split into runs of letters and digits; no stemming, no stop words, no accent folding
 # - english: plain + English stop words removed + Snowball English stemming (+ ASCII folding on LanceDB)
 BM25_ANALYZERS = ("plain", "english")
-STORE_ANALYZERS = {
-    "lancedb": ("plain", "english"),  # tantivy full-text index: simple tokenizer, stemmer, stop words
-    "milvus": ("plain",),  # standard tokenizer (Unicode word rules) + lowercase; Milvus Lite has no stemmer
-    "qdrant": ("plain",),  # BM25 term weights computed here (rag_core/retrieval/bm25.py): no stemmer
-    "chroma": ("plain",),  # in-process BM25 (rag_core/retrieval/bm25.py): no stemmer
-    "weaviate": ("plain",),  # word tokenization, stop-word preset none; Weaviate has no stemming
-}
 
 
 class IndexConfig(_Strict):
@@ -168,8 +161,19 @@ class IndexConfig(_Strict):
     deployment's store ($RAG_VECTOR_STORE, LanceDB by default); naming stores makes them a sweep dimension
     over one set of embeddings."""
 
-    store: Literal[VECTOR_STORES] | None = None
+    store: str | None = (
+        None  # a registered vector store (rag_core/retrieval/stores.py): built in or a plug-in's
+    )
     bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, v: str | None) -> str | None:
+        from rag_core.retrieval.stores import STORES
+
+        if v is not None:
+            STORES.get(v)  # UnknownComponent names the installed stores; PluginError the broken plug-in
+        return v
 
     @property
     def key(self) -> str:

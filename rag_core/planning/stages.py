@@ -20,6 +20,7 @@ from rag_core.common.local_models import model_version
 from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.stores import STORES
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,13 @@ def _chunking_settings(c: RagConfig, judge) -> dict:
     # a plug-in method's package and version: upgrading it recomputes its chunksets (a built-in adds nothing)
     pin = CHUNKERS.origin(c.chunking.method).pin
     settings = c.chunking.model_dump()
+    return {**settings, "plugin": pin} if pin else settings
+
+
+def _index_settings(c: RagConfig, judge) -> dict:
+    # a plug-in store's package and version: upgrading it rebuilds its indexes (a built-in adds nothing)
+    pin = STORES.origin(c.index.store).pin if c.index.store else None
+    settings = c.index.model_dump()
     return {**settings, "plugin": pin} if pin else settings
 
 
@@ -133,7 +141,7 @@ STAGES: tuple[Stage, ...] = (
         ("embeddings", "chunksets"),
         2,  # 2: the BM25 analyzer (plain by default on every store)
         key=lambda c: c.index.key,
-        settings=lambda c, j: c.index.model_dump(),
+        settings=_index_settings,
         external=True,
     ),
     Stage(

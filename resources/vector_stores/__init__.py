@@ -1,24 +1,24 @@
 """Vector stores behind one interface (see base.VectorStore); LanceDB is the embedded default.
 
-`VectorStores` gives every store a plan names (`index.store`, else the deployment's $RAG_VECTOR_STORE): the four
-embedded ones keep their data under the data dir; Weaviate is a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT).
+`VectorStores` gives every store a plan names (`index.store`, else the deployment's $RAG_VECTOR_STORE), built
+in or a plug-in (rag_core.retrieval.stores.STORES): the four embedded ones keep their data under the data dir;
+Weaviate is a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT).
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from rag_core.planning.spec import VECTOR_STORES
+from rag_core.retrieval.stores import STORES
 from resources.environment import weaviate_settings
 from resources.storage import data_root, is_remote
 from resources.vector_stores.base import Hit, VectorStore
 from resources.vector_stores.chroma_store import ChromaStore
+from resources.vector_stores.embedded import SingleClientStore
 from resources.vector_stores.lancedb_store import LanceDBStore
 from resources.vector_stores.milvus_store import MilvusLiteStore
 from resources.vector_stores.qdrant_store import QdrantStore
 from resources.vector_stores.weaviate_store import WeaviateStore
-
-BACKENDS = VECTOR_STORES
 
 
 class VectorStores(dg.ConfigurableResource):
@@ -46,39 +46,28 @@ class VectorStores(dg.ConfigurableResource):
         )
 
     def get(self, backend: str) -> VectorStore:
+        """The store named `backend` (a built-in or an installed plug-in, rag_core.retrieval.stores)."""
+        cls = STORES.get(backend)
         root = data_root(self.data_dir)
-        if is_remote(root) and backend not in ("lancedb", "weaviate"):
+        if is_remote(root) and cls.files == "local":
+            able = [n for n in STORES.names() if STORES.get(n).files != "local"]
             raise ValueError(
                 f"vector store {backend!r} keeps its files on a local disk; with a data dir on object "
-                f"storage ({self.data_dir}) use lancedb (which writes there) or weaviate (a server)"
+                f"storage ({self.data_dir}) use {' or '.join(able)}"
             )
-        makers = {
-            "lancedb": lambda: LanceDBStore(uri=str(root / "lancedb")),
-            "qdrant": lambda: QdrantStore(path=str(root / "qdrant")),
-            "chroma": lambda: ChromaStore(path=str(root / "chroma")),
-            "milvus": lambda: MilvusLiteStore(path=str(root / "milvus")),
-            "weaviate": lambda: WeaviateStore(
-                # outside a Dagster run (the runner's checks) an EnvVar is still the variable's name
-                url=u.get_value() if isinstance(u := self.weaviate_url, dg.EnvVar) else u,
-                grpc_port=self.weaviate_grpc_port,
-                api_key=self.weaviate_api_key,
-            ),
-        }
-        if backend not in makers:
-            raise ValueError(f"unknown vector store {backend!r}; choose one of {', '.join(makers)}")
-        return makers[backend]()
+        return cls.open(root, self)
 
     def teardown_after_execution(self, context) -> None:
-        # release the embedded stores' single-client locks when a step ends (a data dir on object storage
-        # has none: those stores are refused there, and asking for them would fail the teardown)
+        # release the embedded stores' single-client locks when a step ends, of every store class this
+        # process has loaded (a data dir on object storage has none: those stores are refused there)
         if is_remote(data_root(self.data_dir)):
             return
-        for backend in ("qdrant", "milvus"):
-            self.get(backend).teardown_after_execution(context)
+        for backend in STORES.loaded_names():
+            if issubclass(STORES.get(backend), SingleClientStore):
+                self.get(backend).teardown_after_execution(context)
 
 
 __all__ = [
-    "BACKENDS",
     "ChromaStore",
     "Hit",
     "LanceDBStore",

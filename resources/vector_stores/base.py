@@ -10,21 +10,35 @@ fields, and each backend translates the parsed conditions into its own filter la
 from __future__ import annotations
 
 import abc
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from rag_core.data.filters import Condition, check_fields, parse_filter
-from rag_core.planning.spec import STORE_ANALYZERS
 from rag_core.retrieval.fusion import fuse
 from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
+
+if TYPE_CHECKING:
+    from resources.vector_stores import VectorStores
 
 Conditions = tuple[Condition, ...]
 
 
 class VectorStore(abc.ABC):
-    """One collection per index partition. Implementations are Dagster ConfigurableResources."""
+    """One collection per index partition. Implementations are Dagster ConfigurableResources, registered
+    in rag_core.retrieval.stores.STORES where they are defined (a plug-in: under the entry-point group
+    `rag_sweep.vector_stores`)."""
 
-    backend: str  # a short name; part of the fingerprint of every artifact built on the store
+    backend: ClassVar[str]  # a short name; part of the fingerprint of every artifact built on the store
+    analyzers: ClassVar[tuple[str, ...]] = ("plain",)  # the BM25 analyzers it applies (spec.BM25_ANALYZERS)
+    files: ClassVar[str] = "local"  # where it keeps its data (rag_core.retrieval.stores.FILES)
+
+    @classmethod
+    def open(cls, root: Path, stores: VectorStores) -> VectorStore:
+        """The store of a deployment: `root` is the data dir (an embedded store keeps its data in
+        `root / backend`); `stores` holds the deployment's settings of the server stores."""
+        return cls(path=str(root / cls.backend))
 
     # ---- what a backend implements ------------------------------------------------------------
 
@@ -35,10 +49,10 @@ class VectorStore(abc.ABC):
         english, see rag_core/planning/spec.py); return the count."""
 
     def _check_analyzer(self, analyzer: str) -> None:
-        if analyzer not in STORE_ANALYZERS[self.backend]:
+        if analyzer not in self.analyzers:
             raise ValueError(
                 f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers "
-                f"{', '.join(STORE_ANALYZERS[self.backend])}"
+                f"{', '.join(self.analyzers)}"
             )
 
     @abc.abstractmethod

@@ -19,6 +19,7 @@ import numpy as np
 
 from rag_core.data.filters import matches
 from rag_core.retrieval import bm25
+from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
 
@@ -36,6 +37,8 @@ def chroma_where(where: Conditions) -> dict | None:
 
 
 class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
+    """Chroma, embedded; an in-process BM25 (no stemmer)"""
+
     backend: ClassVar[str] = "chroma"
     path: str
     batch_size: int = 1000
@@ -120,3 +123,6 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             return [Hit(ids[i], metas[i]["doc_id"], docs[i], s) for i, s in index.search(query, k, allowed)]
 
         return self._read(collection, run)
+
+
+STORES.register(ChromaStore.backend, ChromaStore)

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
@@ -84,6 +85,8 @@ def milvus_expr(where: Conditions) -> str:
 
 
 class MilvusLiteStore(SingleClientStore):
+    """Milvus Lite, embedded; Milvus's own BM25 (standard tokenizer, lowercase; Milvus Lite has no stemmer)"""
+
     backend: ClassVar[str] = "milvus"
     CLIENTS: ClassVar[ClientCache] = CLIENTS
     open_client: ClassVar = staticmethod(_open)
@@ -161,3 +164,6 @@ class MilvusLiteStore(SingleClientStore):
         # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude
         hits = self._search(collection, query, "sparse", k, where, lambda d: abs(float(d)))
         return [h for h in hits if h.score > 0]
+
+
+STORES.register(MilvusLiteStore.backend, MilvusLiteStore)

@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from rag_core.retrieval import bm25
+from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
@@ -53,6 +54,8 @@ def qdrant_filter(where: Conditions):
 
 
 class QdrantStore(SingleClientStore):
+    """Qdrant's local mode, embedded; BM25 term weights computed here (no stemmer)"""
+
     backend: ClassVar[str] = "qdrant"
     CLIENTS: ClassVar[ClientCache] = CLIENTS
     open_client: ClassVar = staticmethod(_open)
@@ -119,3 +122,6 @@ class QdrantStore(SingleClientStore):
             return []
         sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))
         return [h for h in self._query(collection, k, where, query=sparse, using="bm25") if h.score > 0]
+
+
+STORES.register(QdrantStore.backend, QdrantStore)
