@@ -200,7 +200,7 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
 
     import mlflow
 
-    from rag_core.retrieval.stores import keeps_files
+    from rag_core.components.stores import keeps_files
     from resources.tracking import MlflowTracking
     from shipping.pipeline import BUNDLE, MANIFEST
 

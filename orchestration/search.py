@@ -89,7 +89,7 @@ def generation_usd(c: RagConfig) -> float:
     """A rough LLM price per query of a config's generator from litellm's table: its prompt (top_k
     passages of ~200 tokens) and a completion at max_tokens; 0 when extractive or unpriced. It only
     orders equally promising candidates, so rough is enough."""
-    if c.generation.is_extractive:
+    if c.generation.is_reader:
         return 0.0
     import litellm
 

@@ -51,7 +51,7 @@ class Retrievals(StageLogic):
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         c, lat = run.config, frame["latency_ms"].to_list()
         keyword = {}
-        if c.retrieval.mode != "vector":
+        if c.retrieval.reads_keywords:
             share = unsegmented_share(run.read("qa_set")["question"].to_list())
             keyword["unsegmented_question_share"] = round(share, 4)
             if share:

@@ -49,7 +49,7 @@ def _warn_size(plan) -> None:
 
 def _warn_unsegmented(plan, corpus, qa) -> None:
     """Keyword search cannot split text written without spaces between words (rag_core/common/text.py)."""
-    if all(c.retrieval.mode == "vector" for c in plan.configs):
+    if not any(c.retrieval.reads_keywords for c in plan.configs):
         return
     docs = unsegmented_share(corpus["text"].to_list())
     questions = unsegmented_share(qa["question"].to_list()) if qa is not None else 0.0

@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from rag_core.common.fingerprint import short_hash, slug, text_hash
 from rag_core.common.local_models import is_local, model_version
-from resources.devices import Device, record_rate, resolve_device
+from rag_core.components.embedders import EMBEDDERS, Embedder, is_plugin_embedder
+from resources.devices import CPU, Device, record_rate, resolve_device
 from resources.local_encoders import describe, local_encoder
 from resources.locks import shared_lock
 from resources.storage import atomic_write_parquet, data_root, read_parquet, set_aside
@@ -67,8 +68,46 @@ def chunk_vectors(embeddings: pl.DataFrame) -> dict[str, np.ndarray]:
     return dict(zip(embeddings["chunk_id"].to_list(), vectors_from_column(embeddings["vector"]), strict=True))
 
 
+class PluginEncoder:
+    """A plug-in embedding model (rag_core/components/embedders.py) behind the local encoders' interface: its
+    vectors checked (one finite, non-zero row per text) and L2-normalized."""
+
+    backend = "plug-in"
+    batch_size = None  # the service's
+    precision = "float32"
+
+    def __init__(self, embedder: Embedder, origin: str):
+        self.embedder, self.origin, self.device = embedder, origin, CPU
+        self.max_tokens = embedder.max_tokens
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        got = self.embedder.encode(list(texts))
+        vectors = np.asarray(got, dtype=np.float32) if got is not None else np.zeros((0, 0), np.float32)
+        norms = np.linalg.norm(vectors, axis=1) if vectors.ndim == 2 else None
+        if (
+            norms is None
+            or len(vectors) != len(texts)
+            or not np.isfinite(vectors).all()
+            or (norms == 0).any()
+        ):
+            raise ValueError(
+                f"embedding model {self.embedder.name!r} ({self.origin}) returned "
+                f"{'an array of shape ' + str(vectors.shape) if got is not None else 'None'} for {len(texts)} "
+                "texts: expected one finite, non-zero vector per text"
+            )
+        return vectors / norms[:, None]
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        if self.embedder.count_tokens is not None:
+            return list(self.embedder.count_tokens(texts))
+        import litellm
+
+        return [litellm.token_counter(model=self.embedder.name, text=t) for t in texts]
+
+
 class EmbeddingService(dg.ConfigurableResource):
-    """Embeds texts with a sentence-transformers model (local) or any `litellm.embedding` model. A local
+    """Embeds texts with a sentence-transformers model (local), an installed plug-in model
+    (rag_core/components/embedders.py) or any `litellm.embedding` model. A local
     model runs in ONNX Runtime (`backend: onnx`, the default) when its export computes torch's vectors,
     else in torch (resources/local_encoders.py)."""
 
@@ -127,7 +166,9 @@ class EmbeddingService(dg.ConfigurableResource):
 
     def encoder(self, model: str, texts: list[str] | None = None):
         """The local model's encoder (`texts`: the first asked for, checked on when an export or a GPU's
-        precision is checked now)."""
+        precision is checked now), or a plug-in model's."""
+        if is_plugin_embedder(model):
+            return PluginEncoder(EMBEDDERS.get(model), str(EMBEDDERS.origin(model)))
         return local_encoder(model, self.backend, texts, self.local_device())
 
     def _model_embed(self, model: str, texts: list[str], encoder, progress=None) -> np.ndarray:
@@ -165,13 +206,16 @@ class EmbeddingService(dg.ConfigurableResource):
     def token_offsets(self, model: str, texts: list[str]) -> list[list[tuple[int, int]]]:
         """Character offsets of each text's tokens in the model's tokenizer (token-sized chunking)."""
         if not is_local(model):
+            kind = "a plug-in" if is_plugin_embedder(model) else "a remote"
             raise ValueError(
-                f"token-sized chunks need a local tokenizer; {model!r} is a remote model: use unit: chars"
+                f"token-sized chunks need a local tokenizer's offsets; {model!r} is {kind} model: use unit: chars"
             )
         return self.encoder(model, texts).token_offsets(texts)
 
     def token_counts(self, model: str, texts: list[str]) -> list[int]:
         """Length of each text in tokens of the model's own tokenizer (litellm's counter for remote models)."""
+        if is_plugin_embedder(model):
+            return self.encoder(model).token_counts(texts)
         if is_local(model):
             # every config over a chunkset counts its chunks again (report and chunk-quality metrics):
             # tokenize each text once per process and model version
@@ -194,7 +238,7 @@ class EmbeddingService(dg.ConfigurableResource):
     def max_tokens(self, model: str) -> int | None:
         """The longest input the model reads, in its tokens (special tokens included); longer texts are cut.
         None when unknown (a remote model litellm has no limit for)."""
-        if is_local(model):
+        if is_local(model) or is_plugin_embedder(model):
             return self.encoder(model).max_tokens
         import litellm
 
@@ -220,7 +264,8 @@ class EmbeddingService(dg.ConfigurableResource):
                 cache = self._load_cache(model, origins)
                 missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
             if missing:  # the encoder is loaded (and checked, on first use) with the texts it is for
-                encoder = self.encoder(model, list(missing.values())) if is_local(model) else None
+                local = is_local(model) or is_plugin_embedder(model)
+                encoder = self.encoder(model, list(missing.values())) if local else None
                 device = describe(encoder) if encoder is not None else f"api ({model})"
                 self._embed_missing(model, missing, cache, progress, encoder, device, origins)
         matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)

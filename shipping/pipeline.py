@@ -306,7 +306,7 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         self.store = self._store(manifest, vectors_from_column(embeddings["vector"]))
 
     def _store(self, manifest: dict, vectors):
-        from rag_core.retrieval.stores import keeps_files
+        from rag_core.components.stores import keeps_files
         from resources.environment import weaviate_settings
         from resources.vector_stores import VectorStores
 

@@ -402,7 +402,7 @@ def exact_site(root: Path, version: str = "1.0", name: str = "exact", code: str 
 def test_a_vector_store_plugin_is_validated_fingerprinted_and_searches_like_a_built_in(
     plugin_path, tmp_path, slice_data
 ):
-    from rag_core.retrieval.stores import STORES
+    from rag_core.components.stores import STORES
     from resources.vector_stores import VectorStores
 
     with pytest.raises(SpecError, match=r"unknown vector store 'exact'; installed: lancedb, qdrant"):
@@ -468,3 +468,238 @@ def test_a_shipped_model_installs_the_plugins_its_config_runs_with(plugin_path, 
     assert pins == {"exact": ["demo-exact==1.0", "demo-lines==1.2"], "lancedb": ["demo-lines==1.2"]}
     (pip,) = [d["pip"] for d in environment(pins["exact"])["dependencies"] if isinstance(d, dict)]
     assert pip[-2:] == ["demo-exact==1.0", "demo-lines==1.2"] and any(p.startswith("mlflow==") for p in pip)
+
+
+SHORTEST = """
+def shortest_first(query, texts, k, model):
+    '''the shortest candidates first'''
+    return sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+
+def broken(query, texts, k, model):
+    '''lists a candidate twice'''
+    return [0, 0]
+"""
+
+
+def reranker_site(root: Path, version: str = "1.0") -> Path:
+    points = {
+        "rag_sweep.rerankers": {"shortest": "demo_rerank:shortest_first", "twice": "demo_rerank:broken"}
+    }
+    return install(root, "demo-rerank", version, {"demo_rerank": SHORTEST}, points)
+
+
+def test_a_reranker_plugin_orders_the_candidates_and_its_version_joins_the_fingerprints(
+    plugin_path, tmp_path, slice_data
+):
+    from rag_core.retrieval.rerank import rerank
+
+    rerank_section = {"method": "shortest", "candidates": 4}
+    with pytest.raises(
+        SpecError, match=r"unknown reranker 'shortest'; installed: none, mmr, llm, cross_encoder"
+    ):
+        load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", rerank=rerank_section))
+    plugin_path(reranker_site(tmp_path / "a"))
+    plan, v1 = _plan(tmp_path, slice_data, "rr", rerank=rerank_section)
+    (c,) = plan.sweep.configs
+    assert c.rerank.key == "shortest-c4" and c.fetch_k == 4
+    texts = ["a longer first chunk", "mid chunk", "short", "the longest chunk of all four"]
+    retrieved = pl.DataFrame(
+        {
+            "query_id": ["q1"],
+            "chunk_ids": [["c0", "c1", "c2", "c3"]],
+            "doc_ids": [["d0", "d1", "d2", "d3"]],
+            "scores": [[0.9, 0.8, 0.7, 0.6]],
+            "titles": [["", "", "", ""]],
+            "texts": [texts],
+        }
+    )
+    qa = pl.DataFrame({"query_id": ["q1"], "question": ["which chunk?"]})
+    out = rerank(c, retrieved, qa, None, dict, lambda t: None)
+    assert out["chunk_ids"][0].to_list() == ["c2", "c1"]  # top_k 2 of the plug-in's order
+    # a bad order is an error naming the reranker, its package and the question
+    twice = c.model_copy(update={"rerank": c.rerank.model_copy(update={"method": "twice"})})
+    with pytest.raises(
+        ValueError, match=r"reranker 'twice' \(demo-rerank 1.0\) returned \[0, 0\] for 4 candidates"
+    ):
+        rerank(twice, retrieved, qa, None, dict, lambda t: None)
+    # upgraded: the rerankings and what follows them, nothing upstream
+    sys.path.pop(0)
+    plugin_path(reranker_site(tmp_path / "b", "1.1"))
+    _, v2 = _plan(tmp_path, slice_data, "rr", rerank=rerank_section)
+    assert {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp} == {
+        "rerankings",
+        "answers",
+        "evaluations",
+    }
+
+
+FIRST = """
+def first_words(question, texts, titles):
+    '''the first five words of the first context block'''
+    return " ".join((texts[0] if texts else "").split()[:5])
+
+def not_text(question, texts, titles):
+    '''answers with a number'''
+    return 42
+"""
+
+
+def reader_site(root: Path, version: str = "1.0") -> Path:
+    points = {
+        "rag_sweep.generators": {"first_words": "demo_reader:first_words", "number": "demo_reader:not_text"}
+    }
+    return install(root, "demo-reader", version, {"demo_reader": FIRST}, points)
+
+
+def test_an_answer_generator_plugin_answers_offline_and_its_version_joins_the_fingerprints(
+    plugin_path, tmp_path, slice_data
+):
+    from rag_core.generation.answering import answer
+
+    generation = {"model": "first_words", "temperature": 0.7, "samples": 3}
+    plugin_path(reader_site(tmp_path / "a"))
+    plan, v1 = _plan(tmp_path, slice_data, "gen", generation=generation)
+    (c,) = plan.sweep.configs
+    # a reader: no prompt, temperature or samples; no LLM call in its answers' stage
+    assert c.generation.key == "first-words" and c.generation.samples == 1 and c.generation.temperature == 0
+    assert not plan.calls_llm("answers")
+    qa = pl.DataFrame({"query_id": ["q1", "q2"], "question": ["who?", "what?"]})
+    reranked = pl.DataFrame(
+        {
+            "query_id": ["q1", "q2"],
+            "chunk_ids": [["c0"], []],
+            "doc_ids": [["d0"], []],
+            "titles": [["T"], []],
+            "texts": [["one two three four five six seven"], []],
+        }
+    )
+    out = answer(c, qa, reranked, None, len, lambda: None)
+    assert out["answer"].to_list() == ["one two three four five", ""] and out["error"].null_count() == 2
+    number = c.model_copy(update={"generation": c.generation.model_copy(update={"model": "number"})})
+    with pytest.raises(ValueError, match=r"answer generator 'number' \(demo-reader 1.0\) returned int"):
+        answer(number, qa, reranked, None, len, lambda: None)
+    sys.path.pop(0)
+    plugin_path(reader_site(tmp_path / "b", "1.1"))
+    _, v2 = _plan(tmp_path, slice_data, "gen", generation=generation)
+    assert {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp} == {"answers", "evaluations"}
+    # not installed: the same name is a litellm model (with a prompt and an LLM call)
+    sys.path.pop(0)
+    refresh_all()
+    plan, _ = _plan(tmp_path, slice_data, "gen2", generation={"model": "first_words"})
+    assert not plan.sweep.configs[0].generation.is_reader
+
+
+HASHED = (
+    Path(__file__).parents[1] / "examples/plugins/src/rag_sweep_example_plugins/hashed_words.py"
+).read_text()
+BAD_EMBEDDER = """
+import numpy as np
+
+def zeros(texts):
+    '''a zero vector per text'''
+    return np.zeros((len(texts), 4))
+"""
+
+
+def embedder_site(root: Path, version: str = "1.0") -> Path:
+    points = {
+        "rag_sweep.embedders": {"hashed_words": "demo_hashed:HASHED_WORDS", "zeros": "demo_zeros:zeros"}
+    }
+    return install(root, "demo-embed", version, {"demo_hashed": HASHED, "demo_zeros": BAD_EMBEDDER}, points)
+
+
+def test_an_embedding_model_plugin_embeds_through_the_cache_and_its_version_joins_the_fingerprints(
+    plugin_path, tmp_path, slice_data
+):
+    from resources.embedders import EmbeddingService
+
+    plugin_path(embedder_site(tmp_path / "a"))
+    service = EmbeddingService(cache_dir=str(tmp_path / "cache"))
+    texts = ["Red apples and red cherries", "green pears", "Red apples and red cherries"]
+    vectors, stats = service.embed("hashed_words", texts)
+    assert vectors.shape == (3, 256) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    assert (vectors[0] == vectors[2]).all() and stats.embedded == 2 and stats.device == "cpu · plug-in"
+    assert service.embed("hashed_words", texts)[1].embedded == 0  # cached like any model's vectors
+    assert (
+        service.token_counts("hashed_words", texts[:2]) == [5, 2]
+        and service.max_tokens("hashed_words") is None
+    )
+    with pytest.raises(ValueError, match=r"'hashed_words' is a plug-in model: use unit: chars"):
+        service.token_offsets("hashed_words", texts)
+    with pytest.raises(
+        ValueError, match=r"embedding model 'zeros' \(demo-embed 1.0\) returned an array of shape"
+    ):
+        service.embed("zeros", ["a"])
+
+    embedding = {"model": "hashed_words"}
+    _, v1 = _plan(tmp_path, slice_data, "emb", embedding=embedding)
+    sys.path.pop(0)
+    plugin_path(embedder_site(tmp_path / "b", "1.1"))
+    _, v2 = _plan(tmp_path, slice_data, "emb", embedding=embedding)
+    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    assert changed == {"embeddings", "vector_index", "retrievals", "rerankings", "answers", "evaluations"}
+
+
+KEYWORD_FIRST = """
+from rag_core.retrieval.retrieve import Hit
+
+def keyword_first(searcher, query, vector, k):
+    '''the keyword hits, then the vector hits they miss (scored below every keyword hit)'''
+    words = searcher.keyword(query, k)
+    seen = {h.chunk_id for h in words}
+    rest = [h for h in searcher.vector(vector, k) if h.chunk_id not in seen]
+    return words + [Hit(h.chunk_id, h.doc_id, h.text, h.score - 10.0) for h in rest][: k - len(words)]
+
+def scoreless(searcher, query, vector, k):
+    '''hits without scores'''
+    return [("c0", None)]
+"""
+
+
+def mode_site(root: Path, version: str = "1.0") -> Path:
+    points = {
+        "rag_sweep.retrievers": {
+            "keyword_first": "demo_mode:keyword_first",
+            "scoreless": "demo_mode:scoreless",
+        }
+    }
+    return install(root, "demo-mode", version, {"demo_mode": KEYWORD_FIRST}, points)
+
+
+def test_a_retrieval_mode_plugin_composes_the_stores_searches_and_its_version_joins_the_fingerprints(
+    plugin_path, tmp_path, slice_data
+):
+    from resources.vector_stores import VectorStores
+
+    retrieval = {"mode": "keyword_first", "top_k": 3}
+    with pytest.raises(
+        SpecError, match=r"unknown retrieval mode 'keyword_first'; installed: vector, bm25, hybrid"
+    ):
+        load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", retrieval=retrieval))
+    plugin_path(mode_site(tmp_path / "a"))
+    plan, v1 = _plan(tmp_path, slice_data, "mode", retrieval=retrieval)
+    assert (
+        plan.sweep.configs[0].retrieval.key == "keyword_first"
+        and plan.sweep.configs[0].retrieval.reads_vector
+    )
+
+    store = VectorStores(data_dir=str(tmp_path / "data")).get("lancedb")
+    rows = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i}", "text": t, "metadata": f'{{"year": {2000 + i}}}'}
+        for i, t in enumerate(["red apples", "green pears", "blue plums"])
+    ]
+    store.upsert("Rag_modes", rows, np.array([[1, 0, 0], [0, 1, 0], [0.6, 0.8, 0]], dtype=np.float32))
+    hits = store.retrieve("Rag_modes", "keyword_first", "pears", np.array([1, 0, 0]), 3, 0.5, "rrf")
+    assert [h.chunk_id for h in hits] == ["c1", "c0", "c2"]  # the keyword hit first, then by cosine
+    filtered = store.retrieve(
+        "Rag_modes", "keyword_first", "pears", np.array([1, 0, 0]), 3, 0.5, "rrf", {"year": {"$gte": 2002}}
+    )
+    assert [h.chunk_id for h in filtered] == ["c2"]  # every search under the config's filter
+    with pytest.raises(ValueError, match=r"retrieval mode 'scoreless' \(demo-mode 1.0\) returned"):
+        store.retrieve("Rag_modes", "scoreless", "pears", np.array([1, 0, 0]), 3, 0.5, "rrf")
+
+    sys.path.pop(0)
+    plugin_path(mode_site(tmp_path / "b", "1.1"))
+    _, v2 = _plan(tmp_path, slice_data, "mode", retrieval=retrieval)
+    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    assert changed == {"retrievals", "rerankings", "answers", "evaluations"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag_core.components.stores import STORES
 from rag_core.data.filters import FilterError, matches, parse_filter
-from rag_core.retrieval.stores import STORES
 from resources.vector_stores import LanceDBStore
 from resources.vector_stores.chroma_store import ChromaStore
 from resources.vector_stores.milvus_store import MilvusLiteStore

@@ -1,4 +1,5 @@
-"""Answers of one config: context synthesis, then generation by the extractive reader or an LLM.
+"""Answers of one config: context synthesis, then generation by a reader (the extractive one, or a plug-in's:
+rag_core/components/readers.py) or an LLM.
 
 A failed LLM call is retried by the client, then recorded (error kept, empty answer) and counted; the batch
 always completes with one row per question.
@@ -13,6 +14,7 @@ import polars as pl
 
 from rag_core.common.completion import NO_USAGE, Completer, Completion, usage
 from rag_core.common.concurrency import map_concurrently
+from rag_core.components.readers import READERS
 from rag_core.generation.context import (
     apply_budget,
     compress_prompt,
@@ -20,7 +22,7 @@ from rag_core.generation.context import (
     parse_compressed,
     word_count,
 )
-from rag_core.generation.generate import build_prompt, extractive_answer, format_context
+from rag_core.generation.generate import build_prompt, format_context
 from rag_core.metrics.generation import citations
 from rag_core.planning.spec import GenerationConfig, RagConfig
 
@@ -47,9 +49,14 @@ ANSWER_SCHEMA = {
 def generate(
     gen: GenerationConfig, question: str, titles: list[str], texts: list[str], llm: Completer, sample: int = 0
 ) -> Completion:
-    if gen.is_extractive:
+    if gen.is_reader:
         t0 = time.perf_counter()
-        text = extractive_answer(question, texts)
+        text = READERS.get(gen.model).answer(question, texts, titles)
+        if not isinstance(text, str):
+            raise ValueError(
+                f"answer generator {gen.model!r} ({READERS.origin(gen.model)}) returned {type(text).__name__} "
+                f"for question {question!r}: expected the answer's text"
+            )
         return Completion(text=text, error=None, attempts=1, latency_ms=(time.perf_counter() - t0) * 1000)
     prompt = build_prompt(gen.prompt_template, question, format_context(texts, titles))
     if sample:  # another draw of the same call: its own entry in the call cache
@@ -85,7 +92,7 @@ def synthesize(
                 kept.append((title, short, doc))
         blocks = kept
     if gen.context_max_tokens:
-        count = word_count if gen.is_extractive else count_tokens
+        count = word_count if gen.is_reader else count_tokens
         fitted = apply_budget([t for _, t, _ in blocks], gen.context_max_tokens, count)
         blocks = [(title, text, doc) for (title, _, doc), text in zip(blocks, fitted, strict=False)]
     return [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], fallbacks, spent
@@ -145,7 +152,7 @@ def answer(
         out = generate(c.generation, row["question"], titles, texts, llm, row["sample"])
         return out, texts, docs, fallbacks, spent
 
-    workers = 1 if c.generation.is_extractive else llm.max_concurrency
+    workers = 1 if c.generation.is_reader else llm.max_concurrency
     results = map_concurrently(one, items, workers, what="questions answered")
     return pl.DataFrame(
         [

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 from rag_core.common.text import STOPWORDS, fold
+from rag_core.components.readers import READERS, Reader
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -86,3 +87,13 @@ def format_context(texts: Sequence[str], titles: Sequence[str] | None = None) ->
 def build_prompt(template: str, query: str, context: str) -> str:
     # str.replace, not str.format: user templates may contain other braces (JSON examples).
     return template.replace("{query}", query).replace("{context}", context)
+
+
+READERS.register(
+    "extractive",
+    Reader(
+        "extractive",
+        "the span of the best-supported context sentence the question does not already say (offline)",
+        lambda question, texts, titles: extractive_answer(question, texts),
+    ),
+)

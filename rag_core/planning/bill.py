@@ -147,7 +147,7 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
                     add(stage_name, r.hop_model, n * (r.max_hops - 1), passages, 32)
             elif stage_name == "rerankings" and rr.method == "llm":
                 add(stage_name, rr.model, n, 64 + rr.candidates * tokens, 64)
-            elif stage_name == "answers" and g.model != "extractive":  # each sample its own call
+            elif stage_name == "answers" and not g.is_reader:  # each sample its own call
                 add(stage_name, g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
                 if g.context == "compress":
                     add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)

@@ -8,9 +8,13 @@ from dataclasses import dataclass
 
 from rag_core.chunking.base import CHUNKERS
 from rag_core.common.registry import PluginError, Registry, first_line
+from rag_core.components.embedders import EMBEDDERS
+from rag_core.components.readers import READERS
+from rag_core.components.rerankers import RERANKERS
+from rag_core.components.retrieval_modes import RETRIEVAL_MODES
+from rag_core.components.stores import STORES
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
-from rag_core.retrieval.stores import STORES
 from rag_core.search.strategies import STRATEGIES
 
 
@@ -30,11 +34,37 @@ EXTENSION_POINTS = (
         "a split(text, chunk_size, chunk_overlap, measure) function, or a rag_core.chunking.base.Chunker",
     ),
     ExtensionPoint(
+        "embedding models",
+        EMBEDDERS,
+        "embedding.model (besides the packaged model, a local folder or a litellm model)",
+        "an encode(texts) -> vectors function, or a rag_core.components.embedders.Embedder",
+    ),
+    ExtensionPoint(
         "vector stores",
         STORES,
         "index.store, $RAG_VECTOR_STORE",
         "a resources.vector_stores.base.VectorStore subclass (a Dagster ConfigurableResource): backend, "
         "analyzers, files, open()",
+    ),
+    ExtensionPoint(
+        "retrieval modes",
+        RETRIEVAL_MODES,
+        "retrieval.mode",
+        "a search(searcher, query, vector, k) -> [Hit] function over the store's own searches, or a "
+        "rag_core.components.retrieval_modes.RetrievalMode",
+    ),
+    ExtensionPoint(
+        "rerankers",
+        RERANKERS,
+        "rerank.method",
+        "an order(query, texts, k, model) function returning candidate indices best first, or a "
+        "rag_core.components.rerankers.Reranker",
+    ),
+    ExtensionPoint(
+        "answer generators",
+        READERS,
+        "generation.model (any other name is a litellm model)",
+        "an answer(question, texts, titles) -> str function, or a rag_core.components.readers.Reader",
     ),
     ExtensionPoint(
         "metrics",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rag_core.common.local_models import is_local, model_version
+from rag_core.components.stores import STORES, store_analyzers
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
 from rag_core.planning.labels import short_labels
 from rag_core.planning.spec import (
@@ -28,7 +29,6 @@ from rag_core.planning.spec import (
     component_used,
 )
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, artifact_fingerprint, partition_key, stage
-from rag_core.retrieval.stores import STORES, store_analyzers
 
 
 def prefix_of(sweep_name: str) -> str:

@@ -150,7 +150,7 @@ class EmbeddingConfig(_Strict):
 
 
 # The keyword (BM25) index's analyzer, the same on every store that offers it (a store says which it offers,
-# rag_core/retrieval/stores.py):
+# rag_core/components/stores.py):
 # - plain: lowercase, split into runs of letters and digits; no stemming, no stop words, no accent folding
 # - english: plain + English stop words removed + Snowball English stemming (+ ASCII folding on LanceDB)
 BM25_ANALYZERS = ("plain", "english")
@@ -162,14 +162,14 @@ class IndexConfig(_Strict):
     over one set of embeddings."""
 
     store: str | None = (
-        None  # a registered vector store (rag_core/retrieval/stores.py): built in or a plug-in's
+        None  # a registered vector store (rag_core/components/stores.py): built in or a plug-in's
     )
     bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
 
     @field_validator("store")
     @classmethod
     def _known_store(cls, v: str | None) -> str | None:
-        from rag_core.retrieval.stores import STORES
+        from rag_core.components.stores import STORES
 
         if v is not None:
             STORES.get(v)  # UnknownComponent names the installed stores; PluginError the broken plug-in
@@ -181,7 +181,7 @@ class IndexConfig(_Strict):
 
 
 class RetrievalConfig(_Strict):
-    mode: Literal["vector", "bm25", "hybrid"]
+    mode: str  # a registered retrieval mode (rag_core/components/retrieval_modes.py): vector, bm25, hybrid or a plug-in's
     top_k: int = Field(gt=0, le=100)
     hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
     fusion: Literal["rrf", "weighted"] = "rrf"
@@ -206,6 +206,27 @@ class RetrievalConfig(_Strict):
     hop_model: str | None = None
     sufficiency_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
     refine_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, v: str) -> str:
+        from rag_core.components.retrieval_modes import RETRIEVAL_MODES
+
+        RETRIEVAL_MODES.get(v)  # UnknownComponent names the installed modes; PluginError the broken plug-in
+        return v
+
+    @property
+    def reads_vector(self) -> bool:
+        """Whether the mode searches by the question's vector (its question is embedded)."""
+        from rag_core.components.retrieval_modes import retrieval_mode
+
+        return retrieval_mode(self.mode).reads_vector
+
+    @property
+    def reads_keywords(self) -> bool:
+        from rag_core.components.retrieval_modes import retrieval_mode
+
+        return retrieval_mode(self.mode).reads_keywords
 
     @field_validator("filter")
     @classmethod
@@ -295,7 +316,7 @@ class RetrievalConfig(_Strict):
 class RerankConfig(_Strict):
     """Rerank `candidates` retrieved chunks down to the retrieval's top_k."""
 
-    method: Literal["none", "mmr", "llm", "cross_encoder"] = "none"
+    method: str = "none"  # a registered reranker (rag_core/components/rerankers.py): built in or a plug-in's
     candidates: int = Field(default=20, gt=0, le=200)
     mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
     model: str | None = None  # llm: a litellm model; cross_encoder: a sentence-transformers CrossEncoder path
@@ -309,9 +330,23 @@ class RerankConfig(_Strict):
             raise ValueError(f"prompt must contain {lacks[0]}")
         return v
 
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        from rag_core.components.rerankers import RERANKERS
+
+        RERANKERS.get(v)  # UnknownComponent names the installed rerankers; PluginError the broken plug-in
+        return v
+
+    @property
+    def reranker(self):
+        from rag_core.components.rerankers import reranker
+
+        return reranker(self.method)
+
     @model_validator(mode="after")
     def _model_when_needed(self) -> RerankConfig:
-        if self.method in ("llm", "cross_encoder") and not self.model:
+        if self.reranker.model == "required" and not self.model:
             raise ValueError(f"rerank method {self.method!r} needs model")
         return self
 
@@ -328,7 +363,7 @@ class RerankConfig(_Strict):
             fields.update(mmr_lambda=0.5)
         if self.method != "llm" or fields["prompt"] == RERANK_PROMPT:
             fields.update(prompt=None)  # unused, or the built-in one: one key for one prompt
-        if self.method == "mmr":
+        if self.reranker.model == "none":
             fields.update(model=None)
         return RerankConfig(**fields)
 
@@ -338,8 +373,8 @@ class RerankConfig(_Strict):
             return "none"
         if self.method == "mmr":
             return f"mmr-l{self.mmr_lambda:g}-c{self.candidates}"
-        name = "llm" if self.method == "llm" else "ce"
-        key = f"{name}-{slug(self.model.rstrip('/').split('/')[-1])}-c{self.candidates}"
+        model = f"-{slug(self.model.rstrip('/').split('/')[-1])}" if self.model else ""
+        key = f"{self.reranker.key}{model}-c{self.candidates}"
         return key + (f"-rp{short_hash(self.prompt, 6)}" if self.prompt is not None else "")
 
 
@@ -384,8 +419,12 @@ class GenerationConfig(_Strict):
         return self
 
     @property
-    def is_extractive(self) -> bool:
-        return self.model == "extractive"
+    def is_reader(self) -> bool:
+        """Whether `model` names a reader (rag_core/components/readers.py: the built-in `extractive` or an
+        installed plug-in's), not a litellm model: no prompt, temperature, token limit or LLM call."""
+        from rag_core.components.readers import is_reader
+
+        return is_reader(self.model)
 
     def effective(self) -> GenerationConfig:
         fields = self.model_dump()
@@ -393,22 +432,22 @@ class GenerationConfig(_Strict):
             fields.update(context_prompt=None)  # unused, or the built-in one: one key for one prompt
         if self.context == "concat":
             fields.update(context_model=None)
-        if self.is_extractive:  # the extractive reader has no prompt, temperature or token limit
+        if self.is_reader:  # the extractive reader has no prompt, temperature or token limit
             fields.update(prompt_template=DEFAULT_PROMPT, temperature=0.0, max_tokens=128)
-        if self.is_extractive or fields["temperature"] == 0:  # deterministic: one answer says it all
+        if self.is_reader or fields["temperature"] == 0:  # deterministic: one answer says it all
             fields.update(samples=1)
         return GenerationConfig(**fields)
 
     @property
     def random(self) -> bool:
         """Whether the generator draws at random (an LLM at temperature > 0)."""
-        return not self.is_extractive and self.temperature > 0
+        return not self.is_reader and self.temperature > 0
 
     @property
     def key(self) -> str:
         key = (
-            "extractive"
-            if self.is_extractive
+            slug(self.model)
+            if self.is_reader
             else (
                 f"{slug(self.model)}-t{self.temperature:g}-m{self.max_tokens}-p{short_hash(self.prompt_template, 6)}"
             )
@@ -431,7 +470,9 @@ class RagConfig(_Strict):
     embedding: EmbeddingConfig
     index: IndexConfig = IndexConfig()
     retrieval: RetrievalConfig
-    rerank: RerankConfig = RerankConfig()
+    rerank: RerankConfig = Field(
+        default_factory=RerankConfig
+    )  # built when a config is (its check reads the registry)
     generation: GenerationConfig
 
     @property
@@ -630,7 +671,7 @@ def component_used(c: RagConfig, component: str) -> bool:
     if component == "rerank_prompt":
         return c.rerank.method == "llm"
     if component == "answer_prompt":
-        return not c.generation.is_extractive
+        return not c.generation.is_reader
     if component == "compress_prompt":
         return c.generation.context == "compress"
     if component in ("sufficiency_prompt", "refine_prompt"):

@@ -17,10 +17,14 @@ from typing import Any
 from rag_core.chunking.base import CHUNKERS
 from rag_core.common.fingerprint import fingerprint
 from rag_core.common.local_models import model_version
+from rag_core.components.embedders import EMBEDDERS, is_plugin_embedder
+from rag_core.components.readers import READERS
+from rag_core.components.rerankers import RERANKERS
+from rag_core.components.retrieval_modes import RETRIEVAL_MODES
+from rag_core.components.stores import STORES
 from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
-from rag_core.retrieval.stores import STORES
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,23 @@ class Stage:
 
 
 def _chunking_settings(c: RagConfig, judge) -> dict:
-    # a plug-in method's package and version: upgrading it recomputes its chunksets (a built-in adds nothing)
-    pin = CHUNKERS.origin(c.chunking.method).pin
+    # a plug-in method's package and version: upgrading it recomputes its chunksets (a built-in adds nothing);
+    # likewise a plug-in embedding model the chunker reads (semantic breakpoints, token sizes)
+    pins = [CHUNKERS.origin(c.chunking.method).pin, _embedder_pin(c.chunking.model)]
     settings = c.chunking.model_dump()
+    if pins[1]:
+        return {**settings, "plugin": pins[0], "embedder_plugin": pins[1]}
+    return {**settings, "plugin": pins[0]} if pins[0] else settings
+
+
+def _embedder_pin(model: str | None) -> str | None:
+    return EMBEDDERS.origin(model).pin if model and is_plugin_embedder(model) else None
+
+
+def _embedding_settings(c: RagConfig, judge) -> dict:
+    # a plug-in model's package and version: upgrading it embeds again (a built-in adds nothing)
+    pin = _embedder_pin(c.embedding.model)
+    settings = c.embedding.model_dump()
     return {**settings, "plugin": pin} if pin else settings
 
 
@@ -99,12 +117,33 @@ def _retrieval_settings(c: RagConfig, judge) -> dict:
         unset |= set(HOP_FIELDS)
     else:
         unset |= {f for f in ("sufficiency_prompt", "refine_prompt") if getattr(c.retrieval, f) is None}
-    return {**c.retrieval.model_dump(exclude={"top_k", *unset}), "fetch_k": c.fetch_k}
+    settings = {**c.retrieval.model_dump(exclude={"top_k", *unset}), "fetch_k": c.fetch_k}
+    # a plug-in mode's package and version: upgrading it retrieves again (a built-in adds nothing)
+    pin = RETRIEVAL_MODES.origin(c.retrieval.mode).pin
+    return {**settings, "plugin": pin} if pin else settings
 
 
 def _rerank_settings(c: RagConfig, judge) -> dict:
     unset = {"prompt"} if c.rerank.prompt is None else set()  # as the query prompt's
-    return {**c.rerank.model_dump(exclude=unset), "top_k": c.retrieval.top_k}
+    settings = {**c.rerank.model_dump(exclude=unset), "top_k": c.retrieval.top_k}
+    # a plug-in reranker's package and version: upgrading it reranks again (a built-in adds nothing)
+    pin = RERANKERS.origin(c.rerank.method).pin
+    return {**settings, "plugin": pin} if pin else settings
+
+
+def _answer_settings(c: RagConfig, judge) -> dict:
+    # one sample keeps the fingerprints answers had before samples existed
+    # (an unset compression prompt likewise, as before it was a setting)
+    settings = c.generation.model_dump(
+        exclude={
+            *(["samples"] if c.generation.samples == 1 else []),
+            *(["context_prompt"] if c.generation.context_prompt is None else []),
+        }
+        or None
+    )
+    # a plug-in reader's package and version: upgrading it answers again (a built-in adds nothing)
+    pin = READERS.origin(c.generation.model).pin if c.generation.is_reader else None
+    return {**settings, "plugin": pin} if pin else settings
 
 
 def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
@@ -132,7 +171,7 @@ STAGES: tuple[Stage, ...] = (
         ("chunksets",),
         1,
         key=lambda c: c.embedding.key,
-        settings=lambda c, j: c.embedding.model_dump(),
+        settings=_embedding_settings,
         models=lambda c: (c.embedding.model,),
     ),
     Stage(
@@ -163,8 +202,8 @@ STAGES: tuple[Stage, ...] = (
         2,
         key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
         settings=_rerank_settings,
-        models=lambda c: (c.rerank.model,) if c.rerank.method == "cross_encoder" else (),
-        calls_llm=lambda c, j: c.rerank.method == "llm",
+        models=lambda c: (c.rerank.model,) if c.rerank.reranker.local_model else (),
+        calls_llm=lambda c, j: c.rerank.reranker.calls_llm,
     ),
     Stage(
         "answers",
@@ -174,15 +213,9 @@ STAGES: tuple[Stage, ...] = (
         key=lambda c: c.generation.key,
         # one sample keeps the fingerprints answers had before samples existed
         # (an unset compression prompt likewise, as before it was a setting)
-        settings=lambda c, j: c.generation.model_dump(
-            exclude={
-                *(["samples"] if c.generation.samples == 1 else []),
-                *(["context_prompt"] if c.generation.context_prompt is None else []),
-            }
-            or None
-        ),
+        settings=_answer_settings,
         failures="error",
-        calls_llm=lambda c, j: not c.generation.is_extractive or c.generation.context == "compress",
+        calls_llm=lambda c, j: not c.generation.is_reader or c.generation.context == "compress",
     ),
     Stage(
         "evaluations",

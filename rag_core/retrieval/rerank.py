@@ -5,6 +5,7 @@
 - llm: the model returns an ordering of candidate numbers; `parse_ordering` reads it robustly.
 - cross_encoder: scores (query, text) pairs with a sentence-transformers CrossEncoder the user supplies, on the
   device the caller names (rag_core/retrieval/cross_encoders.py).
+- a plug-in (rag_core/components/rerankers.py): its order function, per question.
 """
 
 from __future__ import annotations
@@ -12,16 +13,49 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from rag_core.common.completion import NO_USAGE, Completer, usage
 from rag_core.common.concurrency import map_concurrently
+from rag_core.components.rerankers import RERANKERS, Reranker, reranker
 from rag_core.planning.prompts import RERANK_PROMPT, fill
-from rag_core.planning.spec import RagConfig
 from rag_core.retrieval.cross_encoders import cross_encoder, cross_scores
 from rag_core.retrieval.retrieve import first_documents
+
+if TYPE_CHECKING:  # the spec validates rerank.method against this module's registrations
+    from rag_core.planning.spec import RagConfig
+
+RERANKERS.register("none", Reranker("none", "the retrieval's order, cut to top_k", model="none"))
+RERANKERS.register(
+    "mmr",
+    Reranker(
+        "mmr",
+        "Maximal Marginal Relevance on the embeddings (rerank.mmr_lambda: 1 = relevance only)",
+        model="none",
+    ),
+)
+RERANKERS.register(
+    "llm",
+    Reranker(
+        "llm",
+        "an LLM's ordering of the numbered candidates (rerank.model, rerank.prompt)",
+        model="required",
+        calls_llm=True,
+    ),
+)
+RERANKERS.register(
+    "cross_encoder",
+    Reranker(
+        "cross_encoder",
+        "a sentence-transformers CrossEncoder from a local folder (rerank.model) scores each (question, chunk)",
+        model="required",
+        local_model=True,
+        key_name="ce",
+    ),
+)
 
 
 def mmr(query: np.ndarray, candidates: np.ndarray, k: int, lam: float = 0.5) -> list[int]:
@@ -88,6 +122,7 @@ def orders(
     a cross-encoder runs."""
     method = c.rerank.method
     model = cross_encoder(c.rerank.model, device) if method == "cross_encoder" else None
+    plugin = reranker(method).order  # None for a built-in
 
     def one(r: dict) -> tuple[list[int], bool, dict]:
         t0 = time.perf_counter()
@@ -100,6 +135,10 @@ def orders(
         elif method == "cross_encoder":
             scores = cross_scores(model, [(questions[r["query_id"]], t) for t in r["texts"]])
             order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
+        elif plugin is not None:
+            order = plugin_order(
+                method, plugin, questions[r["query_id"]], list(r["texts"]), k, c.rerank.model
+            )
         else:  # llm
             reply = llm.complete(
                 c.rerank.model,
@@ -115,6 +154,23 @@ def orders(
     if method != "llm":
         return [one(r) for r in rows]
     return map_concurrently(one, rows, llm.max_concurrency, what="queries reranked")
+
+
+def plugin_order(method: str, order, query: str, texts: list[str], k: int, model: str | None) -> list[int]:
+    """A plug-in reranker's order of one question's candidates: the indices it lists (each once, within
+    range), then the others in retrieval order. Anything else is an error naming it and its package."""
+    got = order(query, texts, k, model)
+    listed = list(got) if got is not None else None
+    bad = listed is None or any(
+        not isinstance(i, int | np.integer) or not 0 <= i < len(texts) for i in listed
+    )
+    if bad or len(set(listed)) != len(listed):
+        raise ValueError(
+            f"reranker {method!r} ({RERANKERS.origin(method)}) returned {got!r} for {len(texts)} candidates of "
+            f"question {query!r}: expected distinct candidate indices 0..{len(texts) - 1}, best first"
+        )
+    listed = [int(i) for i in listed]
+    return listed + [i for i in range(len(texts)) if i not in set(listed)]
 
 
 def context_k(c: RagConfig, row: dict) -> int:

@@ -124,17 +124,17 @@ def _search_once(store, collection, r, question, queries, fell_back, embed, k: i
 
     if r.query_transform == "multi_query" and not fell_back:
         texts = [question, *queries]
-        vectors = embed(texts) if r.mode != "bm25" else [None] * len(texts)
+        vectors = embed(texts) if r.reads_vector else [None] * len(texts)
         rankings = [run(t, v) for t, v in zip(texts, vectors, strict=True)]
         by_id = {h.chunk_id: h for ranking in rankings for h in ranking}
         fused = rrf_many([[(h.chunk_id, h.score) for h in ranking] for ranking in rankings])
         return ranked([Hit(cid, by_id[cid].doc_id, by_id[cid].text, s) for cid, s in fused], k)
     if r.query_transform == "hyde" and not fell_back:
         passage = queries[0]  # the hypothetical answer replaces the question's vector
-        keyword = f"{question} {passage}" if r.mode == "bm25" else question
-        return run(keyword, None if r.mode == "bm25" else embed([passage])[0])
+        keyword = f"{question} {passage}" if not r.reads_vector else question
+        return run(keyword, None if not r.reads_vector else embed([passage])[0])
     text = queries[0]  # the question, or its rewrite
-    return run(text, None if r.mode == "bm25" else embed([text])[0])
+    return run(text, None if not r.reads_vector else embed([text])[0])
 
 
 def retrieve(
@@ -154,7 +154,7 @@ def retrieve(
     to_embed = list(
         dict.fromkeys(t for q, (qs, _, _) in zip(questions, transformed, strict=True) for t in [q, *qs])
     )
-    vectors = dict(zip(to_embed, embed(to_embed), strict=True)) if c.retrieval.mode != "bm25" else {}
+    vectors = dict(zip(to_embed, embed(to_embed), strict=True)) if c.retrieval.reads_vector else {}
 
     def lookup(texts: list[str]) -> np.ndarray:
         return np.stack([vectors[t] for t in texts])
@@ -201,7 +201,7 @@ def _iterated(c, rows, first, questions, by_id, chunks, store, collection, embed
 
     def later(asked: list[tuple[str, int]]) -> list[tuple[list[Hit], float]]:
         unique = list(dict.fromkeys(q for q, _ in asked))
-        vectors = dict(zip(unique, embed(unique), strict=True)) if c.retrieval.mode != "bm25" else {}
+        vectors = dict(zip(unique, embed(unique), strict=True)) if c.retrieval.reads_vector else {}
         out = []
         for q, depth in asked:
             t0 = time.perf_counter()

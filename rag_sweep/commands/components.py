@@ -1,4 +1,5 @@
-"""`rag-sweep components`: every installed chunking method, metric and search strategy, built-in or plug-in
+"""`rag-sweep components`: every installed component of each extension point (chunking methods, embedding
+models, vector stores, rerankers, answer generators, metrics, search strategies), built-in or plug-in
 (rag_core/planning/extension_points.py)."""
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 def add_parser(sub) -> None:
     cmd = sub.add_parser(
         "components",
-        help="list every installed component (chunking methods, metrics, search strategies), plug-ins included",
+        help="list every installed component (chunkers, embedders, stores, rerankers, generators, metrics, "
+        "search strategies), plug-ins included",
     )
     cmd.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
 
@@ -24,7 +26,9 @@ def run(args) -> int:
     for point in EXTENSION_POINTS:
         mine = [r for r in rows if r.point == point.name]
         print(f"{point.name} ({point.field}; plug-ins: entry-point group {point.registry.group})")
-        width = max(len(r.name) for r in mine)
+        if not mine:  # (embedding models: the built-in kinds are not names)
+            print("  no plug-in installed")
+        width = max((len(r.name) for r in mine), default=0)
         for r in mine:
             print(f"  {r.name.ljust(width)}  {r.origin:<10}  {r.description}")
     return 1 if broken else 0

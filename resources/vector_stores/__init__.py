@@ -1,7 +1,7 @@
 """Vector stores behind one interface (see base.VectorStore); LanceDB is the embedded default.
 
 `VectorStores` gives every store a plan names (`index.store`, else the deployment's $RAG_VECTOR_STORE), built
-in or a plug-in (rag_core.retrieval.stores.STORES): the four embedded ones keep their data under the data dir;
+in or a plug-in (rag_core.components.stores.STORES): the four embedded ones keep their data under the data dir;
 Weaviate is a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from rag_core.retrieval.stores import STORES
+from rag_core.components.stores import STORES
 from resources.environment import weaviate_settings
 from resources.storage import data_root, is_remote
 from resources.vector_stores.base import Hit, VectorStore
@@ -46,7 +46,7 @@ class VectorStores(dg.ConfigurableResource):
         )
 
     def get(self, backend: str) -> VectorStore:
-        """The store named `backend` (a built-in or an installed plug-in, rag_core.retrieval.stores)."""
+        """The store named `backend` (a built-in or an installed plug-in, rag_core.components.stores)."""
         cls = STORES.get(backend)
         root = data_root(self.data_dir)
         if is_remote(root) and cls.files == "local":

@@ -10,11 +10,14 @@ fields, and each backend translates the parsed conditions into its own filter la
 from __future__ import annotations
 
 import abc
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from rag_core.components.retrieval_modes import RETRIEVAL_MODES, retrieval_mode
 from rag_core.data.filters import Condition, check_fields, parse_filter
 from rag_core.retrieval.fusion import fuse
 from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
@@ -27,12 +30,12 @@ Conditions = tuple[Condition, ...]
 
 class VectorStore(abc.ABC):
     """One collection per index partition. Implementations are Dagster ConfigurableResources, registered
-    in rag_core.retrieval.stores.STORES where they are defined (a plug-in: under the entry-point group
+    in rag_core.components.stores.STORES where they are defined (a plug-in: under the entry-point group
     `rag_sweep.vector_stores`)."""
 
     backend: ClassVar[str]  # a short name; part of the fingerprint of every artifact built on the store
     analyzers: ClassVar[tuple[str, ...]] = ("plain",)  # the BM25 analyzers it applies (spec.BM25_ANALYZERS)
-    files: ClassVar[str] = "local"  # where it keeps its data (rag_core.retrieval.stores.FILES)
+    files: ClassVar[str] = "local"  # where it keeps its data (rag_core.components.stores.FILES)
 
     @classmethod
     def open(cls, root: Path, stores: VectorStores) -> VectorStore:
@@ -140,12 +143,43 @@ class VectorStore(abc.ABC):
         id, then chunk id): TIE_MARGIN more candidates are fetched, so which of several tied candidates make
         the k-th place does not depend on the store or on k."""
         depth = k + TIE_MARGIN
-        if mode == "vector":
+        plugin = retrieval_mode(mode).search  # None for a built-in (UnknownComponent for an unknown mode)
+        if plugin is not None:
+            hits = plugin_hits(mode, plugin(Searcher(self, collection, where), query, vector, depth))
+        elif mode == "vector":
             hits = self.vector_search(collection, vector, depth, where)
         elif mode == "bm25":
             hits = self.keyword_search(collection, query, depth, where)
-        elif mode == "hybrid":
+        else:  # hybrid
             hits = self.hybrid_search(collection, query, vector, depth, alpha, fusion, where)
-        else:
-            raise ValueError(f"unknown retrieval mode {mode!r}")
         return ranked(hits, k)
+
+
+@dataclass(frozen=True)
+class Searcher:
+    """What a plug-in retrieval mode searches with: one collection of a store, under the config's filter."""
+
+    store: VectorStore
+    collection: str
+    where: dict | None
+
+    def vector(self, vector: np.ndarray, k: int) -> list[Hit]:
+        return self.store.vector_search(self.collection, vector, k, self.where)
+
+    def keyword(self, query: str, k: int) -> list[Hit]:
+        return self.store.keyword_search(self.collection, query, k, self.where)
+
+    def hybrid(
+        self, query: str, vector: np.ndarray, k: int, alpha: float = 0.5, fusion: str = "rrf"
+    ) -> list[Hit]:
+        return self.store.hybrid_search(self.collection, query, vector, k, alpha, fusion, self.where)
+
+
+def plugin_hits(mode: str, hits) -> list[Hit]:
+    """A plug-in mode's hits, checked: a list of Hit with finite scores, else an error naming it."""
+    if not isinstance(hits, list) or not all(isinstance(h, Hit) and math.isfinite(h.score) for h in hits):
+        raise ValueError(
+            f"retrieval mode {mode!r} ({RETRIEVAL_MODES.origin(mode)}) returned {hits!r:.200}: expected a list "
+            "of rag_core.retrieval.retrieve.Hit with finite scores"
+        )
+    return hits

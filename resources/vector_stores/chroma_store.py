@@ -17,9 +17,9 @@ from typing import ClassVar
 import dagster as dg
 import numpy as np
 
+from rag_core.components.stores import STORES
 from rag_core.data.filters import matches
 from rag_core.retrieval import bm25
-from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
 

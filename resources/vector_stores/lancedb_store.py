@@ -15,7 +15,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from rag_core.retrieval.stores import STORES
+from rag_core.components.stores import STORES
 from resources.storage import lance_storage_options
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore

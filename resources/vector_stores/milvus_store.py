@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rag_core.retrieval.stores import STORES
+from rag_core.components.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 

@@ -15,8 +15,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from rag_core.components.stores import STORES
 from rag_core.retrieval import bm25
-from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 

@@ -30,8 +30,8 @@ from urllib.parse import urlparse
 import dagster as dg
 import numpy as np
 
+from rag_core.components.stores import STORES
 from rag_core.data.filters import filterable_attributes
-from rag_core.retrieval.stores import STORES
 from resources.vector_stores.base import Conditions, Hit, VectorStore
 
 
