@@ -35,7 +35,7 @@ from rag_core.planning.extension_points import plugins_line
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep.commands import calibrate_judge, components, gate, gc, models
+from rag_sweep.commands import calibrate_judge, components, gate, gc, import_labels, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -127,6 +127,7 @@ def _main(argv: list[str] | None) -> int:
     gate.add_parser(sub)
     gc.add_parser(sub)
     calibrate_judge.add_parser(sub)
+    import_labels.add_parser(sub)
     components.add_parser(sub)
     args = parser.parse_args(argv)
 
@@ -149,6 +150,8 @@ def _main(argv: list[str] | None) -> int:
             return calibrate_judge.run(args)
         if args.command == "components":
             return components.run(args)
+        if args.command == "import-labels":
+            return import_labels.run(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
