@@ -157,21 +157,33 @@ def publish_board(
 JUDGE_METRIC = "faithfulness_judge"
 
 
-def judge_agreement(run: StageRun) -> dict | None:
+def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> dict | None:
     """The sweep's judge against its labels (evaluation.judge_labels): Cohen's kappa and accuracy with their
     intervals, and whether faithfulness_judge may be weighted: only a judge whose kappa reaches min_kappa is
     (an undefined kappa is not). The judge is asked through the LLM call cache, as `rag-sweep
-    calibrate-judge` asks it: a rerun pays nothing."""
+    calibrate-judge` asks it, so a rerun pays nothing; but when an evaluation this board ranks was computed
+    since the judge was last measured (`previous`: the last board's decision; the nightly re-evaluation asks
+    the judge again), the labelled answers are asked again too: the agreement is as fresh as the scores it
+    weighs, and a judge that drifted is seen (rag_core/decision/drift.py)."""
     sweep = run.plan.sweep
     if sweep.judge_labels is None:
         return None
     from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge_agreement import agreement, read_labels
+    from resources.llm import Reasking
 
     ev = sweep.evaluation
     rows, labels = read_labels(sweep.judge_labels)
-    scores = judge_labelled(run.llm, sweep.judge_model, rows)
-    base = {"model": sweep.judge_model, "labels": str(sweep.judge_labels), "min_kappa": ev.min_kappa}
+    measured = ((previous or {}).get("judge") or {}).get("measured_at")
+    fresh = measured is not None and any(modified(r.path()) > measured for r in evaluations)
+    scores = judge_labelled(Reasking(run.llm) if fresh else run.llm, sweep.judge_model, rows)
+    base = {
+        "model": sweep.judge_model,
+        "labels": str(sweep.judge_labels),
+        "min_kappa": ev.min_kappa,
+        "measured_at": time.time(),
+        "asked_again": fresh,
+    }
     try:
         result = agreement(labels, scores, [len(r["answer"]) for r in rows], ev.judge_threshold)
     except ValueError as e:  # every call failed: nothing measured
@@ -202,7 +214,8 @@ class Leaderboard(StageLogic):
         Check(
             "nightly_drift",
             "Against the previous leaderboard on the same questions: the recommended config did not drop "
-            "significantly (WARN), the top tier did not change (WARN), the recommendation was not lost (ERROR).",
+            "significantly (WARN), the top tier did not change (WARN), the judge did not drift from people's "
+            "labels (WARN), the recommendation was not lost (ERROR).",
         ),
     )
 
@@ -235,7 +248,9 @@ class Leaderboard(StageLogic):
         summaries = pl.concat([every[k] for k in keys], how="diagonal_relaxed")
         per_query = {k: refs[k].read("per_query") for k in keys}
         spec = run.plan.sweep.decision
-        judged = judge_agreement(run)  # None: no labels to measure the judge against
+        # ranked again on the same questions: the last board's decision, what changed since
+        previous = json.loads(run.ref.read("decision")["json"][0]) if run.ref.intact() else None
+        judged = judge_agreement(run, previous, [refs[k] for k in keys])  # None: no labels to measure against
         weighted = run.plan.sweep.weights
         if judged and not judged["weighted"]:
             weighted = {m: w for m, w in weighted.items() if m != JUDGE_METRIC}
@@ -286,8 +301,7 @@ class Leaderboard(StageLogic):
         )
         board = board.select("rank", "label", pl.exclude("rank", "label"))
         decision["evaluated_at"] = time.time()
-        if run.ref.intact():  # ranked again on the same questions: what changed since
-            previous = json.loads(run.ref.read("decision")["json"][0])
+        if previous is not None:
             decision["drift"] = findings(previous, decision, board, spec.alpha)
         run.notes["per_query"] = per_query
         return Artifact(run.ref, board, {"decision": pl.DataFrame({"json": [json.dumps(decision)]})})

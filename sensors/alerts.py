@@ -1,5 +1,6 @@
 """Drift alerts: a sensor per sweep that sends every failed `nightly_drift` check of its leaderboard
-(rag_core/decision/drift.py: the recommended config dropped, the top tier changed, the recommendation was lost)
+(rag_core/decision/drift.py: the recommended config dropped, the top tier changed, the judge drifted from
+people's labels, the recommendation was lost)
 to the webhook $RAG_ALERT_WEBHOOK as JSON, once each (its cursor is the last check evaluation sent)."""
 
 from __future__ import annotations

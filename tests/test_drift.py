@@ -143,3 +143,22 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     scores = client.get_metric_history(config_run.info.run_id, "overall_score")  # the replaced runs' too
     assert len(scores) == 3 and max(m.value for m in scores) == history["overall_score"].max()
     assert leaderboard_path(data, "nightly").with_suffix(".trend.png").stat().st_size > 10_000
+
+
+def test_the_judge_drifts_when_it_stops_being_weighted_or_leaves_its_interval():
+    from rag_core.decision.drift import judge_drift
+
+    before = {"model": "j", "labels": "l.jsonl", "min_kappa": 0.6, "n": 40, "weighted": True}
+    before |= {"kappa": 0.8, "kappa_low": 0.7, "kappa_high": 0.9}
+    assert judge_drift(before, {**before, "kappa": 0.75}) is None  # within the interval
+    assert "dropped (kappa 0.800 to 0.650 on 40 labels" in judge_drift(before, {**before, "kappa": 0.65})
+    fell = judge_drift(before, {**before, "kappa": 0.4, "weighted": False})
+    assert fell.startswith("the judge j is no longer weighted (kappa 0.800 to 0.400")
+    undefined = judge_drift(before, {**before, "kappa": None, "weighted": False})
+    assert "kappa 0.800 to undefined" in undefined
+    assert judge_drift(before, {**before, "labels": "other.jsonl", "kappa": 0.1, "weighted": False}) is None
+    assert judge_drift(None, before) is None and judge_drift(before, None) is None
+    same = {"recommended": "a", "top_tier": ["a"], "judge": before}
+    quiet = _board({"a": {}})
+    found = findings(same, {**same, "judge": {**before, "kappa": 0.4, "weighted": False}}, quiet, 0.05)
+    assert found["severity"] == "WARN" and found["alert"]["judge"]["now"]["kappa"] == 0.4

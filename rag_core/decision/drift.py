@@ -41,7 +41,8 @@ def compare(
 
 def findings(previous: dict, decision: dict, board: pl.DataFrame, alpha: float) -> dict:
     """What changed between two leaderboards of one sweep on the same questions: `severity` None (nothing
-    to report), "WARN" (the recommended config dropped significantly, or the top tier changed) or "ERROR"
+    to report), "WARN" (the recommended config dropped significantly, the top tier changed, or the judge
+    drifted from people's labels: judge_drift) or "ERROR"
     (the previous recommendation is no longer recommended), with a message and the alert's content."""
     rec, before_rec = decision.get("recommended"), previous.get("recommended")
     rows = {r["config_key"]: r for r in board.iter_rows(named=True)}
@@ -69,6 +70,10 @@ def findings(previous: dict, decision: dict, board: pl.DataFrame, alpha: float) 
     if before_rec and before_rec != rec:
         severity = "ERROR"
         problems.append(f"the recommendation changed from {before_rec} to {rec or 'none'}")
+    judge = judge_drift(previous.get("judge"), decision.get("judge"))
+    if judge:
+        severity = severity or "WARN"
+        problems.append(judge)
     alert = None
     if severity:
         alert = {
@@ -80,8 +85,42 @@ def findings(previous: dict, decision: dict, board: pl.DataFrame, alpha: float) 
             "p_value": row.get("drift_p_value"),
             "recommended_before": before_rec,
             "recommended_now": rec,
+            **({"judge": _kappas(previous.get("judge"), decision.get("judge"))} if judge else {}),
         }
     return {"severity": severity, "message": "; ".join(problems) or "no significant change", "alert": alert}
+
+
+def judge_drift(before: dict | None, now: dict | None) -> str | None:
+    """What changed in the judge's agreement with people's labels between two leaderboards, or None: its
+    metric stopped being weighted (its kappa fell below min_kappa, or became undefined), or its kappa fell
+    below the previous measurement's 95% interval (a drop the labels' sampling does not explain)."""
+    if not before or not now or before.get("labels") != now.get("labels"):
+        return None  # no judge, or other labels: not the same measurement
+    was, kappa = before.get("kappa"), now.get("kappa")
+    figures = f"kappa {_kappa(was)} to {_kappa(kappa)} on {now.get('n', '?')} labels"
+    if before.get("weighted") and not now.get("weighted"):
+        return f"the judge {now['model']} is no longer weighted ({figures}, min_kappa {now['min_kappa']:g})"
+    if (
+        was is not None
+        and kappa is not None
+        and before.get("kappa_low") is not None
+        and kappa < before["kappa_low"]
+    ):
+        return f"the judge {now['model']}'s agreement with the labels dropped ({figures}, below the 95% interval)"
+    return None
+
+
+def _kappa(value) -> str:
+    return "undefined" if value is None else f"{value:.3f}"
+
+
+def _kappas(before: dict, now: dict) -> dict:
+    keys = ("kappa", "kappa_low", "kappa_high", "weighted")
+    return {
+        "model": now.get("model"),
+        "before": {k: before.get(k) for k in keys},
+        "now": {k: now.get(k) for k in keys},
+    }
 
 
 def _score(row: dict, prefix: str) -> dict | None:
