@@ -30,7 +30,12 @@ def corpus_identity(sweep) -> str:
 
 
 def qa_identity(sweep) -> tuple:
-    """What the QA set snapshot is of: the QA file's content and how many of its questions are kept."""
+    """What the QA set snapshot is of: the QA file's content and how many of its questions are kept, and
+    with data.language: auto, the detector that gave each question its language."""
+    if sweep.detect_language:
+        from rag_core.metrics.languages import detector_version
+
+        return file_hash(sweep.qa_path), sweep.max_queries, detector_version()
     return file_hash(sweep.qa_path), sweep.max_queries
 
 
@@ -195,7 +200,12 @@ class QASet(StageLogic):
         with warnings.catch_warnings(record=True) as dropped:  # what the loader could not use, counted
             warnings.simplefilter("always", DataWarning)
             frame = load_qa(
-                sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus, sweep.language
+                sweep.qa_path,
+                set(corpus["doc_id"].to_list()),
+                sweep.max_queries,
+                corpus,
+                sweep.language,
+                sweep.detect_language,
             )
         for w in dropped:
             if issubclass(w.category, DataWarning):

@@ -36,7 +36,12 @@ def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         return corpus, None
     try:
         qa = load_qa(
-            sweep.qa_path, set(corpus["doc_id"].to_list()), sweep.max_queries, corpus, sweep.language
+            sweep.qa_path,
+            set(corpus["doc_id"].to_list()),
+            sweep.max_queries,
+            corpus,
+            sweep.language,
+            sweep.detect_language,
         )
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None

@@ -205,3 +205,68 @@ def test_bleu_and_rouge_l_read_a_named_languages_tokens():
     assert bleu("北京大学", ["北京大学"]) == pytest.approx(1.0) and bleu("北京", ["北京大学"], "zh") < 1.0
     # without a language both are what they were (13a and rouge-score's own tokenizer)
     assert rouge_l("The cat sat.", ["a cat sat"]) == pytest.approx(2 / 3)  # LCS cat sat; articles kept
+
+
+QUESTIONS = {
+    "en": "what is the population of the city where the band was formed",
+    "zh": "谁写了哈姆雷特？",
+    "de": "Wer schrieb das Drama Hamlet?",
+    "es": "¿Quién escribió Hamlet?",
+    "ar": "من كتب هاملت؟",
+    "hi": "हेमलेट किसने लिखा?",
+    "vi": "Ai đã viết Hamlet?",
+    "ja": "ハムレットを書いたのは誰ですか？",
+}
+
+
+def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path):
+    rows = [
+        {
+            "query_id": f"q-{code}",
+            "question": q,
+            "answers": ["北京大学" if code == "zh" else "x"],
+            "relevant_doc_ids": ["d1"],
+        }
+        for code, q in QUESTIONS.items()
+    ]
+    rows.append({**rows[0], "query_id": "q-given", "question": "When?", "language": "fr"})  # its own wins
+    file = _qa_file(tmp_path, rows)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        qa = load_qa(file, detect=True)
+    assert dict(zip(qa["query_id"], qa["language"], strict=True)) == {
+        **{f"q-{code}": code for code in QUESTIONS},
+        "q-given": "fr",
+    }
+    said = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
+    assert any("detected (data.language: auto) for 8 question(s)" in m for m in said), said
+    # the Chinese question's answer is scored per character: a near miss earns partial credit
+    zh = qa.filter(pl.col("query_id") == "q-zh").row(0, named=True)
+    assert token_f1("北京", zh["answers"], zh["language"]) == pytest.approx(2 / 3)
+    assert token_f1("北京", zh["answers"], None) == 0.0  # SQuAD's whitespace tokens: one token each
+
+
+def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
+    from orchestration.plans import load_plan
+    from rag_assets.inputs import snapshot_fingerprints
+    from tests.conftest import write_sweep
+
+    data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
+    pl.DataFrame({"doc_id": ["d1"], "text": ["t"]}).write_parquet(data["corpus"])
+    pl.DataFrame(
+        {"query_id": ["q1"], "question": ["?"], "answers": [["a"]], "relevant_doc_ids": [["d1"]]}
+    ).write_parquet(data["qa"])
+    fps = {}
+    for language in (None, "auto"):
+        spec = write_sweep(
+            tmp_path / f"{language}.yaml",
+            data,
+            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
+            retrieval={"mode": "vector", "top_k": 2},
+        )
+        if language:
+            spec.write_text(spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1))
+        sweep = load_plan(spec, "lancedb").sweep
+        fps[language] = snapshot_fingerprints(sweep)
+    assert sweep.detect_language and sweep.language is None
+    assert fps[None]["corpus"] == fps["auto"]["corpus"] and fps[None]["qa_set"] != fps["auto"]["qa_set"]

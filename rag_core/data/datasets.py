@@ -164,12 +164,15 @@ def load_qa(
     max_queries: int | None = None,
     corpus: pl.DataFrame | None = None,
     language: str | None = None,
+    detect: bool = False,
 ) -> pl.DataFrame:
     """The project's QA format, or BEIR, Ragas or an MLflow evaluation dataset (rag_core/data/qa/formats.py);
     `corpus` (doc_id, text) finds the gold documents of a Ragas set. A `language` per question (else the
     set's `language`) is how its answers are normalized (rag_core/metrics/languages.py); the column is kept
-    when the file has one."""
-    from rag_core.metrics.languages import normalize
+    when the file has one. `detect` (data.language: auto): a question without its own `language` gets the
+    one detected from its text; the languages found are said, and the unsure detections counted."""
+    from rag_core.metrics.languages import UNSURE, normalize
+    from rag_core.metrics.languages import detect as detect_language
 
     path = Path(path)
     if not path.exists():
@@ -185,6 +188,8 @@ def load_qa(
         rows = formats.read_mlflow(path, rows)
     out, seen = [], set()
     junk: list[str] = []  # the gold answers nothing can match, where they were
+    detected: dict[str | None, int] = {}  # data.language auto: questions per detected language
+    unsure = 0  # detections below UNSURE confidence
     emptied = 0  # questions left with no reference answer by dropping them
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
@@ -199,7 +204,12 @@ def load_qa(
                     f"{where(path, row, i)}: field 'relevant_doc_ids': {missing[:3]} not in the corpus"
                 )
         answers = _string_list(path, row, i, "answers")
+        question = _string(path, row, i, "question")
         lang = _language(path, row, i)
+        if lang is None and detect:
+            lang, confidence = detect_language(question)
+            detected[lang] = detected.get(lang, 0) + 1
+            unsure += confidence < UNSURE
         # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
         # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
         kept = [a for a in answers if normalize(a, lang or language)]
@@ -214,7 +224,7 @@ def load_qa(
         out.append(
             {
                 "query_id": qid,
-                "question": _string(path, row, i, "question"),
+                "question": question,
                 "answers": answers,
                 "relevant_doc_ids": rel,
                 "relevant_doc_grades": _grades(path, row, i, len(rel)),
@@ -235,6 +245,18 @@ def load_qa(
         )
     if max_queries is not None:
         out = out[:max_queries]
+    if detected:
+        found = ", ".join(
+            f"{lang or 'none'} {n}" for lang, n in sorted(detected.items(), key=lambda x: -x[1])
+        )
+        warnings.warn(
+            DataWarning(
+                f"{path}: field 'language' detected (data.language: auto) for {sum(detected.values())} "
+                f"question(s): {found}; {unsure} detected with confidence below {UNSURE:g} (short questions say "
+                "little: give a `language` column where it matters)"
+            ),
+            stacklevel=2,
+        )
     _warn_uncovered(path, [r["language"] or language for r in out])
     schema = dict(QA_SCHEMA)
     if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column

@@ -530,8 +530,8 @@ class DataSpec(_Strict):
     qa: str
     max_queries: int | None = Field(default=None, gt=0)
     # the QA set's language (en, zh, de-CH): answers are normalized as MLQA's script does for it
-    # (rag_core/metrics/languages.py); unset: SQuAD's English normalization. A `language` column per
-    # question overrides it.
+    # (rag_core/metrics/languages.py); `auto`: each question's is detected; unset: SQuAD's English
+    # normalization. A `language` column per question overrides it.
     language: str | None = None
 
     @field_validator("language")
@@ -539,7 +539,7 @@ class DataSpec(_Strict):
     def _language_tag(cls, v: str | None) -> str | None:
         from rag_core.data.datasets import language_code
 
-        return None if v is None else language_code(v)
+        return None if v is None else "auto" if v.lower() == "auto" else language_code(v)
 
 
 class EvaluationSpec(_Strict):
@@ -796,6 +796,7 @@ class Sweep(BaseModel):
     weights: dict[str, float]
     configs: tuple[RagConfig, ...]
     language: str | None = None
+    detect_language: bool = False  # data.language: auto (each question's language detected in the QA set)
     judge_model: str | None = None
     evaluation: EvaluationSpec = EvaluationSpec()
     judge_labels: Path | None = None  # resolved; its content's hash is judge_labels_fp
@@ -929,7 +930,8 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         corpus_path=(base / spec.data.corpus).resolve(),
         qa_path=(base / spec.data.qa).resolve(),
         max_queries=spec.data.max_queries,
-        language=spec.data.language,
+        language=None if spec.data.language == "auto" else spec.data.language,
+        detect_language=spec.data.language == "auto",
         weights=spec.weights,
         configs=tuple(configs),
         judge_model=spec.evaluation.judge_model,
