@@ -226,9 +226,11 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
                     f"registered model {plan.sweep.name} version {v.version}: its manifest cannot be read "
                     f"({type(e).__name__}), so gc cannot tell which collection it searches; nothing was deleted"
                 ) from e
-            if (
-                keeps_files(manifest["store"]) == "server"
-            ):  # an embedded store's model builds its index from its bundle
+            try:  # an embedded store's model builds its index from its bundle
+                embedded = keeps_files(manifest["store"]) != "server"
+            except ValueError:  # a plug-in store no longer installed: its collection is kept, as a server's
+                embedded = False
+            if not embedded:
                 out.add((manifest["store"], manifest["collection"]))
     return out
 

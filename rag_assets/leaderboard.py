@@ -174,8 +174,11 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
 
     ev = sweep.evaluation
     rows, labels = read_labels(sweep.judge_labels)
-    measured = ((previous or {}).get("judge") or {}).get("measured_at")
-    fresh = measured is not None and any(modified(r.path()) > measured for r in evaluations)
+    last = (previous or {}).get("judge")  # None: no earlier measurement on this board's questions
+    measured = (last or {}).get(
+        "measured_at", 0.0
+    )  # a board from before measurements were dated: asked again
+    fresh = last is not None and any(modified(r.path()) > measured for r in evaluations)
     scores = judge_labelled(Reasking(run.llm) if fresh else run.llm, sweep.judge_model, rows)
     base = {
         "model": sweep.judge_model,

@@ -119,7 +119,8 @@ class EmbeddingService(dg.ConfigurableResource):
     api_base: str | None = None  # for litellm models, e.g. a local OpenAI-compatible server
 
     def _cache_path(self, model: str) -> Path:
-        version = model_version(model)
+        # a local model's folder version; a plug-in model's package and version (an upgrade embeds again)
+        version = EMBEDDERS.origin(model).pin if is_plugin_embedder(model) else model_version(model)
         return data_root(self.cache_dir) / (
             f"{slug(model)}-{short_hash(version, 12)}" if version else slug(model)
         )

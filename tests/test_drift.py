@@ -162,3 +162,6 @@ def test_the_judge_drifts_when_it_stops_being_weighted_or_leaves_its_interval():
     quiet = _board({"a": {}})
     found = findings(same, {**same, "judge": {**before, "kappa": 0.4, "weighted": False}}, quiet, 0.05)
     assert found["severity"] == "WARN" and found["alert"]["judge"]["now"]["kappa"] == 0.4
+    outage = {"model": "j", "labels": "l.jsonl", "min_kappa": 0.6, "verdict": "undefined", "weighted": False}
+    said = judge_drift(before, {**outage, "reason": "not weighted: every call failed"})
+    assert said == "the judge j could not be measured on its labels: not weighted: every call failed"

@@ -230,6 +230,7 @@ def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path
         for code, q in QUESTIONS.items()
     ]
     rows.append({**rows[0], "query_id": "q-given", "question": "When?", "language": "fr"})  # its own wins
+    rows.append({**rows[0], "query_id": "q-short", "question": "When?"})  # en at 0.09: unsure, not used
     file = _qa_file(tmp_path, rows)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -237,9 +238,12 @@ def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path
     assert dict(zip(qa["query_id"], qa["language"], strict=True)) == {
         **{f"q-{code}": code for code in QUESTIONS},
         "q-given": "fr",
+        "q-short": None,
     }
     said = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
-    assert any("detected (data.language: auto) for 8 question(s)" in m for m in said), said
+    assert any("detected (data.language: auto) for 9 question(s): " in m and "unsure 1" in m for m in said), (
+        said
+    )
     # the Chinese question's answer is scored per character: a near miss earns partial credit
     zh = qa.filter(pl.col("query_id") == "q-zh").row(0, named=True)
     assert token_f1("北京", zh["answers"], zh["language"]) == pytest.approx(2 / 3)

@@ -483,7 +483,11 @@ def broken(query, texts, k, model):
 
 def reranker_site(root: Path, version: str = "1.0") -> Path:
     points = {
-        "rag_sweep.rerankers": {"shortest": "demo_rerank:shortest_first", "twice": "demo_rerank:broken"}
+        "rag_sweep.rerankers": {
+            "shortest": "demo_rerank:shortest_first",
+            "twice": "demo_rerank:broken",
+            "ce": "demo_rerank:shortest_first",  # the key cross_encoder's partitions have
+        }
     }
     return install(root, "demo-rerank", version, {"demo_rerank": SHORTEST}, points)
 
@@ -500,6 +504,8 @@ def test_a_reranker_plugin_orders_the_candidates_and_its_version_joins_the_finge
         load_sweep(_sweep(tmp_path / "s.yaml", slice_data, name="s", rerank=rerank_section))
     plugin_path(reranker_site(tmp_path / "a"))
     plan, v1 = _plan(tmp_path, slice_data, "rr", rerank=rerank_section)
+    with pytest.raises(SpecError, match=r"plug-in reranker 'ce' has the key of the built-in 'cross_encoder'"):
+        load_sweep(_sweep(tmp_path / "ce.yaml", slice_data, name="ce", rerank={"method": "ce", "model": "m"}))
     (c,) = plan.sweep.configs
     assert c.rerank.key == "shortest-c4" and c.fetch_k == 4
     texts = ["a longer first chunk", "mid chunk", "short", "the longest chunk of all four"]

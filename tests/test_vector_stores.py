@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_core.components.stores import STORES
+from rag_core.components.stores import STORES, store_analyzers
 from rag_core.data.filters import FilterError, matches, parse_filter
 from resources.vector_stores import LanceDBStore
 from resources.vector_stores.chroma_store import ChromaStore
@@ -276,7 +276,7 @@ def test_bm25_analyzer_means_the_same_on_every_store(store):
     if store.backend != "milvus":  # Unicode word rules keep `snake_case` one word in Milvus (README)
         assert found("Rag_plain", "case") == ["c1"]
     store.delete("Rag_plain")
-    if "english" in store.analyzers:
+    if "english" in store_analyzers(store.backend):
         store.upsert("Rag_english", rows, vecs, analyzer="english")
         assert found("Rag_english", "run") == ["c0"] and found("Rag_english", "the") == []
         store.delete("Rag_english")
@@ -314,6 +314,9 @@ def test_weaviate_keyword_search_right_after_a_build_ranks_every_chunk(weaviate_
         for q in questions
     )
     assert same >= 55, same
+    # the scan asked for ids and scores only; the top k's texts were fetched after
+    hits = store.retrieve("Rag_fresh", "bm25", questions[0], None, 3, 0.5, "rrf")
+    assert len(hits) == 3 and all(h.text == texts[int(h.chunk_id[1:])] for h in hits)
     assert _SCANS[(store.url, "Rag_fresh")][0] == len(rows)  # this server's keyword index is BlockMax WAND
     # hybrid at alpha 0 ranks by the keyword side alone
     hybrid = [

@@ -105,6 +105,11 @@ class Registry(Generic[T]):
             builtins.sort(key=lambda n: self.order(self._builtins[n]))
         return [*builtins, *sorted(n for n in self.entry_points() if n not in self._builtins)]
 
+    def builtins(self) -> dict[str, T]:
+        """The built-in components by name (no plug-in loaded)."""
+        self._load_builtins()
+        return dict(self._builtins)
+
     def loaded_names(self) -> list[str]:
         """The built-ins and the plug-ins loaded so far (a plug-in nobody asked for stays unloaded)."""
         self._load_builtins()

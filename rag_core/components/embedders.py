@@ -11,7 +11,7 @@ checked (one finite row per text, none all zero) and L2-normalized like every ot
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag_core.common.registry import Registry, first_line
 
@@ -27,11 +27,7 @@ class Embedder:
 
 def _adapt(name: str, obj: object) -> Embedder:
     if isinstance(obj, Embedder):
-        return (
-            obj
-            if obj.name == name
-            else Embedder(name, obj.description, obj.encode, obj.max_tokens, obj.count_tokens)
-        )
+        return obj if obj.name == name else replace(obj, name=name)
     if callable(obj):
         return Embedder(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
     raise TypeError(f"{obj!r} is neither an encode(texts) function nor an Embedder")

@@ -11,7 +11,7 @@ describes it) or a `Reader`. Any other `generation.model` is a litellm model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag_core.common.registry import Registry, first_line
 
@@ -25,7 +25,7 @@ class Reader:
 
 def _adapt(name: str, obj: object) -> Reader:
     if isinstance(obj, Reader):
-        return obj if obj.name == name else Reader(name, obj.description, obj.answer)
+        return obj if obj.name == name else replace(obj, name=name)
     if callable(obj):
         return Reader(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
     raise TypeError(f"{obj!r} is neither an answer(question, texts, titles) function nor a Reader")

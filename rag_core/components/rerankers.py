@@ -11,7 +11,7 @@ retrieval order after the listed ones, as an LLM's ordering does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag_core.common.registry import Registry, first_line
 
@@ -38,7 +38,7 @@ def _adapt(name: str, obj: object) -> Reranker:
     if isinstance(obj, Reranker):
         if obj.order is None:
             raise TypeError("a plug-in Reranker needs its order function")
-        return obj if obj.name == name else Reranker(name, obj.description, obj.order, obj.model)
+        return obj if obj.name == name else replace(obj, name=name)
     if callable(obj):
         return Reranker(name, first_line(obj.__doc__) or f"{name} (no description)", order=obj)
     raise TypeError(f"{obj!r} is neither an order(query, texts, k, model) function nor a Reranker")

@@ -11,7 +11,7 @@ reads the question's vector. Its hits are ranked by the one tie rule (score, the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag_core.common.registry import Registry, first_line
 
@@ -29,11 +29,7 @@ def _adapt(name: str, obj: object) -> RetrievalMode:
     if isinstance(obj, RetrievalMode):
         if obj.search is None:
             raise TypeError("a plug-in RetrievalMode needs its search function")
-        return (
-            obj
-            if obj.name == name
-            else RetrievalMode(name, obj.description, obj.search, obj.reads_vector, obj.reads_keywords)
-        )
+        return obj if obj.name == name else replace(obj, name=name)
     if callable(obj):
         return RetrievalMode(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
     raise TypeError(f"{obj!r} is neither a search(searcher, query, vector, k) function nor a RetrievalMode")

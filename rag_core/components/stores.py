@@ -1,15 +1,19 @@
 """The vector stores a sweep can index into, by name (`index.store`, $RAG_VECTOR_STORE).
 
-A store is a class (a `resources.vector_stores.base.VectorStore`) registered where it is defined; a plug-in
-store registers under the entry-point group `rag_sweep.vector_stores`. Planning reads two facts of a store
-without opening it: the BM25 analyzers it offers (`analyzers`, of rag_core/planning/spec.py's
-BM25_ANALYZERS) and where it keeps its data (`files`, one of FILES). The built-in stores' modules are named
-here and imported on first use, like a plug-in's, so planning stays free of their clients.
+Planning reads two facts of a store without opening it (or importing its client, or Dagster): the BM25
+analyzers it applies (`analyzers`, of rag_core/planning/spec.py's BM25_ANALYZERS) and where it keeps its data
+(`files`, one of FILES). The built-ins' facts are registered here, each naming its class in
+resources/vector_stores/, imported when a store is opened. A plug-in registers its class (a
+`resources.vector_stores.base.VectorStore` subclass, a Dagster ConfigurableResource saying its `backend`,
+`analyzers` and `files`) under the entry-point group `rag_sweep.vector_stores`.
 """
 
 from __future__ import annotations
 
-from rag_core.common.registry import Registry
+import importlib
+from dataclasses import dataclass
+
+from rag_core.common.registry import Registry, first_line
 
 # where a store keeps its data:
 # - anywhere: under the data dir, on a local disk or on object storage (it writes through fsspec-like URIs)
@@ -19,7 +23,23 @@ FILES = ("anywhere", "local", "server")
 NEEDS = ("backend", "analyzers", "files", "open")
 
 
-def _adapt(name: str, obj: object):
+@dataclass(frozen=True)
+class Store:
+    name: str
+    description: str
+    analyzers: tuple[str, ...]
+    files: str  # one of FILES
+    implementation: str | type  # "module:Class" (a built-in, imported when opened), or a plug-in's class
+
+    def load(self) -> type:
+        """The store's class (resources.vector_stores.base.VectorStore)."""
+        if isinstance(self.implementation, str):
+            module, _, name = self.implementation.partition(":")
+            return getattr(importlib.import_module(module), name)
+        return self.implementation
+
+
+def _adapt(name: str, obj: object) -> Store:
     missing = [a for a in NEEDS if not hasattr(obj, a)]
     if missing:
         raise TypeError(
@@ -30,18 +50,44 @@ def _adapt(name: str, obj: object):
         raise TypeError(f"its backend is {obj.backend!r} but its entry point is named {name!r}")
     if obj.files not in FILES:
         raise TypeError(f"files={obj.files!r}; expected one of {', '.join(FILES)}")
-    return obj
+    return Store(
+        name, first_line(obj.__doc__) or f"{name} (no description)", tuple(obj.analyzers), obj.files, obj
+    )
 
 
-BUILTIN_MODULES = tuple(
-    f"resources.vector_stores.{m}_store" for m in ("lancedb", "qdrant", "chroma", "milvus", "weaviate")
-)
 STORES = Registry(
-    "vector store",
-    "rag_sweep.vector_stores",
-    modules=BUILTIN_MODULES,
-    adapt=_adapt,
-    order=lambda cls: BUILTIN_MODULES.index(cls.__module__),  # lancedb, the default, first
+    "vector store", "rag_sweep.vector_stores", modules=("rag_core.components.stores",), adapt=_adapt
+)
+
+
+def _builtin(name: str, cls: str, description: str, files: str = "local", analyzers=("plain",)) -> None:
+    STORES.register(
+        name, Store(name, description, analyzers, files, f"resources.vector_stores.{name}_store:{cls}")
+    )
+
+
+# tantivy's full-text index: simple tokenizer, plus a stemmer, stop words and ASCII folding for english
+_builtin(
+    "lancedb",
+    "LanceDBStore",
+    "LanceDB, embedded: its files under the data dir, local or on object storage; tantivy full-text",
+    files="anywhere",
+    analyzers=("plain", "english"),
+)
+_builtin(
+    "qdrant", "QdrantStore", "Qdrant's local mode, embedded; BM25 term weights computed here (no stemmer)"
+)
+_builtin("chroma", "ChromaStore", "Chroma, embedded; an in-process BM25 (no stemmer)")
+_builtin(
+    "milvus",
+    "MilvusLiteStore",
+    "Milvus Lite, embedded; Milvus's own BM25 (standard tokenizer, lowercase; Milvus Lite has no stemmer)",
+)
+_builtin(
+    "weaviate",
+    "WeaviateStore",
+    "Weaviate, a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY); word tokenization, no stemmer",
+    files="server",
 )
 
 

@@ -170,7 +170,8 @@ def load_qa(
     `corpus` (doc_id, text) finds the gold documents of a Ragas set. A `language` per question (else the
     set's `language`) is how its answers are normalized (rag_core/metrics/languages.py); the column is kept
     when the file has one. `detect` (data.language: auto): a question without its own `language` gets the
-    one detected from its text; the languages found are said, and the unsure detections counted."""
+    one detected from its text; the languages found are said, and the unsure ones (scored without a
+    language) counted."""
     from rag_core.metrics.languages import UNSURE, normalize
     from rag_core.metrics.languages import detect as detect_language
 
@@ -188,8 +189,7 @@ def load_qa(
         rows = formats.read_mlflow(path, rows)
     out, seen = [], set()
     junk: list[str] = []  # the gold answers nothing can match, where they were
-    detected: dict[str | None, int] = {}  # data.language auto: questions per detected language
-    unsure = 0  # detections below UNSURE confidence
+    detected: dict[str, str | None] = {}  # data.language auto: query id -> the language found (None: unsure)
     emptied = 0  # questions left with no reference answer by dropping them
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
@@ -207,9 +207,8 @@ def load_qa(
         question = _string(path, row, i, "question")
         lang = _language(path, row, i)
         if lang is None and detect:
-            lang, confidence = detect_language(question)
-            detected[lang] = detected.get(lang, 0) + 1
-            unsure += confidence < UNSURE
+            lang, _ = detect_language(question)  # None when unsure: scored without a language
+            detected[qid] = lang
         # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
         # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
         kept = [a for a in answers if normalize(a, lang or language)]
@@ -245,15 +244,17 @@ def load_qa(
         )
     if max_queries is not None:
         out = out[:max_queries]
-    if detected:
-        found = ", ".join(
-            f"{lang or 'none'} {n}" for lang, n in sorted(detected.items(), key=lambda x: -x[1])
-        )
+    found = [detected[r["query_id"]] for r in out if r["query_id"] in detected]
+    if found:
+        counts: dict[str, int] = {}
+        for lang in found:
+            counts[lang or "unsure"] = counts.get(lang or "unsure", 0) + 1
+        named = ", ".join(f"{lang} {n}" for lang, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
         warnings.warn(
             DataWarning(
-                f"{path}: field 'language' detected (data.language: auto) for {sum(detected.values())} "
-                f"question(s): {found}; {unsure} detected with confidence below {UNSURE:g} (short questions say "
-                "little: give a `language` column where it matters)"
+                f"{path}: field 'language' detected (data.language: auto) for {len(found)} question(s): {named} "
+                f"(unsure: below {UNSURE:g} confidence, scored without a language as SQuAD's script does; short "
+                "questions say little: give a `language` column where it matters)"
             ),
             stacklevel=2,
         )

@@ -98,6 +98,8 @@ def judge_drift(before: dict | None, now: dict | None) -> str | None:
         return None  # no judge, or other labels: not the same measurement
     was, kappa = before.get("kappa"), now.get("kappa")
     figures = f"kappa {_kappa(was)} to {_kappa(kappa)} on {now.get('n', '?')} labels"
+    if before.get("weighted") and now.get("n") is None:  # every call failed: an outage, not a measurement
+        return f"the judge {now['model']} could not be measured on its labels: {now.get('reason', '')}"
     if before.get("weighted") and not now.get("weighted"):
         return f"the judge {now['model']} is no longer weighted ({figures}, min_kappa {now['min_kappa']:g})"
     if (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rag_core.chunking.base import CHUNKERS
 from rag_core.common.registry import PluginError, Registry, first_line
-from rag_core.components.embedders import EMBEDDERS
+from rag_core.components.embedders import EMBEDDERS, is_plugin_embedder
 from rag_core.components.readers import READERS
 from rag_core.components.rerankers import RERANKERS
 from rag_core.components.retrieval_modes import RETRIEVAL_MODES
@@ -119,9 +119,18 @@ def plugins_line(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> str |
 
 def config_plugins(c: RagConfig) -> list[str]:
     """The plug-ins (`package==version`) a config's components come from: what a shipped model of the
-    config installs with it."""
+    config installs with it (the served pipeline embeds, searches, reranks and answers with them)."""
+
+    def embedder(model: str | None) -> str | None:
+        return EMBEDDERS.origin(model).pin if model and is_plugin_embedder(model) else None
+
     pins = {
         CHUNKERS.origin(c.chunking.method).pin,
+        embedder(c.chunking.model),
+        embedder(c.embedding.model),
         STORES.origin(c.index.store).pin if c.index.store else None,
+        RETRIEVAL_MODES.origin(c.retrieval.mode).pin,
+        RERANKERS.origin(c.rerank.method).pin,
+        READERS.origin(c.generation.model).pin if c.generation.is_reader else None,
     }
     return sorted(p for p in pins if p)

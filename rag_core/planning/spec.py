@@ -336,6 +336,9 @@ class RerankConfig(_Strict):
         from rag_core.components.rerankers import RERANKERS
 
         RERANKERS.get(v)  # UnknownComponent names the installed rerankers; PluginError the broken plug-in
+        taken = {r.key: n for n, r in RERANKERS.builtins().items() if r.key != n}  # cross_encoder's "ce"
+        if v in taken:
+            raise ValueError(f"plug-in reranker {v!r} has the key of the built-in {taken[v]!r}: rename it")
         return v
 
     @property

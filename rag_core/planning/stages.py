@@ -118,6 +118,10 @@ def _retrieval_settings(c: RagConfig, judge) -> dict:
     else:
         unset |= {f for f in ("sufficiency_prompt", "refine_prompt") if getattr(c.retrieval, f) is None}
     settings = {**c.retrieval.model_dump(exclude={"top_k", *unset}), "fetch_k": c.fetch_k}
+    if c.index.store == "weaviate" and c.retrieval.reads_keywords:
+        # keyword results on a BlockMax WAND collection rank every chunk since (resources/vector_stores/
+        # weaviate_store.py): retrievals made before, which depended on the server's flush, are made again
+        settings["weaviate_keyword_scan"] = 1
     # a plug-in mode's package and version: upgrading it retrieves again (a built-in adds nothing)
     pin = RETRIEVAL_MODES.origin(c.retrieval.mode).pin
     return {**settings, "plugin": pin} if pin else settings

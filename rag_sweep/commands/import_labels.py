@@ -19,7 +19,7 @@ from rag_core.planning.spec import SpecError
 
 QUESTION_FIELDS = ("question", "query", "input")
 ANSWER_FIELDS = ("answer", "output", "response", "text")
-TRUE, FALSE = {"true", "1", "yes", "y"}, {"false", "0", "no", "n"}
+TRUE, FALSE = {"true", "1", "1.0", "yes", "y"}, {"false", "0", "0.0", "no", "n"}
 
 
 def add_parser(sub) -> None:
@@ -79,12 +79,14 @@ def _context(trace) -> str | None:
 
 def _verdict(trace, name: str) -> bool | None:
     """The latest human feedback named `name`, as a yes/no; None when there is none (or it is not yes/no)."""
+    from mlflow.entities import Feedback
+
     human = [
         a
         for a in trace.info.assessments or []
         if a.name == name
+        and isinstance(a, Feedback)  # a verdict, not an expectation (a reference answer) of the same name
         and getattr(a.source, "source_type", None) == "HUMAN"
-        and hasattr(a, "value")
         and getattr(a, "valid", True) is not False  # one overridden since is not the verdict
     ]
     if not human:

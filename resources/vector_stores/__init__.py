@@ -47,15 +47,14 @@ class VectorStores(dg.ConfigurableResource):
 
     def get(self, backend: str) -> VectorStore:
         """The store named `backend` (a built-in or an installed plug-in, rag_core.components.stores)."""
-        cls = STORES.get(backend)
+        store = STORES.get(backend)
         root = data_root(self.data_dir)
-        if is_remote(root) and cls.files == "local":
-            able = [n for n in STORES.names() if STORES.get(n).files != "local"]
+        if is_remote(root) and store.files == "local":
             raise ValueError(
                 f"vector store {backend!r} keeps its files on a local disk; with a data dir on object "
-                f"storage ({self.data_dir}) use {' or '.join(able)}"
+                f"storage ({self.data_dir}) use one that writes there (lancedb) or a server (weaviate)"
             )
-        return cls.open(root, self)
+        return store.load().open(root, self)
 
     def teardown_after_execution(self, context) -> None:
         # release the embedded stores' single-client locks when a step ends, of every store class this
@@ -63,7 +62,7 @@ class VectorStores(dg.ConfigurableResource):
         if is_remote(data_root(self.data_dir)):
             return
         for backend in STORES.loaded_names():
-            if issubclass(STORES.get(backend), SingleClientStore):
+            if issubclass(STORES.get(backend).load(), SingleClientStore):
                 self.get(backend).teardown_after_execution(context)
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from rag_core.components.retrieval_modes import RETRIEVAL_MODES, retrieval_mode
+from rag_core.components.stores import store_analyzers
 from rag_core.data.filters import Condition, check_fields, parse_filter
 from rag_core.retrieval.fusion import fuse
 from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
@@ -33,9 +34,10 @@ class VectorStore(abc.ABC):
     in rag_core.components.stores.STORES where they are defined (a plug-in: under the entry-point group
     `rag_sweep.vector_stores`)."""
 
-    backend: ClassVar[str]  # a short name; part of the fingerprint of every artifact built on the store
-    analyzers: ClassVar[tuple[str, ...]] = ("plain",)  # the BM25 analyzers it applies (spec.BM25_ANALYZERS)
-    files: ClassVar[str] = "local"  # where it keeps its data (rag_core.components.stores.FILES)
+    # a short name; part of the fingerprint of every artifact built on the store. A plug-in also says the BM25
+    # analyzers it applies (`analyzers`, of spec.BM25_ANALYZERS) and where it keeps its data (`files`, one of
+    # rag_core.components.stores.FILES); the built-ins' are registered in rag_core/components/stores.py
+    backend: ClassVar[str]
 
     @classmethod
     def open(cls, root: Path, stores: VectorStores) -> VectorStore:
@@ -52,10 +54,10 @@ class VectorStore(abc.ABC):
         english, see rag_core/planning/spec.py); return the count."""
 
     def _check_analyzer(self, analyzer: str) -> None:
-        if analyzer not in self.analyzers:
+        offered = store_analyzers(self.backend)
+        if analyzer not in offered:
             raise ValueError(
-                f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers "
-                f"{', '.join(self.analyzers)}"
+                f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers {', '.join(offered)}"
             )
 
     @abc.abstractmethod

@@ -17,7 +17,6 @@ from typing import ClassVar
 import dagster as dg
 import numpy as np
 
-from rag_core.components.stores import STORES
 from rag_core.data.filters import matches
 from rag_core.retrieval import bm25
 from resources.vector_stores.base import Conditions, Hit
@@ -123,6 +122,3 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             return [Hit(ids[i], metas[i]["doc_id"], docs[i], s) for i, s in index.search(query, k, allowed)]
 
         return self._read(collection, run)
-
-
-STORES.register(ChromaStore.backend, ChromaStore)

@@ -15,7 +15,6 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from rag_core.components.stores import STORES
 from resources.storage import lance_storage_options
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
@@ -57,9 +56,6 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
     """LanceDB, embedded: its files under the data dir, local or on object storage; tantivy full-text"""
 
     backend: ClassVar[str] = "lancedb"
-    # tantivy's full-text index: simple tokenizer, plus a stemmer, stop words and ASCII folding for english
-    analyzers: ClassVar[tuple[str, ...]] = ("plain", "english")
-    files: ClassVar[str] = "anywhere"
     uri: str
 
     @classmethod
@@ -154,6 +150,3 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
 
         res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], float(r["_score"])) for r in res]
-
-
-STORES.register(LanceDBStore.backend, LanceDBStore)

@@ -16,7 +16,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from rag_core.components.stores import STORES
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
@@ -164,6 +163,3 @@ class MilvusLiteStore(SingleClientStore):
         # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude
         hits = self._search(collection, query, "sparse", k, where, lambda d: abs(float(d)))
         return [h for h in hits if h.score > 0]
-
-
-STORES.register(MilvusLiteStore.backend, MilvusLiteStore)

@@ -15,7 +15,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from rag_core.components.stores import STORES
 from rag_core.retrieval import bm25
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
@@ -122,6 +121,3 @@ class QdrantStore(SingleClientStore):
             return []
         sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))
         return [h for h in self._query(collection, k, where, query=sparse, using="bm25") if h.score > 0]
-
-
-STORES.register(QdrantStore.backend, QdrantStore)

@@ -30,7 +30,6 @@ from urllib.parse import urlparse
 import dagster as dg
 import numpy as np
 
-from rag_core.components.stores import STORES
 from rag_core.data.filters import filterable_attributes
 from resources.vector_stores.base import Conditions, Hit, VectorStore
 
@@ -44,6 +43,7 @@ class WeaviateKeywordWarning(UserWarning):
 
 
 FULL_SCAN_MAX = 20_000  # objects a BlockMax WAND collection's keyword and hybrid queries ask for at most
+SCAN_PROPERTIES = ["chunk_id", "doc_id"]  # what a whole-collection scan returns of each object
 SCAN_TTL_S = 30.0  # how long a collection's scan limit is kept (a rebuild elsewhere moves its alias)
 # (url, collection) -> (the limit that makes a keyword query prune nothing or 0, when it was read)
 _SCANS: dict[tuple[str, str], tuple[int, float]] = {}
@@ -55,7 +55,6 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
     """Weaviate, a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY); word tokenization, no stemmer"""
 
     backend: ClassVar[str] = "weaviate"
-    files: ClassVar[str] = "server"
     url: str = "http://127.0.0.1:8080"
     grpc_port: int = 50051
     api_key: str | None = None
@@ -275,14 +274,17 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         from weaviate.classes.query import MetadataQuery
 
         with self._client() as client:
-            res = client.collections.get(collection).query.bm25(
+            scan = self._scan_limit(client, collection)
+            coll = client.collections.get(collection)
+            res = coll.query.bm25(
                 query=query,
                 query_properties=["text"],
-                limit=max(k, self._scan_limit(client, collection)),
+                limit=max(k, scan),
                 filters=self._filters(where),
                 return_metadata=MetadataQuery(score=True),
+                return_properties=SCAN_PROPERTIES if scan > k else None,
             )
-        return self._hits(res.objects, lambda m: float(m.score))[:k]
+            return self._top(coll, res.objects, k, scan > k)
 
     def _hybrid_search(
         self,
@@ -298,17 +300,33 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
 
         fusion_type = {"rrf": HybridFusion.RANKED, "weighted": HybridFusion.RELATIVE_SCORE}[fusion]
         with self._client() as client:
-            res = client.collections.get(collection).query.hybrid(
+            scan = self._scan_limit(client, collection)
+            coll = client.collections.get(collection)
+            res = coll.query.hybrid(
                 query=query,
                 vector=np.asarray(vector, dtype=np.float32).tolist(),
                 alpha=alpha,
                 fusion_type=fusion_type,
                 query_properties=["text"],
-                limit=max(k, self._scan_limit(client, collection)),
+                limit=max(k, scan),
                 filters=self._filters(where),
                 return_metadata=MetadataQuery(score=True),
+                return_properties=SCAN_PROPERTIES if scan > k else None,
             )
-        return self._hits(res.objects, lambda m: float(m.score))[:k]
+            return self._top(coll, res.objects, k, scan > k)
+
+    def _top(self, coll, objects, k: int, scanned: bool) -> list[Hit]:
+        """The first k objects of a ranked reply as hits; a whole-collection scan asked for ids only, so the
+        texts of those k are fetched now (one request, not every object's text)."""
+        top = objects[:k]
+        if scanned and top:
+            texts = {
+                o.uuid: o.properties["text"]
+                for o in coll.query.fetch_objects_by_ids([o.uuid for o in top], limit=len(top)).objects
+            }
+            for o in top:
+                o.properties["text"] = texts[o.uuid]
+        return self._hits(top, lambda m: float(m.score))
 
     def _uses_blockmax(self, physical: str) -> bool:
         """Whether the collection's keyword index is BlockMax WAND: its schema's `usingBlockMaxWAND`, which
@@ -368,6 +386,3 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             "collection": physical,
             "server_version": meta.get("version"),
         }
-
-
-STORES.register(WeaviateStore.backend, WeaviateStore)
