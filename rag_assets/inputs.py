@@ -39,6 +39,12 @@ def qa_identity(sweep) -> tuple:
     return file_hash(sweep.qa_path), sweep.max_queries
 
 
+def load_sweep_qa(sweep, corpus: pl.DataFrame) -> pl.DataFrame:
+    """The sweep's QA set as its snapshot holds it (what the runner's checks read before any work)."""
+    known = set(corpus["doc_id"].to_list())
+    return load_qa(sweep.qa_path, known, sweep.max_queries, corpus, sweep.language, sweep.detect_language)
+
+
 def snapshot_fingerprints(sweep) -> dict[str, str]:
     """The fingerprints the corpus and QA set snapshots of the files as they are now would have (computed
     here only: the runner's skip rules and the bill read them)."""
@@ -199,14 +205,7 @@ class QASet(StageLogic):
         sweep = run.plan.sweep
         with warnings.catch_warnings(record=True) as dropped:  # what the loader could not use, counted
             warnings.simplefilter("always", DataWarning)
-            frame = load_qa(
-                sweep.qa_path,
-                set(corpus["doc_id"].to_list()),
-                sweep.max_queries,
-                corpus,
-                sweep.language,
-                sweep.detect_language,
-            )
+            frame = load_sweep_qa(sweep, corpus)
         for w in dropped:
             if issubclass(w.category, DataWarning):
                 run.context.log.warning(str(w.message))

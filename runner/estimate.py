@@ -6,10 +6,10 @@ from __future__ import annotations
 import polars as pl
 
 from orchestration.plans import load_plan
-from rag_assets.inputs import snapshot_fingerprints
+from rag_assets.inputs import load_sweep_qa, snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.local_models import is_local, model_version
-from rag_core.data.datasets import DatasetError, load_corpus, load_qa
+from rag_core.data.datasets import DatasetError, load_corpus
 from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
@@ -35,14 +35,7 @@ def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         check_optimize_budget(sweep, selection_questions(sweep, n), f"the QA set to generate ({n} questions)")
         return corpus, None
     try:
-        qa = load_qa(
-            sweep.qa_path,
-            set(corpus["doc_id"].to_list()),
-            sweep.max_queries,
-            corpus,
-            sweep.language,
-            sweep.detect_language,
-        )
+        qa = load_sweep_qa(sweep, corpus)
     except DatasetError as e:
         raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
     check_optimize_budget(sweep, selection_questions(sweep, qa.height), f"the QA set ({qa.height} questions)")

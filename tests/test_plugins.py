@@ -205,6 +205,11 @@ def _plan(tmp_path, slice_data, name: str, **sections):
     return plan, plan.fingerprints({"corpus": "c", "qa_set": "q"})
 
 
+def _changed_stages(before: dict, after: dict) -> set[str]:
+    """The stages with a partition whose fingerprint differs between two plans' fingerprints."""
+    return {stage for (stage, key), fp in before.items() if after[(stage, key)] != fp}
+
+
 def test_a_plugins_version_joins_the_fingerprints_of_what_it_makes_and_nothing_else(
     plugin_path, tmp_path, slice_data
 ):
@@ -444,7 +449,7 @@ def test_a_vector_store_plugin_is_validated_fingerprinted_and_searches_like_a_bu
     sys.path.pop(0)
     plugin_path(exact_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "fp", index={"store": "exact"})
-    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    changed = _changed_stages(v1, v2)
     assert changed == {"vector_index", "retrievals", "rerankings", "answers", "evaluations"}
 
 
@@ -532,7 +537,7 @@ def test_a_reranker_plugin_orders_the_candidates_and_its_version_joins_the_finge
     sys.path.pop(0)
     plugin_path(reranker_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "rr", rerank=rerank_section)
-    assert {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp} == {
+    assert _changed_stages(v1, v2) == {
         "rerankings",
         "answers",
         "evaluations",
@@ -587,7 +592,7 @@ def test_an_answer_generator_plugin_answers_offline_and_its_version_joins_the_fi
     sys.path.pop(0)
     plugin_path(reader_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "gen", generation=generation)
-    assert {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp} == {"answers", "evaluations"}
+    assert _changed_stages(v1, v2) == {"answers", "evaluations"}
     # not installed: the same name is a litellm model (with a prompt and an LLM call)
     sys.path.pop(0)
     refresh_all()
@@ -642,7 +647,7 @@ def test_an_embedding_model_plugin_embeds_through_the_cache_and_its_version_join
     sys.path.pop(0)
     plugin_path(embedder_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "emb", embedding=embedding)
-    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    changed = _changed_stages(v1, v2)
     assert changed == {"embeddings", "vector_index", "retrievals", "rerankings", "answers", "evaluations"}
 
 
@@ -707,5 +712,5 @@ def test_a_retrieval_mode_plugin_composes_the_stores_searches_and_its_version_jo
     sys.path.pop(0)
     plugin_path(mode_site(tmp_path / "b", "1.1"))
     _, v2 = _plan(tmp_path, slice_data, "mode", retrieval=retrieval)
-    changed = {stage for (stage, key), fp in v1.items() if v2[(stage, key)] != fp}
+    changed = _changed_stages(v1, v2)
     assert changed == {"retrievals", "rerankings", "answers", "evaluations"}

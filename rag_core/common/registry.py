@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
 
@@ -172,3 +172,20 @@ def _origin(ep: EntryPoint) -> Origin:
 
 def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+
+
+def function_or(component: type, field: str, signature: str) -> Callable[[str, object], object]:
+    """The `adapt` of an extension point whose plug-in is a function (its docstring's first line describes
+    it) or a `component` dataclass (name, description, then `field`, the function): an entry point whose name
+    differs from the component's renames it, keeping every other field."""
+
+    def adapt(name: str, obj: object):
+        if isinstance(obj, component):
+            if getattr(obj, field) is None:
+                raise TypeError(f"a plug-in {component.__name__} needs its {field} function")
+            return obj if obj.name == name else replace(obj, name=name)
+        if callable(obj):
+            return component(name, first_line(obj.__doc__) or f"{name} (no description)", **{field: obj})
+        raise TypeError(f"{obj!r} is neither a {signature} function nor a {component.__name__}")
+
+    return adapt

@@ -11,9 +11,9 @@ checked (one finite row per text, none all zero) and L2-normalized like every ot
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from rag_core.common.registry import Registry, first_line
+from rag_core.common.registry import Registry, function_or
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,12 @@ class Embedder:
     count_tokens: Callable[[list[str]], list[int]] | None = None  # its tokenizer's counts; None: litellm's
 
 
-def _adapt(name: str, obj: object) -> Embedder:
-    if isinstance(obj, Embedder):
-        return obj if obj.name == name else replace(obj, name=name)
-    if callable(obj):
-        return Embedder(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
-    raise TypeError(f"{obj!r} is neither an encode(texts) function nor an Embedder")
-
-
-EMBEDDERS = Registry("embedding model", "rag_sweep.embedders", modules=(), adapt=_adapt)
+EMBEDDERS = Registry(
+    "embedding model",
+    "rag_sweep.embedders",
+    modules=(),
+    adapt=function_or(Embedder, "encode", "encode(texts)"),
+)
 
 
 def is_plugin_embedder(model: str) -> bool:

@@ -11,9 +11,9 @@ describes it) or a `Reader`. Any other `generation.model` is a litellm model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from rag_core.common.registry import Registry, first_line
+from rag_core.common.registry import Registry, function_or
 
 
 @dataclass(frozen=True)
@@ -23,16 +23,11 @@ class Reader:
     answer: Callable[[str, Sequence[str], Sequence[str]], str]  # (question, texts, titles) -> the answer
 
 
-def _adapt(name: str, obj: object) -> Reader:
-    if isinstance(obj, Reader):
-        return obj if obj.name == name else replace(obj, name=name)
-    if callable(obj):
-        return Reader(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
-    raise TypeError(f"{obj!r} is neither an answer(question, texts, titles) function nor a Reader")
-
-
 READERS = Registry(
-    "answer generator", "rag_sweep.generators", modules=("rag_core.generation.generate",), adapt=_adapt
+    "answer generator",
+    "rag_sweep.generators",
+    modules=("rag_core.generation.generate",),
+    adapt=function_or(Reader, "answer", "answer(question, texts, titles)"),
 )
 
 

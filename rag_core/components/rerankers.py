@@ -11,9 +11,9 @@ retrieval order after the listed ones, as an LLM's ordering does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from rag_core.common.registry import Registry, first_line
+from rag_core.common.registry import Registry, function_or
 
 MODEL_USE = ("none", "optional", "required")  # whether `rerank.model` names something the reranker uses
 
@@ -34,17 +34,12 @@ class Reranker:
         return self.key_name or self.name
 
 
-def _adapt(name: str, obj: object) -> Reranker:
-    if isinstance(obj, Reranker):
-        if obj.order is None:
-            raise TypeError("a plug-in Reranker needs its order function")
-        return obj if obj.name == name else replace(obj, name=name)
-    if callable(obj):
-        return Reranker(name, first_line(obj.__doc__) or f"{name} (no description)", order=obj)
-    raise TypeError(f"{obj!r} is neither an order(query, texts, k, model) function nor a Reranker")
-
-
-RERANKERS = Registry("reranker", "rag_sweep.rerankers", modules=("rag_core.retrieval.rerank",), adapt=_adapt)
+RERANKERS = Registry(
+    "reranker",
+    "rag_sweep.rerankers",
+    modules=("rag_core.retrieval.rerank",),
+    adapt=function_or(Reranker, "order", "order(query, texts, k, model)"),
+)
 
 
 def reranker(method: str) -> Reranker:

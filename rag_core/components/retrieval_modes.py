@@ -11,9 +11,9 @@ reads the question's vector. Its hits are ranked by the one tie rule (score, the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from rag_core.common.registry import Registry, first_line
+from rag_core.common.registry import Registry, function_or
 
 
 @dataclass(frozen=True)
@@ -25,18 +25,11 @@ class RetrievalMode:
     reads_keywords: bool = True  # it searches the keyword index (text without spaces between words: warned)
 
 
-def _adapt(name: str, obj: object) -> RetrievalMode:
-    if isinstance(obj, RetrievalMode):
-        if obj.search is None:
-            raise TypeError("a plug-in RetrievalMode needs its search function")
-        return obj if obj.name == name else replace(obj, name=name)
-    if callable(obj):
-        return RetrievalMode(name, first_line(obj.__doc__) or f"{name} (no description)", obj)
-    raise TypeError(f"{obj!r} is neither a search(searcher, query, vector, k) function nor a RetrievalMode")
-
-
 RETRIEVAL_MODES = Registry(
-    "retrieval mode", "rag_sweep.retrievers", modules=("rag_core.components.retrieval_modes",), adapt=_adapt
+    "retrieval mode",
+    "rag_sweep.retrievers",
+    modules=("rag_core.components.retrieval_modes",),
+    adapt=function_or(RetrievalMode, "search", "search(searcher, query, vector, k)"),
 )
 RETRIEVAL_MODES.register(
     "vector", RetrievalMode("vector", "cosine similarity over the embeddings", reads_keywords=False)

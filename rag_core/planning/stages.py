@@ -74,14 +74,17 @@ class Stage:
         return settings
 
 
+def _pinned(settings: dict, plugin: str | None, embedder_plugin: str | None = None) -> dict:
+    """A stage's settings with the package and version of each plug-in component it runs: upgrading one
+    recomputes what it made. A built-in adds nothing, so fingerprints without plug-ins are as before."""
+    pins = {"plugin": plugin, "embedder_plugin": embedder_plugin}
+    return {**settings, **{k: v for k, v in pins.items() if v}}
+
+
 def _chunking_settings(c: RagConfig, judge) -> dict:
-    # a plug-in method's package and version: upgrading it recomputes its chunksets (a built-in adds nothing);
-    # likewise a plug-in embedding model the chunker reads (semantic breakpoints, token sizes)
-    pins = [CHUNKERS.origin(c.chunking.method).pin, _embedder_pin(c.chunking.model)]
-    settings = c.chunking.model_dump()
-    if pins[1]:
-        return {**settings, "plugin": pins[0], "embedder_plugin": pins[1]}
-    return {**settings, "plugin": pins[0]} if pins[0] else settings
+    # the method, and a plug-in embedding model the chunker reads (semantic breakpoints, token sizes)
+    method = CHUNKERS.origin(c.chunking.method).pin
+    return _pinned(c.chunking.model_dump(), method, _embedder_pin(c.chunking.model))
 
 
 def _embedder_pin(model: str | None) -> str | None:
@@ -89,17 +92,11 @@ def _embedder_pin(model: str | None) -> str | None:
 
 
 def _embedding_settings(c: RagConfig, judge) -> dict:
-    # a plug-in model's package and version: upgrading it embeds again (a built-in adds nothing)
-    pin = _embedder_pin(c.embedding.model)
-    settings = c.embedding.model_dump()
-    return {**settings, "plugin": pin} if pin else settings
+    return _pinned(c.embedding.model_dump(), _embedder_pin(c.embedding.model))
 
 
 def _index_settings(c: RagConfig, judge) -> dict:
-    # a plug-in store's package and version: upgrading it rebuilds its indexes (a built-in adds nothing)
-    pin = STORES.origin(c.index.store).pin if c.index.store else None
-    settings = c.index.model_dump()
-    return {**settings, "plugin": pin} if pin else settings
+    return _pinned(c.index.model_dump(), STORES.origin(c.index.store).pin if c.index.store else None)
 
 
 def _retrieval_key(c: RagConfig) -> str:
@@ -122,17 +119,13 @@ def _retrieval_settings(c: RagConfig, judge) -> dict:
         # keyword results on a BlockMax WAND collection rank every chunk since (resources/vector_stores/
         # weaviate_store.py): retrievals made before, which depended on the server's flush, are made again
         settings["weaviate_keyword_scan"] = 1
-    # a plug-in mode's package and version: upgrading it retrieves again (a built-in adds nothing)
-    pin = RETRIEVAL_MODES.origin(c.retrieval.mode).pin
-    return {**settings, "plugin": pin} if pin else settings
+    return _pinned(settings, RETRIEVAL_MODES.origin(c.retrieval.mode).pin)
 
 
 def _rerank_settings(c: RagConfig, judge) -> dict:
     unset = {"prompt"} if c.rerank.prompt is None else set()  # as the query prompt's
     settings = {**c.rerank.model_dump(exclude=unset), "top_k": c.retrieval.top_k}
-    # a plug-in reranker's package and version: upgrading it reranks again (a built-in adds nothing)
-    pin = RERANKERS.origin(c.rerank.method).pin
-    return {**settings, "plugin": pin} if pin else settings
+    return _pinned(settings, RERANKERS.origin(c.rerank.method).pin)
 
 
 def _answer_settings(c: RagConfig, judge) -> dict:
@@ -145,9 +138,7 @@ def _answer_settings(c: RagConfig, judge) -> dict:
         }
         or None
     )
-    # a plug-in reader's package and version: upgrading it answers again (a built-in adds nothing)
-    pin = READERS.origin(c.generation.model).pin if c.generation.is_reader else None
-    return {**settings, "plugin": pin} if pin else settings
+    return _pinned(settings, READERS.origin(c.generation.model).pin if c.generation.is_reader else None)
 
 
 def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
