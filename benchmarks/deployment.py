@@ -1,6 +1,6 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
-    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving]
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving] [--timeline]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -40,6 +40,7 @@ from tests.servers import Postgres, deployment, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 PY = ROOT / ".venv" / "bin" / "python"
+TIMELINE = False
 
 
 def sweep_file(folder: Path, halving: bool) -> Path:
@@ -55,7 +56,7 @@ def sweep_file(folder: Path, halving: bool) -> Path:
 
 
 def cli(spec: Path, data: Path) -> tuple[float, int]:
-    t0 = time.perf_counter()
+    t0, epoch = time.perf_counter(), time.time()
     out = subprocess.run(
         [str(PY), "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
         capture_output=True,
@@ -66,6 +67,8 @@ def cli(spec: Path, data: Path) -> tuple[float, int]:
     if out.returncode:
         raise SystemExit(f"rag-sweep run failed:\n{out.stderr[-3000:]}")
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
+        if TIMELINE:
+            timeline(instance, epoch)
         return wall, instance.get_runs_count()
 
 
@@ -93,14 +96,36 @@ def on_deployment(
                 raise SystemExit(f"no champion after {timeout:.0f} s\n{d.log('daemon')}")
             time.sleep(1)
         wall = time.time() - t0
+        if TIMELINE:
+            timeline(instance, t0)
         return wall, instance.get_runs_count()
+
+
+def timeline(instance, t0: float) -> None:
+    """Where a deployment's wall time goes: each run's queueing (created to started) and its run (started to
+    ended), in seconds after the launch, and the gaps between one run's end and the next one's creation."""
+    records = sorted(instance.get_run_records(), key=lambda r: r.create_timestamp.timestamp())
+    last_end = 0.0
+    for r in records:
+        created = r.create_timestamp.timestamp() - t0
+        start = (r.start_time or 0) - t0 if r.start_time else float("nan")
+        end = (r.end_time or 0) - t0 if r.end_time else float("nan")
+        name = r.dagster_run.tags.get("dagster/asset_partition_range_start", "") or r.dagster_run.job_name
+        print(
+            f"    {created:6.1f} created (+{created - last_end:5.1f} after the last end) "
+            f"{start - created:5.1f} queued {end - start:6.1f} ran  {r.dagster_run.job_name[:40]} {name[:30]}"
+        )
+        last_end = max(last_end, end)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-halving", action="store_true")
+    ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
     args = ap.parse_args()
+    global TIMELINE
+    TIMELINE = args.timeline
     pg = Postgres.start()
     results: dict[str, list[tuple[float, int]]] = {}
     try:

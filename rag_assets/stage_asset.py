@@ -334,32 +334,41 @@ def stage_asset(
         return out, metadata, logic.check(run, frame)
 
     def _batch(context, loaded: dict):
-        """Many partitions in one run (rag_core/planning/batches.py): each is computed, stored and recorded
-        (its own materialization, fingerprint and metadata) before the next starts, so a killed run keeps
-        what it finished. One that fails does not stop the others; the run then fails naming it."""
-        # a UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
-        # for a materialization of each partition it asked for)
+        """Many partitions in one run (rag_core/planning/batches.py): each is computed and stored before the
+        next starts, and recorded (its own materialization, fingerprint and metadata) when the batch ends,
+        fails or is interrupted. One that fails does not stop the others; the run then fails naming it."""
+        # Recorded together: Dagster's backfill requests a downstream partition as soon as its parents are
+        # recorded, so a batch recording as it went split the next stage of a UI backfill into a run per
+        # daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
+        # its finished artifacts stay on disk and the rerun reuses them without computing.
+        # A UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
+        # for a materialization of each partition it asked for).
         wanted = batch_keys(context)
         pointers = input_pointers(context, plan, s.reads)
         results: dict[str, list[dg.AssetCheckResult]] = {}
         failed: list[tuple[str, BaseException]] = []
-        done = 0
-        for k in wanted:
-            one = OnePartition(context, name, k)
-            try:
-                inputs = inputs_of(plan.partition(name, k), loaded)
-                out, meta, checks = _step(one, k, inputs)
-            except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
-                context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
-                failed.append((k, e))
-                continue
-            store_artifact(out)
-            tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
-            context.log_event(dg.AssetMaterialization(key, partition=k, metadata=meta, tags=tags))
-            for result in checks:
-                results.setdefault(result.check_name, []).append((k, result))
-            done += 1
-        context.log.info(f"{done} of {len(wanted)} {name} partitions materialized, {len(failed)} failed")
+        finished: list[dg.AssetMaterialization] = []
+        try:
+            for k in wanted:
+                one = OnePartition(context, name, k)
+                try:
+                    inputs = inputs_of(plan.partition(name, k), loaded)
+                    out, meta, checks = _step(one, k, inputs)
+                except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
+                    context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
+                    failed.append((k, e))
+                    continue
+                store_artifact(out)
+                tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
+                finished.append(dg.AssetMaterialization(key, partition=k, metadata=meta, tags=tags))
+                for result in checks:
+                    results.setdefault(result.check_name, []).append((k, result))
+        finally:  # an interrupted batch records what it finished too
+            for event in finished:
+                context.log_event(event)
+        context.log.info(
+            f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"
+        )
         yield from (merged_check(key, found) for found in results.values())
         if failed:
             raise PartitionsFailed(name, failed)

@@ -40,7 +40,7 @@ def deployment_definitions(
 ) -> dg.Definitions:
     """The automation sensor, the storage cleanup (its schedule off) and the shared resources; with
     $RAG_EXECUTOR=celery, the fleet's executor for every job (UI materializations and backfills, schedules,
-    sensors), as `rag-sweep run` uses it. `plans`: the deployment's sweeps when the cleanup runs (default:
+    sensors), as `rag-sweep run` uses it, else the in-process executor. `plans`: the deployment's sweeps when the cleanup runs (default:
     the `defs/` folder's)."""
     cleanup, weekly = storage_cleanup(plans or folder_plans)
     return dg.Definitions(
@@ -48,7 +48,9 @@ def deployment_definitions(
         jobs=[cleanup],
         schedules=[weekly],
         resources={**build_resources(data_dir or default_data_dir()), **(resources or {})},
-        executor=fleet_executor() if executor() == "celery" else None,
+        # in the run's own process, as `rag-sweep run` does: a run is one stage's batch (one step), and
+        # Dagster's default would start a second process per run to execute it, importing everything again
+        executor=fleet_executor() if executor() == "celery" else dg.in_process_executor,
     )
 
 

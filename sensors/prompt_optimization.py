@@ -96,7 +96,7 @@ def next_requests(plan: Plan, data, instance, jobs: dict) -> tuple[list[dg.RunRe
 
 
 def prompt_optimization_driver(
-    plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 30
+    plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 10
 ) -> dg.SensorDefinition:
     """`<sweep>__prompt_optimization`: every `interval_s`, the optimizations and optimized configs due."""
 

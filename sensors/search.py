@@ -103,7 +103,7 @@ def step_jobs(plan: Plan) -> dict:
 
 
 def search_driver(
-    plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 5
+    plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 2
 ) -> dg.SensorDefinition:
     """`<sweep>__search_driver`: every `interval_s`, the steps the running search needs next, as runs."""
 

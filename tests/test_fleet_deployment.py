@@ -48,9 +48,10 @@ def _latest(instance, stage: str):
     return records[0] if records else None
 
 
-def _settled(d, instance, until, what: str, timeout: float = 600, quiet_s: float = 30) -> None:
+def _settled(d, instance, until, what: str, timeout: float = 600, quiet_s: float = 20) -> None:
     """`until` holds, no run is in flight, and no new run was created for `quiet_s` (longer than the
-    sensors' intervals: the automation sensor and the holdout driver would have asked by then)."""
+    sensors' intervals, 10 s at most, plus the daemon's 2 s tick: the automation sensor and the holdout
+    driver would have asked by then)."""
     live = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
     deadline, since, runs = time.monotonic() + timeout, None, -1
     while True:

@@ -1,0 +1,51 @@
+"""`rag-sweep-daemon`: Dagster's daemon (`dagster-daemon run ...`, the same arguments) with short loop intervals.
+
+A sweep from the UI is a chain of runs, one per stage, each submitted by a daemon loop once the one before
+it is done: the backfill daemon, then the sensors (holdout driver, search driver, automation). Dagster
+sleeps a fixed 30 s between backfill iterations and 5 s between sensor and automation loops, with no
+instance setting for either: a 12-run chain spent most of its wall time waiting on them. Here every loop
+waits `$RAG_DAEMON_TICK_S` (default 2) instead. An iteration with nothing to do reads a few rows of the
+instance's storage, so a short interval costs little; 30 s remains right for a deployment with thousands of
+backfills, which can set a larger tick.
+
+These intervals are module constants of Dagster's daemon (read at each loop), not public settings: a
+Dagster upgrade that renames them is caught by `shorten_loops` below and by the deployment tests.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from resources.environment import daemon_tick_s
+
+
+def shorten_loops(tick: float) -> None:
+    """Every daemon loop of this process waits `tick` seconds between iterations (less the iteration's time)."""
+    from dagster._daemon import asset_daemon, controller, sensor
+
+    for module, name in (
+        (controller, "DEFAULT_DAEMON_INTERVAL_SECONDS"),  # the backfill daemon's sleep (read per loop)
+        (sensor, "MIN_INTERVAL_LOOP_TIME"),  # the sensor daemon's
+        (asset_daemon, "MIN_INTERVAL_LOOP_SECONDS"),  # the automation (asset) daemon's
+    ):
+        if not hasattr(module, name):  # a Dagster that moved it: say so rather than run slow unnoticed
+            raise SystemExit(
+                f"rag-sweep-daemon: {module.__name__}.{name} is gone; this Dagster is not supported"
+            )
+        setattr(module, name, tick)
+
+
+def main() -> int:
+    try:
+        tick = daemon_tick_s()
+    except ValueError as e:  # a bad setting: one line, before the daemon starts
+        raise SystemExit(f"rag-sweep-daemon: {e}") from None
+    shorten_loops(tick)
+    from dagster._daemon.cli import main as dagster_daemon
+
+    sys.argv[0] = "dagster-daemon"
+    return dagster_daemon()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
