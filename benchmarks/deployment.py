@@ -1,6 +1,6 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
-    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving] [--timeline]
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -122,6 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-halving", action="store_true")
+    ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
     args = ap.parse_args()
     global TIMELINE
@@ -131,7 +132,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            for kind in ["grid"] + ([] if args.skip_halving else ["halving"]):
+            kinds = ([] if args.skip_grid else ["grid"]) + ([] if args.skip_halving else ["halving"])
+            for kind in kinds:
                 spec = sweep_file(tmp, kind == "halving")
                 for i in range(args.repeats):
                     order = ["cli", "deployment"] if i % 2 == 0 else ["deployment", "cli"]

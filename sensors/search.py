@@ -82,17 +82,19 @@ def search_job(plan: Plan, data_dir: str | None = None) -> dg.JobDefinition:
     return _job
 
 
+SNAPSHOTS = ("corpus", "qa_set")  # one run for both, as `rag-sweep run` snapshots them
+
+
+def _job_of(stage: str) -> str:
+    return "snapshots" if stage in SNAPSHOTS else stage
+
+
 def step_jobs(plan: Plan) -> dict:
     """One asset job per stage a search materializes, `<sweep>__search_<stage>`: a run of a search's step is
-    a run of its stage's job for one partition (a run's assets share one partitions definition)."""
-    stages = [
-        "corpus",
-        "qa_set",
-        *plan.partitions,
-        "leaderboard",
-        *(["confirmation"] if plan.holdout else []),
-    ]
-    return {
+    a run of its stage's job for one partition or a batch of them (a run's assets share one partitions
+    definition); the input snapshots' job `<sweep>__search_snapshots` takes both."""
+    stages = [*plan.partitions, "leaderboard", *(["confirmation"] if plan.holdout else [])]
+    jobs = {
         s: dg.define_asset_job(
             f"{plan.prefix}__search_{s}",
             selection=[asset_key(plan, s)],
@@ -100,6 +102,12 @@ def step_jobs(plan: Plan) -> dict:
         )
         for s in stages
     }
+    jobs["snapshots"] = dg.define_asset_job(
+        f"{plan.prefix}__search_snapshots",
+        selection=[asset_key(plan, s) for s in SNAPSHOTS],
+        description=f"The input snapshots of the search of sweep {plan.sweep.name}, requested by its sensor.",
+    )
+    return jobs
 
 
 def search_driver(
@@ -152,9 +160,9 @@ def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: di
     runs = runs_of(instance, state)
     # the input files as they are now, first (as `rag-sweep run` snapshots them once, before its steps): hashed
     # until the search's first step past the snapshots, not on every tick of a running search
-    started = any(s[0] not in ("corpus", "qa_set") for s in runs)
+    started = any(s[0] not in SNAPSHOTS for s in runs)
     if not started and (stale := stale_snapshots(plan, instance, data)):
-        steps: list[RungStep] = [(stale[0], None, None)]
+        steps: list[RungStep] = [(name, None, None) for name in stale]  # one run (`_job_of`)
         advance = None
     else:
         advance = SearchController(plan, data, instance, state, stores).advance()
@@ -200,17 +208,20 @@ def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) ->
     """The steps as runs: a stage's steps of one rung in one run (a batch over their partitions)."""
     groups: dict[tuple, list] = {}
     for (stage, key, n), tries in ready:
-        groups.setdefault((stage, n), []).append((key, tries))
+        groups.setdefault((_job_of(stage), n), []).append((stage, key, tries))
     requests = []
-    for (stage, n), found in groups.items():
-        keys = [k for k, _ in found if k is not None]
-        tries = max(t for _, t in found)
-        steps = [(stage, k, n) for k, _ in found]
+    for (job, n), found in groups.items():
+        stage = found[0][0]
+        keys = [k for _, k, _ in found if k is not None]
+        tries = max(t for _, _, t in found)
+        steps = [(s, k, n) for s, k, _ in found]
         digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
         requests.append(
             dg.RunRequest(
-                run_key=f"{state.id}:{stage}:{n}:{digest}:{tries}",  # a step asked again: a new key
-                job_name=jobs[stage].name,
+                run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",  # a step asked again: a new key
+                job_name=jobs[job].name,
+                # the snapshots' job: only the stale ones
+                asset_selection=[asset_key(plan, s) for s, _, _ in found] if job == "snapshots" else None,
                 partition_key=keys[0] if len(keys) == 1 else None,
                 tags={
                     "sweep": plan.sweep.name,

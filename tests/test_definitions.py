@@ -257,3 +257,32 @@ def test_the_defs_folder_sweeps_are_read_without_building_them(tmp_path):
         "type: rag_sweep.lib.RagSweep\nattributes: {sweep: missing.yaml}\n"
     )
     assert folder_sweeps(tmp_path) == []  # left to Dagster's loading, which names what is wrong
+
+
+def test_a_search_snapshots_both_inputs_in_one_run_and_batches_a_rungs_stage(tmp_path):
+    """The search driver's requests: the stale input snapshots in one run (only those), a stage's steps of one
+    rung in one run over their partitions, as `rag-sweep run` makes them."""
+    from types import SimpleNamespace
+
+    from rag_core.planning.spec import sweep_from_dict
+    from sensors.search import batched_requests, step_jobs
+
+    raw = yaml_sweep(search={"strategy": "halving", "start_questions": 5})
+    plan = Plan.resolve(sweep_from_dict(raw, tmp_path / "s.yaml"))
+    jobs = step_jobs(plan)
+    state = SimpleNamespace(id="s1", force=False)
+    both = batched_requests(plan, state, jobs, [(("corpus", None, None), 0), (("qa_set", None, None), 0)])
+    assert [r.job_name for r in both] == ["halving__search_snapshots"]
+    assert both[0].asset_selection == [dg.AssetKey(["halving", "corpus"]), dg.AssetKey(["halving", "qa_set"])]
+    (one,) = batched_requests(plan, state, jobs, [(("qa_set", None, None), 1)])
+    assert one.asset_selection == [dg.AssetKey(["halving", "qa_set"])] and one.run_key.endswith(":1")
+    keys = list(plan.partitions["retrievals"])[:2]
+    rung = batched_requests(plan, state, jobs, [(("retrievals", k, 5), 0) for k in keys])
+    assert [(r.job_name, r.partition_key, r.asset_selection) for r in rung] == [
+        ("halving__search_retrievals", None, None)
+    ]
+    tags = rung[0].tags  # the two keys are a whole range: its ends, no list of keys
+    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
+        keys[0],
+        keys[1],
+    )
