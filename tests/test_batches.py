@@ -133,3 +133,42 @@ def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunk
     done = run_sweep(str(three_chunkings), str(data), progress=False)
     assert computed == ["recursive-300-20"]
     assert done.board.height == 3
+
+
+def test_an_interrupted_batch_records_what_it_finished_and_a_rerun_computes_the_rest(
+    three_chunkings, tmp_path, monkeypatch
+):
+    """A batch records its partitions when it ends (a UI backfill's next stage is then one run); Ctrl-C in
+    the middle of one records those it finished, so the rerun computes only the others."""
+    from rag_assets.chunksets import Chunksets
+    from runner import load_plan, local_instance, run_sweep
+
+    original = Chunksets.compute
+    seen: list[str] = []
+
+    def interrupted_at_the_second(self, run):
+        seen.append(run.partition.key)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return original(self, run)
+
+    monkeypatch.setattr(Chunksets, "compute", interrupted_at_the_second)
+    data = tmp_path / "d"
+    with pytest.raises(BaseException) as stopped:  # however Dagster and the runner end an interrupted run
+        run_sweep(str(three_chunkings), str(data), progress=False)
+    assert not isinstance(stopped.value, AssertionError)
+    chunks = dg.AssetKey(load_plan(str(three_chunkings)).asset_path("chunksets"))
+    assert sorted(local_instance(data).get_materialized_partitions(chunks)) == [seen[0]]
+
+    computed: list[str] = []
+
+    def counted(self, run):
+        computed.append(run.partition.key)
+        return original(self, run)
+
+    monkeypatch.setattr(Chunksets, "compute", counted)
+    done = run_sweep(str(three_chunkings), str(data), progress=False)
+    assert sorted(computed) == sorted(
+        k for k in ("recursive-200-20", "recursive-300-20", "recursive-400-20") if k != seen[0]
+    )
+    assert done.board.height == 3
