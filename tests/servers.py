@@ -254,7 +254,14 @@ class Mlflow:
         tmp = Path(tempfile.mkdtemp(prefix="mlflow-"))
         port = free_port()
         log = tmp / "mlflow.log"
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true"}
+        env = {
+            **os.environ,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            # no job runner: the product starts no MLflow server job, and its seven consumer processes took
+            # ~2.6 GB and a steady share of the two cores for the whole suite
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        }
         proc = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "mlflow"),
