@@ -20,7 +20,7 @@ CHAMPION = "champion_model"
 def champion_due(plan: Plan, data, tracking) -> bool:
     """Whether the registry's champion is not the current recommendation's evaluation (what the runner
     asks before materializing the champion: an unchanged rerun launches no run for it)."""
-    from shipping.registry import current_champion
+    from shipping.registry import champion_of
 
     board_file = leaderboard_path(data, plan.sweep.name)
     if not tracking.enabled or not board_file.exists():
@@ -29,7 +29,7 @@ def champion_due(plan: Plan, data, tracking) -> bool:
     recommended = decision.get("recommended")
     if unsupported_claim(decision):
         return False
-    now = current_champion(tracking.client(), plan.sweep.name)
+    now = champion_of(tracking, plan.sweep.name)
     return recommendation_due(read_parquet(board_file), recommended, now)
 
 

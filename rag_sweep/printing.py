@@ -133,11 +133,11 @@ def _print_export(label: str, key: str, out: Path, fingerprint: str) -> None:
 def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
     """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
     supports it (`unsupported`: why it does not)."""
-    from shipping.registry import ALIAS, current_champion
+    from shipping.registry import ALIAS, champion_of
 
     if not tracking.enabled:
         return
-    version = current_champion(tracking.client(), sweep)
+    version = champion_of(tracking, sweep)
     if unsupported:
         print(f"\nNo champion registered: {unsupported}")
         if version is not None:

@@ -246,6 +246,17 @@ class MlflowTracking(dg.ConfigurableResource):
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
 
+    def remembered(self, question: str, ask):
+        """`ask()`'s answer (a JSON value): on a local SQLite store, remembered beside it while the store is
+        unchanged (resources/store_answers.py), so an unchanged rerun neither imports MLflow nor queries it;
+        a server is always asked."""
+        uri = self.resolved_uri()
+        if not uri.startswith("sqlite:///"):
+            return ask()
+        from resources.store_answers import StoreAnswers
+
+        return StoreAnswers(Path(uri.removeprefix("sqlite:///"))).get(question, ask)
+
     def display_uri(self) -> str:
         """The tracking URI as printed and stored (Dagster metadata, log lines): its password and secret
         query values ***."""
@@ -264,11 +275,16 @@ class MlflowTracking(dg.ConfigurableResource):
         """The experiment's runs in the MLflow UI, best overall score first."""
         if not self.enabled:
             return None
-        exp = self._client().get_experiment_by_name(experiment)
-        if exp is None:
+
+        def ask() -> str | None:
+            exp = self._client().get_experiment_by_name(experiment)
+            return None if exp is None else exp.experiment_id
+
+        experiment_id = self.remembered(f"experiment_id/{experiment}", ask)
+        if experiment_id is None:
             return None
         order = "orderByKey=metrics.%60overall_score%60&orderByAsc=false"
-        return f"{self.ui_url()}/#/experiments/{exp.experiment_id}/runs?{order}"
+        return f"{self.ui_url()}/#/experiments/{experiment_id}/runs?{order}"
 
     def run_url(self, run_id: str | None) -> str | None:
         """The MLflow UI page of a run (a Dagster URL metadata link), or None without tracking."""
@@ -333,8 +349,12 @@ class MlflowTracking(dg.ConfigurableResource):
         holds), in one query; None without tracking (nothing to check)."""
         if not self.enabled:
             return None
-        runs = self._search(experiment, f"tags.{tag} != '' and attributes.status = 'FINISHED'")
-        return {r.data.tags[tag] for r in runs}
+
+        def ask() -> list[str]:
+            runs = self._search(experiment, f"tags.{tag} != '' and attributes.status = 'FINISHED'")
+            return sorted({r.data.tags[tag] for r in runs})
+
+        return set(self.remembered(f"logged/{experiment}/{tag}", ask))
 
     def _config_runs(self, experiment: str) -> dict[str | None, str]:
         """Evaluation fingerprint -> the id of its finished run, over the experiment, in one query."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-from shipping.bundle import Bundle, fingerprints, save
+if TYPE_CHECKING:  # the bundle imports MLflow's pyfunc: a rerun reading the champion need not
+    from shipping.bundle import Bundle
 
 ALIAS = "champion"
 
@@ -28,6 +30,25 @@ def current_champion(client, name: str):
         return client.get_model_version_by_alias(name, ALIAS)
     except MlflowException:
         return None
+
+
+class Champion(NamedTuple):
+    """What a rerun reads of the registered champion: its version and tags."""
+
+    version: str
+    tags: dict[str, str]
+
+
+def champion_of(tracking, name: str) -> Champion | None:
+    """The champion `current_champion` reads, through `tracking` (an MlflowTracking): on a local store
+    remembered while the store is unchanged, so an unchanged rerun does not import MLflow for it."""
+
+    def ask() -> list | None:
+        now = current_champion(tracking.client(), name)
+        return None if now is None else [str(now.version), dict(now.tags)]
+
+    found = tracking.remembered(f"champion/{name}", ask)
+    return None if found is None else Champion(*found)
 
 
 def due(now, evaluation_fingerprint: str) -> bool:
@@ -47,6 +68,8 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     to a run of the sweep's experiment (kind `champion`) through the client alone: no process-wide MLflow
     setting is changed."""
     from mlflow.exceptions import MlflowException
+
+    from shipping.bundle import fingerprints, save
 
     client, name = tracking.client(), bundle.manifest["sweep"]
     uri = f"models:/{name}@{ALIAS}"
