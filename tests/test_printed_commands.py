@@ -36,7 +36,11 @@ def _champion(capsys, store: str) -> str:
     version = SimpleNamespace(version="2", tags={"config_key": "para-bm25-k4"})
     client = SimpleNamespace(get_model_version_by_alias=lambda name, alias: version)
     tracking = SimpleNamespace(
-        enabled=True, client=lambda: client, resolved_uri=lambda: store, display_uri=lambda: store
+        enabled=True,
+        client=lambda: client,
+        resolved_uri=lambda: store,
+        display_uri=lambda: store,
+        remembered=lambda question, ask: ask(),  # nothing remembered: the registry is asked
     )
     cli._print_champion(tracking, "ship", None)
     return capsys.readouterr().out

@@ -243,6 +243,9 @@ class _Tracking:
     def display_uri(self):
         return redact_url(self.uri)
 
+    def remembered(self, question, ask):  # nothing remembered: the registry is asked
+        return ask()
+
 
 def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(capsys):
     from rag_sweep.cli import _print_champion
