@@ -40,7 +40,6 @@ from tests.servers import Postgres, deployment, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 PY = ROOT / ".venv" / "bin" / "python"
-TIMELINE = False
 
 
 def sweep_file(folder: Path, halving: bool) -> Path:
@@ -55,7 +54,7 @@ def sweep_file(folder: Path, halving: bool) -> Path:
     return path
 
 
-def cli(spec: Path, data: Path) -> tuple[float, int]:
+def cli(spec: Path, data: Path, show: bool = False) -> tuple[float, int]:
     t0, epoch = time.perf_counter(), time.time()
     out = subprocess.run(
         [str(PY), "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
@@ -67,7 +66,7 @@ def cli(spec: Path, data: Path) -> tuple[float, int]:
     if out.returncode:
         raise SystemExit(f"rag-sweep run failed:\n{out.stderr[-3000:]}")
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
-        if TIMELINE:
+        if show:
             timeline(instance, epoch)
         return wall, instance.get_runs_count()
 
@@ -78,7 +77,7 @@ def champion_after(instance, prefix: str, t0: float) -> bool:
 
 
 def on_deployment(
-    spec: Path, work: Path, pg: Postgres, halving: bool, timeout: float = 1800
+    spec: Path, work: Path, pg: Postgres, halving: bool, timeout: float = 1800, show: bool = False
 ) -> tuple[float, int]:
     plan = yaml.safe_load(spec.read_text())
     prefix = plan["name"].replace("-", "_")
@@ -96,7 +95,7 @@ def on_deployment(
                 raise SystemExit(f"no champion after {timeout:.0f} s\n{d.log('daemon')}")
             time.sleep(1)
         wall = time.time() - t0
-        if TIMELINE:
+        if show:
             timeline(instance, t0)
         return wall, instance.get_runs_count()
 
@@ -125,8 +124,6 @@ def main() -> None:
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
     args = ap.parse_args()
-    global TIMELINE
-    TIMELINE = args.timeline
     pg = Postgres.start()
     results: dict[str, list[tuple[float, int]]] = {}
     try:
@@ -141,9 +138,9 @@ def main() -> None:
                         work = tmp / f"{kind}-{where}-{i}"
                         work.mkdir()
                         if where == "cli":
-                            got = cli(spec, work / "data")
+                            got = cli(spec, work / "data", args.timeline)
                         else:
-                            got = on_deployment(spec, work, pg, kind == "halving")
+                            got = on_deployment(spec, work, pg, kind == "halving", show=args.timeline)
                         results.setdefault(f"{kind}/{where}", []).append(got)
                         print(
                             f"  {kind:8} {where:10} repeat {i + 1}: {got[0]:.0f} s, {got[1]} Dagster runs",

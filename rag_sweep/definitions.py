@@ -40,8 +40,8 @@ def deployment_definitions(
 ) -> dg.Definitions:
     """The automation sensor, the storage cleanup (its schedule off) and the shared resources; with
     $RAG_EXECUTOR=celery, the fleet's executor for every job (UI materializations and backfills, schedules,
-    sensors), as `rag-sweep run` uses it, else the in-process executor. `plans`: the deployment's sweeps when the cleanup runs (default:
-    the `defs/` folder's)."""
+    sensors), as `rag-sweep run` uses it, else the in-process executor. `plans`: the deployment's sweeps
+    when the cleanup runs (default: the `defs/` folder's)."""
     cleanup, weekly = storage_cleanup(plans or folder_plans)
     return dg.Definitions(
         sensors=[automation_sensor()],

@@ -122,7 +122,16 @@ def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunk
     chunks = dg.AssetKey(load_plan(str(three_chunkings)).asset_path("chunksets"))
     assert sorted(instance.get_materialized_partitions(chunks)) == ["recursive-200-20", "recursive-400-20"]
 
-    monkeypatch.setattr(Chunksets, "compute", original)
+    computed, done = _rerun_counting_chunksets(three_chunkings, data, monkeypatch, original)
+    assert computed == ["recursive-300-20"]
+    assert done.board.height == 3
+
+
+def _rerun_counting_chunksets(spec, data, monkeypatch, original):
+    """The sweep run again on `data` with the chunker restored: (the chunksets it computed, the run)."""
+    from rag_assets.chunksets import Chunksets
+    from runner import run_sweep
+
     computed: list[str] = []
 
     def counted(self, run):
@@ -130,9 +139,7 @@ def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunk
         return original(self, run)
 
     monkeypatch.setattr(Chunksets, "compute", counted)
-    done = run_sweep(str(three_chunkings), str(data), progress=False)
-    assert computed == ["recursive-300-20"]
-    assert done.board.height == 3
+    return computed, run_sweep(str(spec), str(data), progress=False)
 
 
 def test_an_interrupted_batch_records_what_it_finished_and_a_rerun_computes_the_rest(
@@ -160,14 +167,7 @@ def test_an_interrupted_batch_records_what_it_finished_and_a_rerun_computes_the_
     chunks = dg.AssetKey(load_plan(str(three_chunkings)).asset_path("chunksets"))
     assert sorted(local_instance(data).get_materialized_partitions(chunks)) == [seen[0]]
 
-    computed: list[str] = []
-
-    def counted(self, run):
-        computed.append(run.partition.key)
-        return original(self, run)
-
-    monkeypatch.setattr(Chunksets, "compute", counted)
-    done = run_sweep(str(three_chunkings), str(data), progress=False)
+    computed, done = _rerun_counting_chunksets(three_chunkings, data, monkeypatch, original)
     assert sorted(computed) == sorted(
         k for k in ("recursive-200-20", "recursive-300-20", "recursive-400-20") if k != seen[0]
     )
