@@ -103,7 +103,8 @@ def fleet_executor() -> dg.ExecutorDefinition:
 
 @functools.cache
 def step_job(data_dir: str, plan_name: str, stage: str) -> dg.JobDefinition:
-    """The job that materializes one stage's partition (the run's partition tag says which)."""
+    """The job that materializes one stage's partition (the run's partition tag says which); `stage`: the
+    asset's name (a holdout stage's: `holdout_<stage>`)."""
     plan = read_plan(data_dir, plan_name)
     name = f"{plan.prefix}__{stage}"
     defs = dg.Definitions(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_assets.inputs import snapshot_fingerprints
-from rag_assets.stage_asset import asset_key
+from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_core.common.fingerprint import text_hash
 from rag_core.decision.holdout import holdout_size
 from rag_core.planning.plan import Plan
@@ -174,8 +174,10 @@ def _needed(plan: Plan, instance, data: Path) -> set[tuple[str, str]]:
     keep = {(stage, fp) for (stage, _), fp in expected.items()} | {(n, fp) for n, fp in inputs.items()}
     for s in PARTITIONED:
         latest = latest_fingerprints(instance, asset_key(plan, s.name))
-        keys = set(plan.keys(s.name)) | set(plan.holdout_partitions.get(s.name, {}))
-        keep |= {(s.name, fp) for key, fp in latest.items() if key in keys}
+        keep |= {(s.name, fp) for key, fp in latest.items() if key in plan.partitions[s.name]}
+        if s.name in plan.holdout_partitions:  # the finalists' holdout, in its own asset
+            latest = latest_fingerprints(instance, holdout_asset_key(plan, s.name))
+            keep |= {(s.name, fp) for key, fp in latest.items() if key in plan.holdout_partitions[s.name]}
     for name in ("corpus", "qa_set", "leaderboard", "confirmation"):
         if fp := latest_fingerprint(instance, asset_key(plan, name), None):
             keep.add((name, fp))

@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import dagster as dg
+
 from rag_assets.confirmation import board_decision
 from rag_assets.indexes import index_present
 from rag_assets.inputs import snapshot_fingerprints
 from rag_assets.leaderboard import leaderboard_path, read_decision
 from rag_assets.stage_asset import asset_key
 from rag_core.common.fingerprint import file_hash
+from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from rag_core.planning.stages import stage as stage_of
@@ -55,7 +58,7 @@ def completed(
     ):  # its finalists are known: so is what confirms them
         finals = board_decision(board)["finalists"]
         expected[("confirmation", None)] = plan.confirmation_fingerprint(inputs, expected, board.fp, finals)
-    latest: dict[str, dict[str | None, str | None]] = {}  # stage -> partition -> latest materialized fp
+    latest: dict[dg.AssetKey, dict[str | None, str | None]] = {}  # asset -> partition -> latest fp
 
     def complete(stage: str, key: str | None) -> ArtifactRef | None:
         if (stage, key) not in expected:  # a confirmation before its leaderboard
@@ -63,18 +66,19 @@ def completed(
         ref = ArtifactRef(data, stage, expected[(stage, key)], key)
         # the artifact alone is not enough: it is content-addressed, shared by every sweep on the data dir,
         # but a step reads its inputs from what this sweep's partitions materialized (`<sweep>/<stage>`)
-        if stage not in latest:
-            latest[stage] = (
-                latest_fingerprints(instance, asset_key(plan, stage))
+        asset = asset_key(plan, stage, key)  # a holdout key's: the stage's holdout asset
+        if asset not in latest:
+            latest[asset] = (
+                latest_fingerprints(instance, asset)
                 if stage_of(stage).partitioned
-                else {None: latest_fingerprint(instance, asset_key(plan, stage), None)}
+                else {None: latest_fingerprint(instance, asset, None)}
             )
-        if latest[stage].get(key) != ref.fp and ref.exists():  # materialized since that read?
-            latest[stage][key] = latest_fingerprint(instance, asset_key(plan, stage), key)
-        if latest[stage].get(key) != ref.fp and (
+        if latest[asset].get(key) != ref.fp and ref.exists():  # materialized since that read?
+            latest[asset][key] = latest_fingerprint(instance, asset, key)
+        if latest[asset].get(key) != ref.fp and (
             questions is None
             or not ref.exists()  # a past rung: its artifact, once this sweep's partition recorded it
-            or ref.fp not in materialized_fingerprints(instance, asset_key(plan, stage), key)
+            or ref.fp not in materialized_fingerprints(instance, asset, key)
         ):
             return None
         # not intact: another data dir, same instance; failed LLM calls: asked again
@@ -150,6 +154,16 @@ def holdout_steps(plan: Plan, instance, data: Path, force: bool, board_ran: bool
     if todo or force or board_ran or complete("confirmation", None) is None:
         todo.append(("confirmation", None))
     return todo
+
+
+def new_finalists(plan: Plan, instance, steps: list[Step]) -> list[str]:
+    """The holdout keys among `steps` that the holdout's partitions definition does not hold yet: the
+    partitions to add (a finalist's partitions appear when a leaderboard names it)."""
+    wanted = [k for _, k in steps if is_holdout_key(k)]
+    if not wanted:
+        return []
+    have = set(instance.get_dynamic_partitions(plan.finalists_partitions))
+    return [k for k in dict.fromkeys(wanted) if k not in have]
 
 
 def reads(plan: Plan, step: Step) -> list[Step]:

@@ -22,6 +22,7 @@ from dagster._core.definitions.data_version import (
     get_input_event_pointer_tag,
 )
 
+from rag_core.decision.holdout import holdout_key, is_holdout_key
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.stages import stage
 from resources.artifacts import ArtifactRef
@@ -63,10 +64,21 @@ class OnePartition:
         return getattr(self._context, name)
 
 
-def range_tags(plan: Plan, stage_name: str, keys) -> dict[str, str]:
+def partition_order(plan: Plan, stage_name: str, keys, instance=None) -> list[str]:
+    """The order of the partitions definition that holds `keys`: a selection stage's static keys; the
+    holdout's finalists as the instance added them (`instance`), the ones among `keys` it has not added
+    yet after them (a sensor adds them with its run request)."""
+    if not any(is_holdout_key(k) for k in keys):
+        return plan.keys(stage_name)
+    added = list(instance.get_dynamic_partitions(plan.finalists_partitions)) if instance is not None else []
+    return [*added, *(k for k in dict.fromkeys(keys) if k not in set(added))]
+
+
+def range_tags(plan: Plan, stage_name: str, keys, instance=None) -> dict[str, str]:
     """The tags of one run over several partitions of a stage (a batch): the range of the stage's
-    partitions they span (Dagster's range tags), and the keys (`rag/partitions`) unless they are all of it."""
-    index = {k: i for i, k in enumerate(plan.all_keys(stage_name))}
+    partitions they span (Dagster's range tags), and the keys (`rag/partitions`) unless they are all of it.
+    `instance`: where the holdout's partitions were added (their order), for holdout keys."""
+    index = {k: i for i, k in enumerate(partition_order(plan, stage_name, keys, instance))}
     first, last = min(keys, key=index.__getitem__), max(keys, key=index.__getitem__)
     tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
     if index[last] - index[first] + 1 != len(set(keys)):
@@ -100,14 +112,17 @@ def inputs_of(partition: Partition, loaded: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def input_pointers(context, plan: Plan, reads) -> dict[str, dict[str | None, int]]:
+def input_pointers(context, plan: Plan, reads, held: bool = False) -> dict[str, dict[str | None, int]]:
     """upstream stage -> partition (None: unpartitioned) -> the storage id of its latest materialization,
-    one query per upstream asset for the whole batch."""
+    one query per upstream asset for the whole batch; `held`: a holdout stage's (it reads the other holdout
+    stages' assets)."""
     from dagster import DagsterEventType
 
     out: dict[str, dict[str | None, int]] = {}
     for name in reads:
-        key = dg.AssetKey(plan.asset_path(name))
+        key = dg.AssetKey(
+            plan.asset_path(name, holdout_key("") if held and name in plan.holdout_partitions else None)
+        )
         if stage(name).partitioned:
             out[name] = dict(
                 context.instance.event_log_storage.get_latest_storage_id_by_partition(
@@ -133,10 +148,11 @@ def version_tags(
     for name, ref in inputs.items():
         if not isinstance(ref, ArtifactRef):
             continue
-        tags[get_input_data_version_tag(dg.AssetKey(plan.asset_path(name)))] = ref.fp
+        upstream = dg.AssetKey(plan.asset_path(name, partition.reads.get(name)))
+        tags[get_input_data_version_tag(upstream)] = ref.fp
         pointer = pointers.get(name, {}).get(partition.reads.get(name))
         if pointer is not None:
-            tags[get_input_event_pointer_tag(dg.AssetKey(plan.asset_path(name)))] = str(pointer)
+            tags[get_input_event_pointer_tag(upstream)] = str(pointer)
     return tags
 
 

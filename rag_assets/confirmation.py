@@ -71,7 +71,7 @@ class Confirmation(StageLogic):
         if missing:
             raise dg.Failure(
                 f"the holdout evaluations of {len(missing)} finalists are not materialized yet "
-                f"({', '.join(missing[:3])}): materialize those partitions of the evaluations first"
+                f"({', '.join(missing[:3])}): materialize those partitions of holdout_evaluations first"
             )
         evaluations = {k: inputs["evaluations"][k] for k in wanted}
         return {**split_inputs(plan, HOLDOUT, inputs), "evaluations": evaluations}

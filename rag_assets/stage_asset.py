@@ -25,6 +25,7 @@ from rag_assets.batch import (
     merged_check,
     version_tags,
 )
+from rag_core.decision.holdout import holdout_key
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import CONFIG_STAGE, Stage, artifact_fingerprint, stage
@@ -170,26 +171,36 @@ def rung_inputs(context: dg.AssetExecutionContext, plan: Plan, inputs: dict[str,
     return {**inputs, "qa_set": QuestionSubset.of(inputs["qa_set"], int(n), plan.sweep.search.seed)}
 
 
-def asset_key(plan: Plan, name: str) -> dg.AssetKey:
-    """The asset key the plan names for a stage or input file of its sweep (`Plan.asset_path`)."""
-    return dg.AssetKey(plan.asset_path(name))
+def asset_key(plan: Plan, name: str, key: str | None = None) -> dg.AssetKey:
+    """The asset key the plan names for a stage or input file of its sweep (`Plan.asset_path`); with a
+    partition `key`, of the asset that holds it (a holdout key's: the stage's holdout asset)."""
+    return dg.AssetKey(plan.asset_path(name, key))
 
 
-def _input(plan: Plan, upstream: Stage, downstream: Stage) -> dg.AssetIn:
-    key = asset_key(plan, upstream.name)
-    if upstream.partitioned and not downstream.partitioned:  # the leaderboard reads every evaluation
-        # ... of its split: with a holdout, the leaderboard the selection's, the confirmation the holdout's
-        # (only the finalists' are ever materialized: a dependency on all would count the rest as missing)
-        mapping = (
-            dg.SpecificPartitionsPartitionMapping(
-                list(plan.holdout_partitions[upstream.name])
-                if downstream.name == "confirmation"
-                else plan.keys(upstream.name)
-            )
-            if plan.holdout
-            else dg.AllPartitionMapping()
+def holdout_asset_key(plan: Plan, name: str) -> dg.AssetKey:
+    """The asset of a stage's holdout partitions, `holdout_<stage>`."""
+    return asset_key(plan, name, holdout_key(""))
+
+
+def _input(plan: Plan, upstream: Stage, downstream: Stage, held: bool = False) -> dg.AssetIn:
+    if held and upstream.name in plan.holdout_partitions:  # a holdout stage reads its own config's partition
+        return dg.AssetIn(
+            key=holdout_asset_key(plan, upstream.name), partition_mapping=dg.IdentityPartitionMapping()
         )
-        return dg.AssetIn(key=key, partition_mapping=mapping, metadata={"all_partitions": True})
+    key = asset_key(plan, upstream.name)
+    if held and upstream.partitioned:
+        # ... and the selection's partition of its config (every partition a dependency: Dagster's mappings
+        # cannot map a dynamic partition onto static ones; each partition picks its own, `inputs_of`)
+        return dg.AssetIn(
+            key=key, partition_mapping=dg.AllPartitionMapping(), metadata={"all_partitions": True}
+        )
+    if upstream.partitioned and not downstream.partitioned:  # the leaderboard reads every evaluation
+        # the confirmation the holdout's, the finalists' among them (`Confirmation.narrow`)
+        if downstream.name == "confirmation":
+            key = holdout_asset_key(plan, upstream.name)
+        return dg.AssetIn(
+            key=key, partition_mapping=dg.AllPartitionMapping(), metadata={"all_partitions": True}
+        )
     return dg.AssetIn(key=key, partition_mapping=_partition_mapping(plan, upstream, downstream))
 
 
@@ -238,11 +249,8 @@ def optimized_prompts_dep(plan: Plan, name: str) -> list[dg.AssetDep]:
     lineage from each optimization to the partitions it feeds, the later ones following those."""
     mapping: dict[str, set[str]] = {}
     for key, base in plan.optimized_from.items():
-        if plan.first_changed_stage(key) != name:
-            continue
-        own = plan.key_of(plan.config(key), name)
-        held = [k for k in plan.holdout_partitions.get(name, {}) if k.startswith(own + "~")]
-        mapping.setdefault(base, set()).update([own, *held])
+        if plan.first_changed_stage(key) == name:
+            mapping.setdefault(base, set()).add(plan.key_of(plan.config(key), name))
     if not mapping:
         return []
     return [
@@ -252,18 +260,72 @@ def optimized_prompts_dep(plan: Plan, name: str) -> list[dg.AssetDep]:
     ]
 
 
+# The holdout's assets share one partitions definition (the finalists): a backfill puts assets with the same
+# partitions and backfill policy in one run, where a batch's asset has no output for the next to read, so
+# each holdout stage gets a policy of its own (a run's size far above any number of finalists).
+_HELD_RUN = 1000
+
+
+def _backfill_policy(plan: Plan, name: str, held: bool) -> dg.BackfillPolicy | None:
+    """A backfill of many partitions is one run per stage (the asset loops over its partitions, recording
+    each); Dagster puts assets with the same partitions and policy in one run, and a batch's asset has no
+    output for the next asset of its run to read: the evaluations (whose keys are the answers') get a
+    policy of their own, as does each holdout stage."""
+    if not stage(name).partitioned:
+        return None
+    if held:
+        return dg.BackfillPolicy.multi_run(_HELD_RUN + list(plan.holdout_partitions).index(name))
+    return (
+        dg.BackfillPolicy.multi_run(batch_size()) if name == CONFIG_STAGE else dg.BackfillPolicy.single_run()
+    )
+
+
+def _automation(plan: Plan, name: str, logic: StageLogic, key: dg.AssetKey, held: bool):
+    """An adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate. The
+    first holdout stage runs when the holdout driver asks (sensors/holdout.py: the finalists are data);
+    the later ones follow their holdout inputs alone (the selection's partitions they read change when the
+    selection runs again, which the holdout driver follows)."""
+    if plan.sweep.search.adaptive:
+        return None
+    if not held:
+        return logic.automation(key, plan)
+    own = [holdout_asset_key(plan, r) for r in stage(name).reads if r in plan.holdout_partitions]
+    if not own:
+        return None
+    mine = dg.AssetSelection.assets(*own)
+    return (
+        _A.any_deps_updated()
+        .allow(mine)
+        .since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
+        & ~_A.any_deps_missing().allow(mine)
+        & ~_A.any_deps_in_progress().allow(mine)
+        & ~_A.in_progress()
+    ).with_label("follows_holdout_inputs")
+
+
 def stage_asset(
-    plan: Plan, name: str, logic: StageLogic, partitions: dict[str, dg.PartitionsDefinition]
+    plan: Plan,
+    name: str,
+    logic: StageLogic,
+    partitions: dg.PartitionsDefinition | None,
+    held: bool = False,
 ) -> dg.AssetsDefinition:
+    """The stage's asset; `held`: its holdout asset (`holdout_<stage>`, partitioned by the finalists)."""
     s = stage(name)
-    key = asset_key(plan, name)
-    ins = {r: _input(plan, stage(r), s) for r in s.reads}
+    key = holdout_asset_key(plan, name) if held else asset_key(plan, name)
+    ins = {r: _input(plan, stage(r), s, held) for r in s.reads}
+    description = logic.description
+    if held:
+        description += (
+            " On the holdout's questions, which no selection step sees: one partition per finalist (its config "
+            "key), added when a leaderboard names it."
+        )
 
     @dg.asset(
         key=key,
         ins=ins,
-        deps=[asset_key(plan, d) for d in logic.deps] + optimized_prompts_dep(plan, name),
-        partitions_def=partitions.get(name),
+        deps=[asset_key(plan, d) for d in logic.deps] + ([] if held else optimized_prompts_dep(plan, name)),
+        partitions_def=partitions,
         code_version=str(s.version),
         io_manager_key="artifacts",
         required_resource_keys={"artifacts", *logic.resources},
@@ -271,32 +333,24 @@ def stage_asset(
         kinds=logic.kinds(plan),
         pool="llm" if plan.calls_llm(name) else None,
         op_tags=queue_tags(plan, name),
-        # a backfill of many partitions is one run per stage (the asset loops over its partitions, recording
-        # each); Dagster puts assets with the same partitions and policy in one run, and a batch's asset has
-        # no output for the next asset of its run to read: the evaluations (whose keys are the answers')
-        # get a policy of their own
-        backfill_policy=(
-            None
-            if not s.partitioned
-            else dg.BackfillPolicy.multi_run(batch_size())
-            if name == CONFIG_STAGE
-            else dg.BackfillPolicy.single_run()
-        ),
+        backfill_policy=_backfill_policy(plan, name, held),
         output_required=not s.partitioned,  # a batch records its partitions itself (`_batch`)
-        # an adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate
-        automation_condition=None if plan.sweep.search.adaptive else logic.automation(key, plan),
+        automation_condition=_automation(plan, name, logic, key, held),
         check_specs=[
             dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
             for c in logic.checks
         ],
-        description=logic.description,
+        description=description,
     )
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
         if s.partitioned and not context.has_partition_key:
             yield from _batch(context, inputs)
             return
         # unpartitioned, or one partition: as its own run always did
-        out, meta, checks = _step(context, context.partition_key if s.partitioned else None, inputs)
+        part = context.partition_key if s.partitioned else None
+        if part is not None:
+            inputs = inputs_of(plan.partition(name, part), inputs)
+        out, meta, checks = _step(context, part, inputs)
         yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
         yield from checks
 
@@ -344,7 +398,7 @@ def stage_asset(
         # A UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
         # for a materialization of each partition it asked for).
         wanted = batch_keys(context)
-        pointers = input_pointers(context, plan, s.reads)
+        pointers = input_pointers(context, plan, s.reads, held)
         results: dict[str, list[dg.AssetCheckResult]] = {}
         failed: list[tuple[str, BaseException]] = []
         finished: list[dg.AssetMaterialization] = []

@@ -41,16 +41,23 @@ assert set(LOGIC) == {s.name for s in STAGES}, "every stage of the registry need
 
 
 def stage_assets(plan: Plan) -> list:
-    partitions = {
-        s.name: dg.StaticPartitionsDefinition(plan.all_keys(s.name)) for s in STAGES if s.partitioned
-    }
+    """The sweep's assets: with a holdout, the holdout's stages too (`holdout_<stage>`), partitioned by the
+    finalists: Dagster's dynamic partitions, added when a leaderboard names them (sensors/holdout.py, the
+    runner), so every partition shown is one meant to be materialized."""
+    finalists = dg.DynamicPartitionsDefinition(name=plan.finalists_partitions)
     return [
         *source_files(plan),
         *(
-            stage_asset(plan, s.name, LOGIC[s.name], partitions)
+            stage_asset(
+                plan,
+                s.name,
+                LOGIC[s.name],
+                dg.StaticPartitionsDefinition(plan.keys(s.name)) if s.partitioned else None,
+            )
             for s in STAGES
             if s.name != "confirmation" or plan.holdout  # confirmed on a holdout only when there is one
         ),
+        *(stage_asset(plan, name, LOGIC[name], finalists, held=True) for name in plan.holdout_partitions),
         champion_asset(plan),  # the recommendation, shipped to the model registry
         # prompt optimization (`optimize:`): its best prompts become configs of the plan
         *([optimization_asset(plan)] if plan.optimizable_keys else []),

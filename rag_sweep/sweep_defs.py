@@ -11,7 +11,7 @@ import warnings
 
 import dagster as dg
 
-from rag_assets.stage_asset import asset_key
+from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
@@ -34,6 +34,17 @@ def sweep_definitions(
         selection=[asset_key(plan, "answers"), asset_key(plan, CONFIG_STAGE)],
         description=f"Answer and evaluate configs of sweep {plan.sweep.name} (their rerankings must exist).",
     )
+    # the finalists on the holdout, re-asked nightly too (the holdout's assets: a job of their own)
+    evaluate_holdout = (
+        dg.define_asset_job(
+            f"{plan.prefix}__evaluate_holdout",
+            selection=[holdout_asset_key(plan, "answers"), holdout_asset_key(plan, CONFIG_STAGE)],
+            description=f"Answer and evaluate finalists of sweep {plan.sweep.name} on the holdout (their "
+            "holdout rerankings must exist).",
+        )
+        if plan.holdout
+        else None
+    )
     adaptive = plan.sweep.search.adaptive
     steps = step_jobs(plan) if adaptive else {}
     optimizing = optimization_jobs(plan) if plan.optimizable_keys else {}
@@ -43,11 +54,21 @@ def sweep_definitions(
         assets=stage_assets(plan),
         jobs=[
             evaluate_job,
+            *([evaluate_holdout] if evaluate_holdout else []),
             *([search_job(plan, data_dir), *steps.values()] if adaptive else []),
             *optimizing.values(),
             *holdout.values(),
         ],
-        schedules=[nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir)] if nightly_cron else [],
+        schedules=[
+            nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir),
+            *(
+                [nightly_reevaluation(plan, evaluate_holdout, nightly_cron, data_dir, held=True)]
+                if evaluate_holdout
+                else []
+            ),
+        ]
+        if nightly_cron
+        else [],
         sensors=[
             drift_alerts(plan.sweep.name, asset_key(plan, "leaderboard"), f"{plan.prefix}__drift_alerts"),
             *([search_driver(plan, steps, data_dir)] if adaptive else []),

@@ -185,17 +185,18 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         store_artifact(obj)
 
     def load_input(self, context: dg.InputContext) -> ArtifactRef | dict[str, ArtifactRef]:
+        from rag_core.decision.holdout import stage_of_asset
+
         key = context.asset_key
-        stage = key.path[-1]
+        stage = stage_of_asset(key.path[-1])  # a holdout asset holds its stage's artifacts
         if not context.has_asset_partitions:
             return self._upstream(context.instance, key, stage, None)
         if not (context.definition_metadata or {}).get("all_partitions"):
             keys = context.asset_partition_keys
             if len(keys) == 1:  # every partition reads one upstream partition
                 return self._upstream(context.instance, key, stage, keys[0])
-        # a batch (each of its partitions picks its own) or the leaderboard: every partition materialized
-        # so far (their fingerprints in one query)
-        # the leaderboard: every partition materialized so far (their fingerprints in one query)
+        # a batch (each of its partitions picks its own), a holdout stage's selection input or the
+        # leaderboard: every partition materialized so far (their fingerprints in one query)
         latest = latest_fingerprints(context.instance, key)
         return {k: self.ref(stage, latest[k], k) for k in context.asset_partition_keys if k in latest}
 

@@ -103,16 +103,21 @@ def _check_says(check) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items())
 
 
-def batch_run(plan, stage: str, key) -> tuple[str | None, dict[str, str], str]:
+def batch_run(plan, stage: str, key, instance=None) -> tuple[str | None, dict[str, str], str]:
     """How a run targets a step or a batch (a tuple of keys): its partition key, or the range its keys
-    span (rag_assets.stage_asset.range_tags), and how messages name it."""
+    span (rag_assets.batch.range_tags; `instance` holds the holdout's partitions), and how messages name it."""
     from rag_assets.batch import range_tags
 
     if not key or isinstance(key, str):  # one partition, or an unpartitioned stage (None, an empty batch)
         return key or None, {}, f"{stage}[{key}]" if key else stage
     if len(key) == 1:
         return key[0], {}, f"{stage}[{key[0]}]"
-    return None, range_tags(plan, stage, key), f"{stage}[{len(key)} partitions]"
+    return None, range_tags(plan, stage, key, instance), f"{stage}[{len(key)} partitions]"
+
+
+def first_key(key) -> str | None:
+    """A step's partition key, or a batch's first (its keys are all of one asset)."""
+    return key if not key or isinstance(key, str) else key[0]
 
 
 def _raise_failed_checks(result, where: str) -> None:
@@ -153,13 +158,14 @@ class StepRunner:
         """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
         unpartitioned ones (the input snapshots: one run for them all)."""
         stages = stage if isinstance(stage, tuple) else (stage,)
-        key, range_tags, where = batch_run(self.plan, stages[0], key)
+        asset = first_key(key)  # a holdout batch: the stage's holdout asset
+        key, range_tags, where = batch_run(self.plan, stages[0], key, self.instance)
         where = where if len(stages) == 1 else " + ".join(stages)
         try:
             with interrupts_kept():
                 result = dg.materialize(
                     self.assets,
-                    selection=[asset_key(self.plan, s) for s in stages],
+                    selection=[asset_key(self.plan, s, asset) for s in stages],
                     partition_key=key,
                     instance=self.instance,
                     resources=self.defs.resources,
@@ -200,7 +206,8 @@ class FleetStepRunner:
     def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
         from fleet.step_jobs import reconstructable_step
 
-        key, range_tags, where = batch_run(self.plan, stage, key)
+        asset = self.plan.asset_path(stage, first_key(key))[-1]  # a holdout batch: the holdout asset
+        key, range_tags, where = batch_run(self.plan, stage, key, self.instance)
         tags = {
             **self.tags,
             **(extra_tags or {}),
@@ -209,7 +216,7 @@ class FleetStepRunner:
         }
         with interrupts_kept():
             result = dg.execute_job(
-                reconstructable_step(self.data_dir, self.plan_name, stage),
+                reconstructable_step(self.data_dir, self.plan_name, asset),
                 instance=self.instance,
                 tags=tags,
                 run_config={} if self.verbose else QUIET_LOGS,

@@ -16,7 +16,15 @@ from tqdm import tqdm
 
 from orchestration.plans import asset_key, load_plan, runner_definitions
 from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
-from orchestration.todo import completed, holdout_steps, reads, stale_snapshots, steps, unobserved
+from orchestration.todo import (
+    completed,
+    holdout_steps,
+    new_finalists,
+    reads,
+    stale_snapshots,
+    steps,
+    unobserved,
+)
 from rag_assets.champion import CHAMPION, champion_due
 from rag_assets.leaderboard import leaderboard_path
 from rag_assets.stage_asset import FORCE_TAG
@@ -74,7 +82,7 @@ class SweepRun(NamedTuple):
 
     def artifact(self, stage: str, key: str | None = None, part: str | None = None):
         """The rows of a stage's artifact as its latest materialization recorded it."""
-        asset = asset_key(self.plan, stage)
+        asset = asset_key(self.plan, stage, key)
         fp = latest_fingerprint(self.instance, asset, key)
         if fp is None:
             raise KeyError(f"{asset.to_user_string()}[{key}] is not materialized")
@@ -185,6 +193,8 @@ def run_sweep(
                 )
                 if not todo and not held:
                     print("every partition is up to date: nothing to compute", file=sys.stderr)
+                if added := new_finalists(plan, instance, held):  # the finalists' partitions appear now
+                    instance.add_dynamic_partitions(plan.finalists_partitions, added)
                 bar = steps_bar(len(held), progress and bool(held))
                 run_batches(batches(held, plan.all_keys, batch_size()), plan, materialize, bar)
                 bar.close()

@@ -1,11 +1,11 @@
 """The holdout of a grid sweep on a deployment: after its leaderboard, the finalists scored on the
 questions no selection step saw, then the confirmation, then the champion, with no CLI anywhere.
 
-What the leaderboard decides (its finalists) is data, not a dependency Dagster can see: every config's
-holdout partitions exist, and only the finalists' are ever materialized. So this sensor, every
+What the leaderboard decides (its finalists) is data, not a dependency Dagster can see. So this sensor, every
 `interval_s` while the sweep is quiet (no run or backfill of its assets in flight):
-- requests the finalists' partitions of the first holdout stage (their retrievals), one run for them all;
-  the automation sensor carries them through the later holdout stages (their inputs updated);
+- adds the finalists' partitions to the holdout's assets (`holdout_<stage>`, partitioned by the finalists)
+  and requests those of the first holdout stage (their retrievals), one run for them all; the automation
+  sensor carries them through the later holdout stages (their inputs updated);
 - once every finalist's holdout evaluation is complete for the current leaderboard, requests the
   confirmation; the champion follows it (rag_assets/champion.py).
 Each request's run key names the leaderboard's materialization, so a leaderboard is confirmed once, and
@@ -19,8 +19,9 @@ from __future__ import annotations
 import dagster as dg
 
 from orchestration.plans import asset_key
-from orchestration.todo import holdout_steps
+from orchestration.todo import holdout_steps, new_finalists
 from rag_assets.batch import range_tags
+from rag_assets.stage_asset import holdout_asset_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
@@ -40,12 +41,13 @@ ENDED_BADLY = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 def holdout_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
-    """`<sweep>__holdout_<stage>`: the first holdout stage's job and the confirmation's."""
+    """`<sweep>__holdout_step_<stage>`: the first holdout stage's job (its holdout asset) and the
+    confirmation's."""
     first = next(iter(plan.holdout_partitions))
     return {
         s: dg.define_asset_job(
-            f"{plan.prefix}__holdout_{s}",
-            selection=[asset_key(plan, s)],
+            f"{plan.prefix}__holdout_step_{s}",
+            selection=[holdout_asset_key(plan, s) if s == first else asset_key(plan, s)],
             description=f"The finalists' holdout {s} of sweep {plan.sweep.name}, requested by its holdout driver.",
         )
         for s in (first, "confirmation")
@@ -75,16 +77,19 @@ def _latest(instance, key: dg.AssetKey):
     return records[0] if records else None
 
 
-def next_holdout_request(plan: Plan, instance, data, stores, jobs: dict) -> dg.RunRequest | str:
-    """The run the holdout needs next, or why there is none."""
+def next_holdout_request(
+    plan: Plan, instance, data, stores, jobs: dict
+) -> tuple[dg.RunRequest | str, list[str]]:
+    """The run the holdout needs next, or why there is none; and the finalists' partitions to add first
+    (a leaderboard's finalists appear as partitions of the holdout's assets when it names them)."""
     board = _latest(instance, asset_key(plan, "leaderboard"))
     if board is None:
-        return "no leaderboard yet"
+        return "no leaderboard yet", []
     confirmed = _latest(instance, asset_key(plan, "confirmation"))
     board_newer = confirmed is None or confirmed.storage_id < board.storage_id
     held = holdout_steps(plan, instance, data, False, board_newer, stores)
     if not held:
-        return "the leaderboard is confirmed"
+        return "the leaderboard is confirmed", []
     first = next(iter(plan.holdout_partitions))
     keys = [k for s, k in held if s == first]
     tags = {"sweep": plan.sweep.name, HOLDOUT_TAG: str(board.storage_id)}
@@ -96,11 +101,13 @@ def next_holdout_request(plan: Plan, instance, data, stores, jobs: dict) -> dg.R
             first,
             job_name=jobs[first].name,
             partition_key=None if many else keys[0],
-            tags={**tags, **(range_tags(plan, first, keys) if many else {})},
-        )
+            tags={**tags, **(range_tags(plan, first, keys, instance) if many else {})},
+        ), new_finalists(plan, instance, held)
     if held != [("confirmation", None)]:  # later holdout stages: the automation sensor carries them
-        return f"waiting for the finalists' holdout {', '.join(sorted({s for s, _ in held}))}"
-    return _attempt(instance, board.storage_id, "confirmation", job_name=jobs["confirmation"].name, tags=tags)
+        return f"waiting for the finalists' holdout {', '.join(sorted({s for s, _ in held}))}", []
+    return _attempt(
+        instance, board.storage_id, "confirmation", job_name=jobs["confirmation"].name, tags=tags
+    ), []
 
 
 def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.RunRequest | str:
@@ -133,7 +140,13 @@ def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval
         if busy := sweep_busy(context.instance, plan):
             return dg.SkipReason(f"waiting for {busy}")
         data = data_root(data_dir or default_data_dir())
-        found = next_holdout_request(plan, context.instance, data, VectorStores.from_env(str(data)), jobs)
-        return found if isinstance(found, dg.RunRequest) else dg.SkipReason(found)
+        found, added = next_holdout_request(
+            plan, context.instance, data, VectorStores.from_env(str(data)), jobs
+        )
+        if not isinstance(found, dg.RunRequest):
+            return dg.SkipReason(found)
+        # Dagster adds the partitions before it launches the run
+        new = [dg.AddDynamicPartitionsRequest(plan.finalists_partitions, added)] if added else []
+        return dg.SensorResult(run_requests=[found], dynamic_partitions_requests=new)
 
     return _driver

@@ -7,24 +7,29 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 
 
-def holdout_keys(plan: Plan, data_dir: str) -> list[str]:
+def holdout_keys(plan: Plan, data_dir: str, instance) -> list[str]:
     """The holdout partitions of the finalists the sweep's last leaderboard named (re-asked nightly too,
-    so the confirmation measures today's provider); none before a leaderboard or without a holdout."""
+    so the confirmation measures today's provider), among those the holdout's assets hold (added when the
+    holdout ran); none before a leaderboard or without a holdout."""
     import json
 
-    from rag_core.decision.holdout import HOLDOUT_SUFFIX
+    from rag_core.decision.holdout import holdout_key
     from resources.storage import data_root
 
     decision = data_root(data_dir) / "leaderboards" / f"{plan.sweep.name}.decision.json"
     if not plan.holdout or not decision.exists():
         return []
-    return [k + HOLDOUT_SUFFIX for k in json.loads(decision.read_text()).get("finalists") or []]
+    added = set(instance.get_dynamic_partitions(plan.finalists_partitions))
+    finalists = json.loads(decision.read_text()).get("finalists") or []
+    return [holdout_key(k) for k in finalists if holdout_key(k) in added]
 
 
 def nightly_reevaluation(
-    plan: Plan, evaluate_job, cron: str, data_dir: str | None = None
+    plan: Plan, evaluate_job, cron: str, data_dir: str | None = None, held: bool = False
 ) -> dg.ScheduleDefinition:
-    """`data_dir`: where the sweep's leaderboard is (default: the deployment's, $RAG_DATA_DIR)."""
+    """`data_dir`: where the sweep's leaderboard is (default: the deployment's, $RAG_DATA_DIR); `held`: the
+    schedule of the holdout's job (`<sweep>__evaluate_holdout`: the finalists' holdout answers and
+    evaluations), beside the selection's."""
 
     @dg.schedule(
         name=f"{evaluate_job.name}_nightly",
@@ -32,16 +37,23 @@ def nightly_reevaluation(
         cron_schedule=cron,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Re-answer and re-evaluate every config, and the finalists on the holdout (forced: LLMs "
-        "and providers drift, and are asked again); the leaderboard and the confirmation follow through the "
-        "automation sensor. Steps read the materialized input snapshots.",
+        description=(
+            "Re-answer and re-evaluate the last leaderboard's finalists on the holdout (forced: LLMs and "
+            "providers drift, and are asked again); the confirmation follows the new leaderboard through "
+            "the holdout driver."
+            if held
+            else "Re-answer and re-evaluate every config (forced: LLMs and providers drift, and are asked "
+            "again); the leaderboard and the confirmation follow through the automation sensor and the "
+            "holdout driver. Steps read the materialized input snapshots."
+        ),
     )
     def _nightly(context: dg.ScheduleEvaluationContext):
         stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
         from rag_assets.batch import range_tags
         from resources.environment import batch_size, default_data_dir
 
-        keys = [*plan.config_keys, *holdout_keys(plan, data_dir or default_data_dir())]
+        instance = context.instance if held else None  # (the finalists' order, for a batch of them)
+        keys = holdout_keys(plan, data_dir or default_data_dir(), instance) if held else plan.config_keys
         size = batch_size()
         # a batch of configs per run (rag_assets/batch.py), as `rag-sweep run` materializes them: not a run
         # per config, each of which would load the code location and wait for a run worker of its own
@@ -51,7 +63,10 @@ def nightly_reevaluation(
             yield dg.RunRequest(
                 run_key=f"{stamp}:{i // size}",
                 partition_key=batch[0] if one else None,
-                tags={FORCE_TAG: "true", **({} if one else range_tags(plan, CONFIG_STAGE, batch))},
+                tags={
+                    FORCE_TAG: "true",
+                    **({} if one else range_tags(plan, CONFIG_STAGE, batch, instance)),
+                },
             )
 
     return _nightly

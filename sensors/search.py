@@ -18,9 +18,10 @@ import dagster as dg
 
 from orchestration.plans import asset_key
 from orchestration.search import RungStep, SearchController, SearchState, batch_tags, begin_search, runs_of
-from orchestration.todo import completed, holdout_steps, stale_snapshots
+from orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
 from rag_assets.batch import range_tags
-from rag_core.decision.holdout import is_holdout_key
+from rag_assets.stage_asset import holdout_asset_key
+from rag_core.decision.holdout import asset_name, holdout_key, is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
@@ -85,8 +86,10 @@ def search_job(plan: Plan, data_dir: str | None = None) -> dg.JobDefinition:
 SNAPSHOTS = ("corpus", "qa_set")  # one run for both, as `rag-sweep run` snapshots them
 
 
-def _job_of(stage: str) -> str:
-    return "snapshots" if stage in SNAPSHOTS else stage
+def _job_of(stage: str, key: str | None = None) -> str:
+    """The job of a step: the snapshots' for both input snapshots, else its asset's (a holdout key's: the
+    stage's holdout asset, `holdout_<stage>`)."""
+    return "snapshots" if stage in SNAPSHOTS else asset_name(stage, key)
 
 
 def step_jobs(plan: Plan) -> dict:
@@ -102,6 +105,12 @@ def step_jobs(plan: Plan) -> dict:
         )
         for s in stages
     }
+    for s in plan.holdout_partitions:  # the finalists' holdout, after the search
+        jobs[asset_name(s, holdout_key(""))] = dg.define_asset_job(
+            f"{plan.prefix}__search_holdout_{s}",
+            selection=[holdout_asset_key(plan, s)],
+            description=f"A holdout {s} step of the search of sweep {plan.sweep.name}, requested by its sensor.",
+        )
     jobs["snapshots"] = dg.define_asset_job(
         f"{plan.prefix}__search_snapshots",
         selection=[asset_key(plan, s) for s in SNAPSHOTS],
@@ -128,14 +137,22 @@ def search_driver(
         state = SearchState.load(data, plan.sweep.name)
         if state is None or state.status != "running":
             return dg.SkipReason(f"no search running ({state.status if state else 'none started'})")
-        requests, waiting, why = next_requests(plan, data, context.instance, state, jobs)
+        requests, waiting, why, added = next_requests(plan, data, context.instance, state, jobs)
         if why:
             state.finish("failed", why)
             return dg.SkipReason(why)
         if not requests and not waiting:
             state.finish("done", "the leaderboard is up to date")
             return dg.SkipReason(f"search {state.id} is done")
-        return requests or dg.SkipReason(f"search {state.id}: waiting for {waiting} run(s)")
+        if not requests:
+            return dg.SkipReason(f"search {state.id}: waiting for {waiting} run(s)")
+        # the finalists' partitions of the holdout's assets, added before the runs that need them launch
+        return dg.SensorResult(
+            run_requests=requests,
+            dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest(plan.finalists_partitions, added)]
+            if added
+            else [],
+        )
 
     return _driver
 
@@ -154,8 +171,11 @@ def _selection(step: RungStep) -> bool:
     return stage not in ("leaderboard", "confirmation") and not is_holdout_key(key or "")
 
 
-def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: dict) -> tuple[list, int, str]:
-    """(the runs to request now, how many of the search's runs are in flight, why the search cannot go on)."""
+def next_requests(
+    plan: Plan, data: Path, instance, state: SearchState, jobs: dict
+) -> tuple[list, int, str, list[str]]:
+    """(the runs to request now, how many of the search's runs are in flight, why the search cannot go on,
+    the finalists' partitions of the holdout's assets to add for them)."""
     stores = VectorStores.from_env(str(data))
     runs = runs_of(instance, state)
     # the input files as they are now, first (as `rag-sweep run` snapshots them once, before its steps): hashed
@@ -199,16 +219,21 @@ def next_requests(plan: Plan, data: Path, instance, state: SearchState, jobs: di
                 [],
                 waiting,
                 f"{stage}[{key}] failed (run {run_id}); launch the search job again to retry it",
+                [],
             )
         ready.append((step, len(mine)))
-    return batched_requests(plan, state, jobs, ready), waiting, ""
+    added = new_finalists(plan, instance, [(s, k) for (s, k, _), _ in ready])
+    return batched_requests(plan, state, jobs, ready, instance), waiting, "", added
 
 
-def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) -> list[dg.RunRequest]:
-    """The steps as runs: a stage's steps of one rung in one run (a batch over their partitions)."""
+def batched_requests(
+    plan: Plan, state: SearchState, jobs: dict, ready: list, instance=None
+) -> list[dg.RunRequest]:
+    """The steps as runs: a stage's steps of one rung in one run (a batch over their partitions);
+    `instance` holds the holdout's partitions (their order, for a batch of them)."""
     groups: dict[tuple, list] = {}
     for (stage, key, n), tries in ready:
-        groups.setdefault((_job_of(stage), n), []).append((stage, key, tries))
+        groups.setdefault((_job_of(stage, key), n), []).append((stage, key, tries))
     requests = []
     for (job, n), found in groups.items():
         stage = found[0][0]
@@ -226,7 +251,7 @@ def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) ->
                 tags={
                     "sweep": plan.sweep.name,
                     **batch_tags(state, steps),
-                    **(range_tags(plan, stage, keys) if len(keys) > 1 else {}),
+                    **(range_tags(plan, stage, keys, instance) if len(keys) > 1 else {}),
                 },
             )
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from orchestration.plans import load_plan
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.stages import STAGES
@@ -34,6 +35,8 @@ def test_definitions_load(tmp_path):
         f"{EXAMPLE}/corpus_file",
         f"{EXAMPLE}/qa_file",
         f"{EXAMPLE}/champion_model",
+        # the example holds questions out: the stages that read them have a holdout asset each
+        *(f"{EXAMPLE}/holdout_{s}" for s in ("retrievals", "rerankings", "answers", "evaluations")),
     }
     assert {s.name for s in defs.sensors} == {
         "rag_automation_sensor",
@@ -42,6 +45,7 @@ def test_definitions_load(tmp_path):
     }
     assert {s.name: s.default_status.value for s in defs.schedules} == {
         f"{EXAMPLE}__evaluate_nightly": "RUNNING",
+        f"{EXAMPLE}__evaluate_holdout_nightly": "RUNNING",  # the finalists on the holdout
         "storage_cleanup_weekly": "STOPPED",  # it deletes: off until a person turns it on
     }
 
@@ -53,7 +57,13 @@ def test_every_asset_declares_every_artifact_it_reads(tmp_path):
     for s in STAGES:
         parents = {k.path[-1] for k in graph.get(dg.AssetKey([EXAMPLE, s.name])).parent_keys}
         sources = {"corpus": {"corpus_file"}, "qa_set": {"qa_file"}}.get(s.name, set())
-        assert parents == set(s.reads) | sources, s.name
+        # the confirmation reads the finalists' holdout evaluations
+        reads = {("holdout_" + r if s.name == "confirmation" and r == "evaluations" else r) for r in s.reads}
+        assert parents == reads | sources, s.name
+        if "qa_set" in s.reads and s.partitioned:  # its holdout asset reads the holdout's stages before it
+            held = {k.path[-1] for k in graph.get(dg.AssetKey([EXAMPLE, "holdout_" + s.name])).parent_keys}
+            asks = {"retrievals", "rerankings", "answers", "evaluations"}
+            assert held == {("holdout_" + r if r in asks else r) for r in s.reads}, s.name
 
 
 def test_two_sweeps_load_side_by_side(tmp_path):
@@ -136,12 +146,19 @@ def test_partition_counts_snapshot(tmp_path):
         "chunksets": 2,
         "embeddings": 2,
         "vector_index": 2,
-        # the question stages: 12 on the selection split and 12 on the holdout (`<key>~holdout`)
-        "retrievals": 24,
-        "rerankings": 24,
-        "answers": 24,
-        "evaluations": 24,
+        # the question stages on the selection split; the holdout's are assets of their own (below)
+        "retrievals": 12,
+        "rerankings": 12,
+        "answers": 12,
+        "evaluations": 12,
     }
+    # ... partitioned by the finalists, which a leaderboard names: none before one
+    for s in ("retrievals", "rerankings", "answers", "evaluations"):
+        held = graph.get(dg.AssetKey([EXAMPLE, "holdout_" + s])).partitions_def
+        assert isinstance(held, dg.DynamicPartitionsDefinition)
+        assert held.name == f"{EXAMPLE}__holdout_finalists"
+        with dg.instance_for_test() as instance:
+            assert held.get_partition_keys(dynamic_partitions_store=instance) == []
 
 
 def test_the_deployment_store_is_in_every_index_key():
@@ -153,30 +170,38 @@ def test_the_deployment_store_is_in_every_index_key():
 
 
 def test_the_leaderboard_depends_on_the_selection_and_the_confirmation_on_the_holdout(tmp_path):
-    """Only the finalists' holdout partitions are ever materialized: a leaderboard that depended on every
-    evaluation partition would count the others as missing, and its automation would never run."""
+    """The leaderboard reads every selection evaluation, the confirmation every holdout evaluation (the
+    finalists': the only partitions the holdout's assets have); each holdout stage reads its own config's
+    holdout partition, and the selection's partitions it needs among all of them (no built-in mapping maps
+    a dynamic partition onto static ones)."""
     defs = _defs(tmp_path)
     graph = defs.resolve_asset_graph()
     evaluations = graph.get(dg.AssetKey([EXAMPLE, "evaluations"]))
-    keys = evaluations.partitions_def.get_partition_keys()
-    selection = [k for k in keys if not k.endswith("~holdout")]
-    assert len(selection) == 12 and len(keys) == 24
+    held = dg.AssetKey([EXAMPLE, "holdout_evaluations"])
+    selection = evaluations.partitions_def.get_partition_keys()
+    assert len(selection) == 12 and not any(k.endswith("~holdout") for k in selection)
 
-    def read_by(asset: str) -> set[str]:
-        node = graph.get(dg.AssetKey([EXAMPLE, asset]))
-        mapping = node.assets_def.get_partition_mapping(evaluations.key)
-        result = mapping.get_upstream_mapped_partitions_result_for_partitions(
-            None, None, evaluations.partitions_def
-        )
-        return set(result.partitions_subset.get_partition_keys())
+    def mapping(asset: str, upstream: dg.AssetKey):
+        return graph.get(dg.AssetKey([EXAMPLE, asset])).assets_def.get_partition_mapping(upstream)
 
-    assert read_by("leaderboard") == set(selection)
-    assert read_by("confirmation") == set(keys) - set(selection)
+    assert isinstance(mapping("leaderboard", evaluations.key), dg.AllPartitionMapping)
+    assert isinstance(mapping("confirmation", held), dg.AllPartitionMapping)
+    assert evaluations.key not in graph.get(dg.AssetKey([EXAMPLE, "confirmation"])).parent_keys
+    for asset, upstream in (
+        ("holdout_evaluations", "holdout_answers"),
+        ("holdout_answers", "holdout_rerankings"),
+    ):
+        assert isinstance(mapping(asset, dg.AssetKey([EXAMPLE, upstream])), dg.IdentityPartitionMapping)
+    assert isinstance(
+        mapping("holdout_retrievals", dg.AssetKey([EXAMPLE, "vector_index"])), dg.AllPartitionMapping
+    )
+    # what a holdout partition reads, in the plan: its own config's holdout partition and selection index
+    plan = load_plan(ROOT / "examples" / "sweeps" / "example.yaml", data_dir=tmp_path)
     cfg = selection[0]
-    assert _upstream(defs, "evaluations", "answers", cfg + "~holdout") == {cfg + "~holdout"}
-    assert _upstream(defs, "retrievals", "vector_index", _retrieval(cfg) + "~holdout") == {
-        cfg.split("__vector")[0].split("__bm25")[0].split("__hybrid")[0]
-    }
+    assert plan.partition("evaluations", cfg + "~holdout").reads["answers"] == cfg + "~holdout"
+    assert plan.partition("retrievals", cfg + "~holdout").reads["vector_index"] == plan.key_of(
+        plan.config(cfg), "vector_index"
+    )
 
 
 def _retrieval(config_key: str) -> str:

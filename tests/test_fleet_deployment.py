@@ -152,9 +152,14 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
                 ),
                 "nightly confirmation and champion",
             )
-            nightly = instance.get_runs(
-                filters=dg.RunsFilter(tags={"dagster/schedule_name": f"{PREFIX}__evaluate_nightly"})
-            )
+            nightly = [  # the selection's schedule and the holdout's
+                r
+                for name in ("evaluate_nightly", "evaluate_holdout_nightly")
+                for r in instance.get_runs(
+                    filters=dg.RunsFilter(tags={"dagster/schedule_name": f"{PREFIX}__{name}"})
+                )
+            ]
+            finalists = instance.get_dynamic_partitions(f"{PREFIX}__holdout_finalists")
         finally:
             for w in workers:
                 w.stop()
@@ -166,6 +171,10 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     assert all(ran_on[r.run_id] for r in runs), {r.job_name: ran_on[r.run_id] for r in runs}
     assert set().union(*ran_on.values()) == {"w1", "w2"}
     assert nightly and all(ran_on[r.run_id] for r in nightly)
+    assert {r.tags["dagster/schedule_name"] for r in nightly} == {
+        f"{PREFIX}__evaluate_nightly",
+        f"{PREFIX}__evaluate_holdout_nightly",
+    }
     assert len(backfill_runs) <= 15, [r.job_name for r in backfill_runs]  # a stage's partitions in one run
     # the chain: the backfill's leaderboard confirmed once; the nightly's last leaderboard confirmed
     confirmations = instance.fetch_materializations(dg.AssetKey([PREFIX, "confirmation"]), limit=100).records
@@ -173,13 +182,13 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     first = [c for c in confirmations if c.storage_id <= confirmed_before]
     assert len(first) == 1 and 2 <= len(confirmations) <= len(boards), (len(confirmations), len(boards))
     assert confirmations[0].storage_id > boards[0].storage_id  # the latest leaderboard is the confirmed one
-    evaluations = instance.fetch_materializations(dg.AssetKey([PREFIX, "evaluations"]), limit=1000).records
-    held = [
-        r.partition_key
-        for r in evaluations
-        if r.partition_key.endswith("~holdout") and r.storage_id < board_before
-    ]
+    evaluations = instance.fetch_materializations(
+        dg.AssetKey([PREFIX, "holdout_evaluations"]), limit=1000
+    ).records
+    held = [r.partition_key for r in evaluations if r.storage_id < board_before]
     assert held and len(held) == len(set(held))  # each holdout evaluation once before the nightly
+    # the holdout's assets hold the finalists' partitions only, each materialized: none shown as missing
+    assert set(finalists) == {r.partition_key for r in evaluations}
     import mlflow
 
     client = mlflow.MlflowClient(mlflow_server.url)

@@ -4,6 +4,7 @@ on questions the choice never saw (a case built so that the selection winner is 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -213,6 +214,30 @@ def test_the_plan_mirrors_every_question_stage_on_the_holdout_and_zero_turns_it_
     assert rung[("evaluations", key)] != fps[("evaluations", key)]
     assert rung[("evaluations", key + "~holdout")] == fps[("evaluations", key + "~holdout")]
     assert plan.all_keys("evaluations") == [*plan.config_keys, *(k + "~holdout" for k in plan.config_keys)]
+    # one holdout partition per config at every holdout stage, keyed by the config (the finalists'
+    # partitions), whatever the stage's selection key
+    for stage in plan.holdout_partitions:
+        assert list(plan.holdout_partitions[stage]) == [k + "~holdout" for k in plan.config_keys]
+
+
+def test_two_finalists_that_share_a_stage_share_its_holdout_artifact():
+    """Two generation models over one retrieval: their holdout retrievals are two partitions (one per
+    finalist) of one content, so the second reuses the first's artifact; their answers differ."""
+    raw = {
+        "name": "s",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "fixed", "chunk_size": 200, "chunk_overlap": 0},
+        "retrieval": {"mode": "bm25", "top_k": 3},
+        "generation": {"model": ["openai/a", "openai/b"]},
+        "decision": {"holdout": 0.3},
+    }
+    plan = Plan.resolve(sweep_from_dict(raw, Path("/tmp/s.yaml")))
+    a, b = (k + "~holdout" for k in plan.config_keys)
+    fps = plan.fingerprints({"corpus": "c1", "qa_set": "q1"})
+    assert (
+        fps[("retrievals", a)] == fps[("retrievals", b)] and fps[("rerankings", a)] == fps[("rerankings", b)]
+    )
+    assert fps[("answers", a)] != fps[("answers", b)]
 
 
 def test_samples_are_averaged_per_question_and_their_variance_is_split():

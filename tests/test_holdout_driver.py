@@ -31,9 +31,12 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
     jobs = holdout_jobs(plan)
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "leaderboard")))
-        first = next_holdout_request(plan, instance, data, None, jobs)
-        retrievals = plan.key_of(plan.config(finalist), "retrievals")
-        assert isinstance(first, dg.RunRequest) and first.partition_key == f"{retrievals}~holdout"
+        first, added = next_holdout_request(plan, instance, data, None, jobs)
+        # the finalist's partition of the holdout's assets: added with the request (none exists before)
+        assert instance.get_dynamic_partitions(plan.finalists_partitions) == []
+        assert isinstance(first, dg.RunRequest) and first.partition_key == f"{finalist}~holdout"
+        assert added == [f"{finalist}~holdout"]
+        instance.add_dynamic_partitions(plan.finalists_partitions, added)
         board = first.tags[HOLDOUT_TAG]
         assert first.run_key == f"holdout:{board}:retrievals" and first.tags[STEP_TAG] == "retrievals"
         keys = [first.run_key]
@@ -46,7 +49,8 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
                     tags=first.tags,
                 )
             )
-            again = next_holdout_request(plan, instance, data, None, jobs)
+            again, more = next_holdout_request(plan, instance, data, None, jobs)
+            assert more == []  # added once
             if attempt < MAX_ATTEMPTS:
                 assert isinstance(again, dg.RunRequest) and again.run_key not in keys  # a new run key
                 keys.append(again.run_key)

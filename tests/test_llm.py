@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import dagster as dg
 import polars as pl
 import pytest
 
@@ -415,6 +416,12 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     assert decision["questions"] == 14 and decision["finalists"] == [out.board["config_key"][0]]
     assert decision["holdout"]["confirmed"] is True and decision["holdout"]["n_questions"] == 6
     assert out.board["holdout_overall_score"][0] is not None
+    # the holdout's assets hold the finalist's partitions, no other config's (each materialized)
+    finalist_key = decision["finalists"][0] + "~holdout"
+    assert out.instance.get_dynamic_partitions(out.plan.finalists_partitions) == [finalist_key]
+    for stage in ("retrievals", "rerankings", "answers", "evaluations"):
+        held_asset = dg.AssetKey(["held", f"holdout_{stage}"])
+        assert out.instance.get_materialized_partitions(held_asset) == {finalist_key}, stage
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{out.data / 'mlflow.db'}")
@@ -432,21 +439,23 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     # the nightly schedule re-asks every config and the finalist on the holdout, all forced
     import datetime
 
-    import dagster as dg
-
     from rag_sweep.definitions import build_definitions
 
     nightly = build_definitions([out.plan], str(out.data)).get_schedule_def("held__evaluate_nightly")
     when = datetime.datetime(2026, 11, 26, 2, tzinfo=datetime.UTC)
     requests = list(nightly(dg.build_schedule_context(instance=out.instance, scheduled_execution_time=when)))
     (request,) = requests  # one run for the batch (rag_assets/batch.py)
-    every = out.plan.all_keys("evaluations")
+    every = out.plan.keys("evaluations")
     start, end = (request.tags[f"dagster/asset_partition_range_{e}"] for e in ("start", "end"))
     import json
 
     listed = request.tags.get("rag/partitions")
     keys = json.loads(listed) if listed else every[every.index(start) : every.index(end) + 1]
-    assert keys == [*out.plan.config_keys, decision["finalists"][0] + "~holdout"]
+    assert keys == out.plan.config_keys and request.tags["rag/force"] == "true"
+    # ... and its holdout schedule the finalist, whose partition the run added to the holdout's assets
+    held = build_definitions([out.plan], str(out.data)).get_schedule_def("held__evaluate_holdout_nightly")
+    (request,) = list(held(dg.build_schedule_context(instance=out.instance, scheduled_execution_time=when)))
+    assert request.partition_key == decision["finalists"][0] + "~holdout"
     assert request.tags["rag/force"] == "true"
 
 

@@ -67,6 +67,36 @@ def test_nightly_schedule_requests_every_config_forced(tmp_path, slice_data):
     assert schedule.cron_schedule == "0 2 * * *"
 
 
+def test_nightly_holdout_schedule_requests_the_finalists_the_holdout_holds(tmp_path, slice_data):
+    """The finalists of the last leaderboard, re-asked on the holdout (forced), among the partitions the
+    holdout's assets hold: a finalist whose holdout never ran has no partition to re-ask."""
+    grid = {"retrieval": {"mode": ["vector", "bm25"], "top_k": [3, 5]}}
+    plan, defs, _ = _setup(tmp_path, slice_data, decision={"holdout": 0.3}, **grid)
+    schedule = defs.get_repository_def().get_schedule_def("snap__evaluate_holdout_nightly")
+    finalists = plan.config_keys[:3]
+    board = tmp_path / "data" / "leaderboards" / "snap.decision.json"
+    board.parent.mkdir(parents=True)
+    board.write_text(json.dumps({"finalists": finalists}))
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=UTC),
+            repository_def=defs.get_repository_def(),
+        )
+        assert list(schedule.evaluate_tick(ctx).run_requests or []) == []  # none added yet
+        # added out of the plan's order: a batch's range follows the order the instance holds
+        instance.add_dynamic_partitions(
+            plan.finalists_partitions, [f"{finalists[2]}~holdout", "other~holdout"]
+        )
+        instance.add_dynamic_partitions(plan.finalists_partitions, [f"{k}~holdout" for k in finalists[:2]])
+        (request,) = schedule.evaluate_tick(ctx).run_requests
+        order = instance.get_dynamic_partitions(plan.finalists_partitions)
+    assert request.tags[FORCE_TAG] == "true"
+    start, end = (request.tags[f"dagster/asset_partition_range_{e}"] for e in ("start", "end"))
+    assert order.index(start) <= order.index(end)
+    assert sorted(json.loads(request.tags["rag/partitions"])) == sorted(f"{k}~holdout" for k in finalists)
+
+
 def test_input_files_are_observed_by_content(tmp_path, slice_data):
     from runner import unobserved
 

@@ -14,8 +14,12 @@ import polars as pl
 from rag_core.common.fingerprint import fingerprint
 
 SELECTION, HOLDOUT = "selection", "holdout"
-# A holdout partition's key: its selection partition's key and this suffix (the same stages, other questions)
+# A holdout partition's key, at every stage that reads the questions: its config's key and this suffix (the
+# config's settings up to that stage, on the other questions)
 HOLDOUT_SUFFIX = "~holdout"
+# The holdout's stages are assets of their own, `holdout_<stage>`: their partitions are the finalists, added
+# when a leaderboard names them, so no partition exists that is not meant to be materialized
+HOLDOUT_ASSET_PREFIX = "holdout_"
 
 
 def is_holdout_key(key: str | None) -> bool:
@@ -23,8 +27,23 @@ def is_holdout_key(key: str | None) -> bool:
 
 
 def selection_key(key: str) -> str:
-    """The selection partition a holdout partition mirrors (a selection key is returned as it is)."""
+    """The config a holdout partition evaluates (a selection key is returned as it is)."""
     return key[: -len(HOLDOUT_SUFFIX)] if is_holdout_key(key) else key
+
+
+def holdout_key(config_key: str) -> str:
+    """A config's partition key in the holdout's assets."""
+    return config_key + HOLDOUT_SUFFIX
+
+
+def asset_name(stage: str, key: str | None = None) -> str:
+    """The asset that holds a stage's partition `key`: the holdout's own asset for a holdout key."""
+    return HOLDOUT_ASSET_PREFIX + stage if is_holdout_key(key) else stage
+
+
+def stage_of_asset(name: str) -> str:
+    """The stage an asset (its last key component) materializes: `holdout_answers` is the answers stage."""
+    return name.removeprefix(HOLDOUT_ASSET_PREFIX)
 
 
 def holdout_ids(query_ids: list[str], share: float, seed: int) -> set[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.stages import STAGES
 
 Step = tuple[str, str | None]
@@ -27,19 +28,21 @@ def batches(
     stages in the registry's order (others, such as the champion, where they first appear after those)."""
     if size < 1:
         raise ValueError(f"a batch holds at least one partition, not {size}")
-    keys: dict[str, list[str]] = {}
+    # a stage's selection keys and its holdout keys are two assets' partitions: never one batch
+    keys: dict[tuple[str, bool], list[str]] = {}
     for stage, key in steps:
-        keys.setdefault(stage, [])
-        if key is not None and key not in keys[stage]:
-            keys[stage].append(key)
+        group = keys.setdefault((stage, is_holdout_key(key)), [])
+        if key is not None and key not in group:
+            group.append(key)
     out: list[Batch] = []
-    first = {stage: i for i, stage in enumerate(keys)}
-    for stage in sorted(keys, key=lambda s: (_ORDER.get(s, len(_ORDER)), first[s])):
-        if not keys[stage]:
+    first = {group: i for i, group in enumerate(keys)}
+    for group in sorted(keys, key=lambda g: (_ORDER.get(g[0], len(_ORDER)), g[1], first[g])):
+        stage = group[0]
+        if not keys[group]:
             out.append((stage, ()))
             continue
         index = {k: i for i, k in enumerate(order(stage))}
-        ranked = sorted(keys[stage], key=lambda k: index.get(k, len(index)))
+        ranked = sorted(keys[group], key=lambda k: index.get(k, len(index)))
         step = min(size, -(-len(ranked) // max(1, parts)))
         out.extend((stage, tuple(ranked[i : i + step])) for i in range(0, len(ranked), step))
     return out

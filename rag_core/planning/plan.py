@@ -18,7 +18,13 @@ from typing import Any
 
 from rag_core.common.local_models import is_local, model_version
 from rag_core.components.stores import STORES, store_analyzers
-from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, split_fingerprint
+from rag_core.decision.holdout import (
+    HOLDOUT,
+    SELECTION,
+    asset_name,
+    holdout_key,
+    split_fingerprint,
+)
 from rag_core.planning.labels import short_labels
 from rag_core.planning.spec import (
     OPTIMIZABLE_STAGES,
@@ -73,8 +79,9 @@ class Plan:
     store: str  # the default vector store, for configs that name none
     configs: tuple[RagConfig, ...]  # the sweep's configs with their store resolved
     partitions: dict[str, dict[str, Partition]]  # stage -> key -> partition, in sweep order
-    # the holdout's partitions of the stages that read the QA set: the same settings on the questions the
-    # selection never sees, materialized only for the finalists (stage -> key -> partition)
+    # the holdout's partitions of the stages that read the QA set: each config's settings on the questions
+    # the selection never sees, one per config (`<config key>~holdout`), in assets of their own whose
+    # partitions are the finalists, added when a leaderboard names them (stage -> key -> partition)
     holdout_partitions: dict[str, dict[str, Partition]] = dataclasses.field(default_factory=dict)
     # configs whose prompts a prompt optimization evolved (`optimize:`): their key -> the config they started from
     optimized_from: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -159,15 +166,14 @@ class Plan:
                     k: dataclasses.replace(p, split=SELECTION) for k, p in partitions[s.name].items()
                 }
                 partitions[s.name] = selection
-                held[s.name] = {
-                    k + HOLDOUT_SUFFIX: dataclasses.replace(
-                        p,
-                        key=k + HOLDOUT_SUFFIX,
-                        split=HOLDOUT,
-                        reads={r: (rk + HOLDOUT_SUFFIX if r in asks else rk) for r, rk in p.reads.items()},
-                    )
-                    for k, p in selection.items()
-                }
+                # one partition per config at every holdout stage (the finalists' key in each holdout
+                # asset): two finalists that share a stage's settings share its artifact, by content
+                held[s.name] = {}
+                for c in configs:
+                    key = holdout_key(partition_key(CONFIG_STAGE, c))
+                    p = selection[partition_key(s.name, c)]
+                    reads = {r: (key if r in asks else rk) for r, rk in p.reads.items()}
+                    held[s.name][key] = dataclasses.replace(p, key=key, config=c, split=HOLDOUT, reads=reads)
         plan = cls(
             sweep=sweep,
             store=store,
@@ -260,10 +266,16 @@ class Plan:
         """The sweep's asset-key prefix, group and job-name prefix in a Dagster deployment."""
         return prefix_of(self.sweep.name)
 
-    def asset_path(self, stage_name: str) -> list[str]:
+    def asset_path(self, stage_name: str, key: str | None = None) -> list[str]:
         """The asset key (as its path) of a stage of this sweep, or of its input files (`corpus_file`,
-        `qa_file`): prefixed by the sweep's name, so several sweeps live side by side."""
-        return [self.prefix, stage_name]
+        `qa_file`): prefixed by the sweep's name, so several sweeps live side by side. With a partition
+        `key`: the asset that holds it (a holdout key's: the stage's holdout asset, `holdout_<stage>`)."""
+        return [self.prefix, asset_name(stage_name, key)]
+
+    @property
+    def finalists_partitions(self) -> str:
+        """The name of the dynamic partitions definition of the holdout's assets: the finalists' keys."""
+        return f"{self.prefix}__holdout_finalists"
 
     # ---- partitions ------------------------------------------------------------------------------
 
@@ -272,7 +284,8 @@ class Plan:
         return list(self.partitions[stage_name])
 
     def all_keys(self, stage_name: str) -> list[str]:
-        """Every partition of the stage, the holdout's after the selection's (its partitions definition)."""
+        """Every partition of the stage, the holdout's (of its holdout asset) after the selection's: the
+        order batches take them in."""
         return [*self.partitions[stage_name], *self.holdout_partitions.get(stage_name, {})]
 
     def partition(self, stage_name: str, key: str) -> Partition:
@@ -285,20 +298,14 @@ class Plan:
 
     def holdout_steps(self, config_key: str) -> list[tuple[str, str]]:
         """The (stage, key) steps that evaluate a config on the holdout, in dependency order."""
-        c = self.config(config_key)
-        return [
-            (name, self.key_of(c, name) + HOLDOUT_SUFFIX)
-            for name in self.holdout_partitions
-            if self.key_of(c, name) + HOLDOUT_SUFFIX in self.holdout_partitions[name]
-        ]
+        key = holdout_key(config_key)
+        return [(name, key) for name in self.holdout_partitions]
 
     def mapping(self, upstream: str, downstream: str) -> dict[str, set[str]]:
-        """Upstream partition key -> the downstream partitions that read it."""
+        """Upstream partition key -> the downstream partitions that read it (of the selection's assets; the
+        holdout's read their own partition of each other)."""
         out: dict[str, set[str]] = defaultdict(set)
-        for p in [
-            *self.partitions[downstream].values(),
-            *self.holdout_partitions.get(downstream, {}).values(),
-        ]:
+        for p in self.partitions[downstream].values():
             out[p.reads[upstream]].add(p.key)
         return dict(out)
 
@@ -387,7 +394,7 @@ class Plan:
     ) -> str:
         """The holdout confirmation's fingerprint: the leaderboard it confirms and the finalists' holdout
         evaluations (their keys from `fps`, which `fingerprints(inputs)` gives)."""
-        held = {k + HOLDOUT_SUFFIX: fps[(CONFIG_STAGE, k + HOLDOUT_SUFFIX)] for k in finalists}
+        held = {holdout_key(k): fps[(CONFIG_STAGE, holdout_key(k))] for k in finalists}
         return artifact_fingerprint(
             "confirmation",
             self.confirmation_identity,
