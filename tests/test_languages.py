@@ -1,11 +1,16 @@
 """Answers scored in their language: MLQA's normalization (rag_core/metrics/languages.py) equals the MLQA
-script's own exact match and F1 on every reference question (tests/data/mlqa_reference.jsonl); without a
-language the SQuAD scores are unchanged; the QA set's language reaches the evaluation and its fingerprint."""
+script's own exact match and F1 on every reference question (tests/data/mlqa_reference.jsonl); Japanese and
+Thai are cut into words and Korean into characters; without a language the SQuAD scores are unchanged; the QA
+set's language reaches the evaluation and its fingerprint (with the segmenter's version)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import unicodedata
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -14,7 +19,7 @@ import pytest
 from rag_core.data.datasets import DatasetError, DataWarning, load_qa
 from rag_core.metrics import evaluate_queries
 from rag_core.metrics.generation import bleu, exact_match, faithfulness, rouge_l, token_f1
-from rag_core.metrics.languages import COVERED, answer_tokens
+from rag_core.metrics.languages import MLQA, answer_tokens
 
 REFERENCE = [
     json.loads(line)
@@ -30,7 +35,7 @@ def test_each_question_scores_as_the_mlqa_script_scores_it(row):
 
 
 def test_the_reference_covers_every_language_mlqa_has_a_rule_for():
-    assert {r["language"] for r in REFERENCE} == set(COVERED)
+    assert {r["language"] for r in REFERENCE} == set(MLQA)
     # and both outcomes of each metric, partial F1s included
     assert {r["exact_match"] for r in REFERENCE} == {0.0, 1.0}
     assert any(0 < r["f1"] < 1 for r in REFERENCE if r["language"] == "zh")
@@ -141,14 +146,28 @@ def test_a_language_without_a_rule_of_its_own_is_a_counted_warning_and_a_bad_set
     from rag_core.planning.spec import SpecError, load_sweep
     from tests.conftest import write_sweep
 
+    # Swahili has no rule of its own: counted; Japanese, Thai and Korean have a segmenter: not
     with pytest.warns(
-        DataWarning, match=r"2 question\(s\) in a language with no answer normalization .*ja \(1\), th \(1\)"
+        DataWarning,
+        match=r"2 question\(s\) in a language with no answer normalization of its own \(sw \(2\);",
     ):
         load_qa(
             _qa_file(
                 tmp_path,
-                [_row("q1", ["東京"], language="ja"), _row("q2", ["x"], language="th"), _row("q3", ["y"])],
+                [
+                    _row("q1", ["東京"], language="ja"),
+                    _row("q2", ["ประเทศไทย"], language="th"),
+                    _row("q3", ["서울"], language="ko"),
+                    _row("q4", ["Nairobi"], language="sw"),
+                    _row("q5", ["Dodoma"], language="sw-TZ"),
+                    _row("q6", ["y"]),
+                ],
             )
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a set in the segmented languages alone loads without a warning
+        load_qa(
+            _qa_file(tmp_path, [_row("q1", ["東京"], language="ja"), _row("q2", ["서울"], language="ko")])
         )
     spec = write_sweep(
         tmp_path / "s.yaml",
@@ -274,3 +293,109 @@ def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
         fps[language] = snapshot_fingerprints(sweep)
     assert sweep.detect_language and sweep.language is None
     assert fps[None]["corpus"] == fps["auto"]["corpus"] and fps[None]["qa_set"] != fps["auto"]["qa_set"]
+
+
+# ---- Japanese, Thai, Korean: a word segmenter (ja, th) or characters (ko, as KorQuAD) -------------------
+
+SEGMENTATIONS = [
+    # UniDic's short units (SudachiPy, mode A): the particles and the auxiliary verb apart, 「」、。 gone
+    (
+        "ja",
+        "「ハムレット」を書いたのは、シェイクスピアです。",
+        ["ハムレット", "を", "書い", "た", "の", "は", "シェイクスピア", "です"],
+    ),
+    ("ja", "徳川家康は江戸幕府を開いた", ["徳川", "家康", "は", "江戸", "幕府", "を", "開い", "た"]),
+    # newmm: Bangkok's full name and "capital city" are words of its dictionary; a space or a zero-width
+    # space is a break, "!" goes
+    (
+        "th",
+        "กรุงเทพมหานคร เป็นเมืองหลวงของประเทศไทย!",
+        ["กรุงเทพมหานคร", "เป็น", "เมืองหลวง", "ของ", "ประเทศ", "ไทย"],
+    ),
+    ("th", "วิลเลียม\u200bเชกสเปียร์", ["วิลเลียม", "เชกสเปียร์"]),
+    # KorQuAD: syllables, spaces and punctuation dropped; Latin letters lowercased one by one
+    ("ko", "서울 특별시.", ["서", "울", "특", "별", "시"]),
+    ("ko", "K-POP 가수", ["k", "p", "o", "p", "가", "수"]),
+]
+
+
+@pytest.mark.parametrize("language, text, expected", SEGMENTATIONS)
+def test_japanese_and_thai_are_cut_into_words_and_korean_into_characters(language, text, expected):
+    got = answer_tokens(text, language)
+    assert got == expected
+    assert all(not ch.isspace() and not unicodedata.category(ch).startswith("P") for t in got for ch in t)
+    assert answer_tokens(text, "sw") != expected  # what whitespace tokens made of it
+
+
+@pytest.mark.parametrize(
+    "language, answer, gold, f1",
+    [
+        ("ja", "東京大学", "東京大学医学部", 2 / 3),  # 東京 大学 of 東京 大学 医学 部
+        ("th", "เมืองหลวง", "เมืองหลวงของประเทศไทย", 0.4),  # "capital" of capital|of|country|Thai
+        ("ko", "서울", "서울특별시", 4 / 7),  # 2 of 5 syllables
+    ],
+)
+def test_a_near_miss_earns_partial_credit_where_whitespace_tokens_gave_none(language, answer, gold, f1):
+    assert token_f1(answer, [gold], language) == pytest.approx(f1)
+    assert token_f1(answer, [gold], "sw") == 0.0  # one token each side, as before segmenters
+    assert token_f1(answer, [gold]) == 0.0  # and as SQuAD's script
+    assert rouge_l(answer, [gold], language) == pytest.approx(f1)  # the LCS is the answer, in order
+    assert faithfulness(answer, [gold + "。"], language) == 1.0 and faithfulness(answer, [gold], "sw") == 0.0
+
+
+@pytest.mark.parametrize(
+    "language, answer, gold",
+    [
+        ("ja", "東京 大学", "「東京大学」。"),
+        ("th", "ประเทศ ไทย", "ประเทศไทย!"),
+        ("ko", "서울 특별시", "『서울특별시』."),
+    ],
+)
+def test_exact_match_ignores_punctuation_and_spacing(language, answer, gold):
+    assert exact_match(answer, [gold], language) == 1.0
+    assert exact_match(answer, [gold], "sw") == 0.0  # two whitespace tokens against one
+
+
+def test_a_different_answer_is_still_wrong_in_a_segmented_language():
+    assert exact_match("京都大学", ["東京大学"], "ja") == 0.0
+    assert token_f1("京都大学", ["東京大学"], "ja") == pytest.approx(0.5)  # 大学 alone in common
+    assert exact_match("เชียงใหม่", ["กรุงเทพ"], "th") == 0.0 and token_f1("เชียงใหม่", ["กรุงเทพ"], "th") == 0.0
+    assert exact_match("부산", ["서울"], "ko") == 0.0
+
+
+def test_bleu_reads_japanese_and_thai_words():
+    # intl's tokens: a sentence without spaces is one word, so a sentence one word off scored 0
+    for language, answer, gold in [
+        ("ja", "東京大学は日本の国立大学です", "東京大学は日本の私立大学です"),
+        ("th", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศลาว"),
+    ]:
+        assert bleu(answer, [gold], "sw") == 0.0
+        assert 0.3 < bleu(answer, [gold], language) < 1.0
+        assert bleu(gold, [gold], language) == pytest.approx(1.0)
+
+
+def test_a_context_longer_than_sudachis_limit_is_cut_not_refused():
+    # SudachiPy refuses one input over 49,149 bytes: a long context (faithfulness reads them all) is cut
+    context = "東京大学は日本の国立大学です。" * 4000  # 180,000 bytes
+    assert faithfulness("国立大学", [context], "ja") == 1.0
+    assert answer_tokens("東" * 20_000, "ja")  # no sentence end at all: cut at a fixed length
+
+
+def test_segmenting_gives_the_same_tokens_every_time_and_in_every_thread():
+    # a SudachiPy tokenizer refuses a call while another thread's is under way: one per thread
+    texts = [(text, language) for language, text, _ in SEGMENTATIONS]
+    texts.append(("東京大学は日本の国立大学です。" * 50, "ja"))
+    first = [answer_tokens(text, language) for text, language in texts]
+    with ThreadPoolExecutor(4) as pool:
+        again = list(pool.map(lambda tl: answer_tokens(*tl), texts * 25))
+    assert again == first * 25
+
+
+def test_importing_the_module_loads_no_segmenter():
+    code = (
+        "import sys, rag_core.metrics.languages as m; "
+        "print(sorted({'sudachipy', 'pythainlp'} & set(sys.modules)), m.segment('東京', 'ja'), "
+        "sorted({'sudachipy', 'pythainlp'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "['東京']", "['sudachipy']"]

@@ -150,7 +150,7 @@ def _warn_uncovered(path: Path, languages: list[str | None]) -> None:
         warnings.warn(
             DataWarning(
                 f"{path}: field 'language': {sum(counts.values())} question(s) in a language with no answer "
-                f"normalization of its own ({named}; MLQA's are {', '.join(sorted(COVERED))}): scored with "
+                f"normalization of its own ({named}; those with one: {', '.join(sorted(COVERED))}): scored with "
                 "Unicode punctuation removed, no articles and whitespace tokens, so an answer in a script "
                 "written without spaces is one token"
             ),

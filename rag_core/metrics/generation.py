@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from rag_core.metrics.languages import answer_tokens, normalize
+from rag_core.metrics.languages import answer_tokens, normalize, segment
 from rag_core.metrics.registry import Metric, register
 
 _CITATION = re.compile(r"\[(\d+)\]")
@@ -41,7 +41,7 @@ def token_f1(answer: str, golds: Sequence[str], language: str | None = None) -> 
 
 def faithfulness(answer: str, contexts: Sequence[str], language: str | None = None) -> float:
     """Lexical faithfulness: share of the answer's normalized tokens found in the retrieved context (tokens
-    of its language: a Chinese answer's characters)."""
+    of its language: a Chinese answer's characters, a Japanese or Thai answer's words)."""
     ans = answer_tokens(answer, language)
     if not ans:
         return 0.0
@@ -51,11 +51,16 @@ def faithfulness(answer: str, contexts: Sequence[str], language: str | None = No
 
 def bleu(answer: str, golds: Sequence[str], language: str | None = None) -> float:
     """sacreBLEU sentence BLEU (exp smoothing) against all golds, scaled to [0, 1]: its 13a tokenizer, or for
-    a named language its `zh` tokenizer (Chinese: per character) or `intl` (Unicode punctuation split off)."""
+    a named language its `zh` tokenizer (Chinese: per character) or `intl` (Unicode punctuation split off);
+    Japanese and Thai are cut by their word segmenter first (case and punctuation kept, as sacreBLEU's own
+    tokenizers keep them), Korean keeps `intl`'s words between spaces."""
     import sacrebleu
 
     if not answer.strip():
         return 0.0
+    if language in ("ja", "th"):
+        answer, golds = " ".join(segment(answer, language)), [" ".join(segment(g, language)) for g in golds]
+        return sacrebleu.sentence_bleu(answer, golds, tokenize="none").score / 100.0
     tokenize = "13a" if language is None else "zh" if language == "zh" else "intl"
     return sacrebleu.sentence_bleu(answer, list(golds), tokenize=tokenize).score / 100.0
 
