@@ -26,6 +26,7 @@ from rag_assets.stage_asset import asset_key, forced
 from rag_core.common.fingerprint import fingerprint, short_hash
 from rag_core.common.local_models import model_version
 from rag_core.decision.holdout import SELECTION
+from rag_core.metrics.languages import segmenter
 from rag_core.optimization.contexts import Contexts
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import stage
@@ -90,6 +91,8 @@ def optimization_fingerprint(plan: Plan, key: str, upstream_fp: str, questions_f
     identified = identity(plan, key)
     if plan.sweep.language:
         identified = {"identity": identified, "language": plan.sweep.language}
+        if rule := segmenter(plan.sweep.language):  # ja, th, ko: the word segmenter too (none: as before)
+            identified["segmenter"] = rule
     return fingerprint(OPTIMIZATION, identified, {"qa_set": questions_fp, upstream_stage(plan): upstream_fp})
 
 

@@ -11,6 +11,7 @@ import sys
 import unicodedata
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
 from pathlib import Path
 
 import polars as pl
@@ -125,7 +126,7 @@ def test_a_named_language_joins_the_evaluations_fingerprints_and_nothing_upstrea
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     fps = {}
-    for language in (None, "zh", "de"):
+    for language in (None, "zh", "de", "ja"):
         spec = write_sweep(
             tmp_path / f"{language}.yaml",
             data,
@@ -136,7 +137,7 @@ def test_a_named_language_joins_the_evaluations_fingerprints_and_nothing_upstrea
             raw = spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1)
             spec.write_text(raw)
         fps[language] = load_plan(spec, "lancedb").fingerprints({"corpus": "c", "qa_set": "q"})
-    for language in ("zh", "de"):
+    for language in ("zh", "de", "ja"):
         changed = {stage for (stage, _), fp in fps[None].items() if fps[language][(stage, _)] != fp}
         assert changed == {"evaluations"}
     assert fps["zh"] != fps["de"]
@@ -399,3 +400,52 @@ def test_importing_the_module_loads_no_segmenter():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[]", "['東京']", "['sudachipy']"]
+
+
+# the evaluations' fingerprints before segmenters existed (the sweep of the test below): an evaluation of
+# another language keeps its own, so its artifacts are reused
+BEFORE_SEGMENTERS = {
+    None: "885a5488121137a98e9c93ed38b304e77f11986e02e198ab367daf9287387bfc",
+    "en": "c5227989ea0bee64afc9aaeda2dcb8aa1ce6a9eeea7bbfed7d09212982ae1faa",
+    "zh": "35fefff3d0e00761bcd7f9f232b4d3794cb04e521859fb0497a63d8f1d56ea6b",
+}
+
+
+def test_a_segmenter_joins_its_languages_evaluation_fingerprint_and_no_other(tmp_path, monkeypatch):
+    from orchestration.plans import load_plan
+    from rag_core.metrics import languages
+    from tests.conftest import write_sweep
+
+    data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
+
+    def evaluation(language):
+        spec = write_sweep(
+            tmp_path / f"{language}.yaml",
+            data,
+            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
+            retrieval={"mode": "vector", "top_k": 2},
+        )
+        if language:
+            spec.write_text(spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1))
+        plan = load_plan(spec, "lancedb")
+        (partition,) = plan.partitions["evaluations"].values()
+        fps = plan.fingerprints({"corpus": "c", "qa_set": "q"})
+        return fps[("evaluations", partition.key)], partition.own
+
+    codes = (None, "en", "zh", "ja", "th", "ko")
+    before = {code: evaluation(code) for code in codes}
+    assert {code: before[code][0] for code in BEFORE_SEGMENTERS} == BEFORE_SEGMENTERS
+    assert before["ja"][1]["segmenter"] == (
+        f"sudachipy=={version('sudachipy')} + sudachidict-small=={version('sudachidict-small')} (mode A)"
+    )
+    assert before["th"][1]["segmenter"] == f"pythainlp=={version('pythainlp')} (newmm)"
+    assert "segmenter" in before["ko"][1] and "segmenter" not in before["en"][1]
+    # another version of every package: the Japanese and Thai evaluations are made again, no other
+    monkeypatch.setattr(languages, "version", lambda package: "0.0.1")
+    languages.segmenter.cache_clear()
+    try:
+        after = {code: evaluation(code) for code in codes}
+    finally:
+        languages.segmenter.cache_clear()
+    assert {code for code in codes if after[code][0] != before[code][0]} == {"ja", "th"}
+    assert after["ja"][1]["segmenter"].startswith("sudachipy==0.0.1 ")

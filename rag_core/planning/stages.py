@@ -23,6 +23,7 @@ from rag_core.components.rerankers import RERANKERS
 from rag_core.components.retrieval_modes import RETRIEVAL_MODES
 from rag_core.components.stores import STORES
 from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
+from rag_core.metrics.languages import segmenter
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
 
@@ -46,7 +47,8 @@ class Stage:
     # whether a config's partition calls an LLM (judge: the sweep's judge model): the LLM endpoint the
     # deployment sets then joins its fingerprint (another server under the same model name answers otherwise)
     calls_llm: Callable[[RagConfig, Any], bool] = lambda c, judge: False
-    # the stage scores answers by the QA set's language (data.language): a named one joins its fingerprint
+    # the stage scores answers by the QA set's language (data.language): a named one joins its fingerprint,
+    # with its word segmenter's version where it has one (rag_core/metrics/languages.py: segmenter)
     reads_language: bool = False
 
     @property
@@ -62,13 +64,16 @@ class Stage:
         language: str | None = None,
     ) -> Any:
         """What the stage adds to a config's fingerprint: its settings, the version of every local model it
-        runs (a folder replaced under the same path is another model), and the LLM endpoint it calls when
-        the deployment sets one."""
+        runs (a folder replaced under the same path is another model), the language it scores answers in
+        (with the version of that language's word segmenter, where it has one), and the LLM endpoint it
+        calls when the deployment sets one."""
         settings = self.settings(c, judge)
         versions = {m: v for m in self.models(c) if (v := version(m))}
         settings = {**settings, "model_versions": versions} if versions else settings
         if language and self.reads_language:
             settings = {"settings": settings, "language": language}
+            if rule := segmenter(language):  # ja, th, ko: the word segmenter too (none: as before)
+                settings["segmenter"] = rule
         if llm_api_base and self.calls_llm(c, judge):
             return {"settings": settings, "llm_api_base": llm_api_base}
         return settings
