@@ -13,21 +13,22 @@ Japanese, Thai and Korean, which MLQA has no rule for, are cut into words first 
 written (a segmenter reads the punctuation around a word); each word is then lowercased and loses its Unicode
 punctuation as above, and a word left empty (punctuation, whitespace) is dropped. No articles:
 - ja: SudachiPy with its smallest dictionary, SudachiDict-small, in split mode A (UniDic's short units, the
-  finest: "東京大学" is 東京 | 大学). Chosen over fugashi + unidic-lite, the other MeCab-era pair: both
-  packages release with the dictionary inside a wheel (unidic-lite is a 47 MB source archive, last released
-  in 2021 with UniDic 2.1.2 of 2013, ~250 MB installed), both are Apache-2.0 and released in 2026
-  (sudachipy 0.7, Rust, one abi3 wheel per platform; the dictionary several times a year), ~115 MB installed,
-  ~20 ms to load and no download; spaCy's and GiNZA's Japanese use it. SudachiPy refuses an input over
-  49,149 bytes: a longer run (a context, for faithfulness) is cut at a sentence end, else at 12,000 characters.
+  finest: "東京大学" is 東京 | 大学), as spaCy's and GiNZA's Japanese use it. Chosen over fugashi (MeCab) +
+  unidic-lite: sudachipy (Rust, one abi3 wheel per platform) and sudachidict-small (the dictionary inside a
+  wheel) are both Apache-2.0 and both released in 2026 (the dictionary several times a year), ~115 MB
+  installed, ~20 ms to load, no download; unidic-lite is a 47 MB source archive only, last released in 2021
+  with UniDic 2.1.2 of 2013, ~250 MB installed. SudachiPy refuses an input over 49,149 bytes: a longer run (a
+  context, for faithfulness) is cut after a sentence end, else every 12,000 characters.
 - th: PyThaiNLP's `newmm` (dictionary-based maximal matching within Thai character clusters, its default
   engine): Apache-2.0, a pure-Python wheel with its word list inside (~65 MB installed) and no required
-  dependency, released in 2026; ~0.1 s to import, ~0.4 s for the first call (the dictionary's trie). It is
-  loaded with PYTHAINLP_READ_ONLY and PYTHAINLP_OFFLINE set (unless set already): it neither creates its
-  data folder in the home directory nor downloads anything.
-- ko: per character (syllable), spaces dropped, as KorQuAD 1.0's official script scores F1 (its authors: a
-  morpheme analyzer errs too often on Korean for a fair score). A morpheme analyzer (Kiwi, mecab-ko) is what
-  no standard Korean QA evaluation uses, so none is installed. Exact match compares the characters, so it
-  ignores spacing, which Korean writers vary ("서울 특별시", "서울특별시"); KorQuAD's compares with spaces.
+  dependency, released in 2026; ~0.7 s to import and build its dictionary's trie on first use. It is loaded
+  with PYTHAINLP_READ_ONLY and PYTHAINLP_OFFLINE set (unless set already): it neither creates its data
+  folder in the home directory nor downloads anything.
+- ko: per character (syllable), spaces dropped, as KorQuAD 1.0's official script scores F1 (per character
+  because morpheme analysis of Korean is not reliable enough, its authors say). The standard Korean QA
+  benchmark's script uses no morpheme analyzer, so none is installed (kiwipiepy and its model: ~88 MB).
+  Exact match compares the characters, so it ignores spacing, which Korean writers vary ("서울 특별시",
+  "서울특별시"); KorQuAD's compares with spaces.
 Both segmenters are deterministic (a dictionary, no sampling) and load once, on first use, so importing this
 module stays cheap; SudachiPy's tokenizer is not shared between threads (one per thread, on one dictionary).
 `segmenter` names what a language's tokens depend on beyond this module (the packages and their versions for
