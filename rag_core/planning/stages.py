@@ -221,7 +221,9 @@ STAGES: tuple[Stage, ...] = (
         "evaluations",
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
-        9,  # 8: a metric no query defines is null, not 0.0; 9: a question's language normalizes its answers
+        # 8: a metric no query defines is null, not 0.0; 9: a question's language normalizes its answers;
+        # 10: Japanese and Thai answers segmented into words, Korean into characters (a language column's too)
+        10,
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
         failures="n_generation_errors",
