@@ -185,7 +185,7 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     evaluations = instance.fetch_materializations(
         dg.AssetKey([PREFIX, "holdout_evaluations"]), limit=1000
     ).records
-    held = [r.partition_key for r in evaluations if r.storage_id < board_before]
+    held = [r.partition_key for r in evaluations if r.storage_id < confirmed_before]
     assert held and len(held) == len(set(held))  # each holdout evaluation once before the nightly
     # the holdout's assets hold the finalists' partitions only, each materialized: none shown as missing
     assert set(finalists) == {r.partition_key for r in evaluations}
