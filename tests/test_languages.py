@@ -1,11 +1,13 @@
 """Answers scored in their language: MLQA's normalization (rag_core/metrics/languages.py) equals the MLQA
-script's own exact match and F1 on every reference question (tests/data/mlqa_reference.jsonl); Japanese and
+script's own exact match and F1 on every reference question (tests/data/mlqa_reference.jsonl, constructed)
+and on real answers to the XQuAD slice's questions (tests/data/xquad_mlqa_reference.jsonl); Japanese and
 Thai are cut into words and Korean into characters; without a language the SQuAD scores are unchanged; the QA
 set's language reaches the evaluation and its fingerprint (with the segmenter's version)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import unicodedata
@@ -40,6 +42,72 @@ def test_the_reference_covers_every_language_mlqa_has_a_rule_for():
     # and both outcomes of each metric, partial F1s included
     assert {r["exact_match"] for r in REFERENCE} == {0.0, 1.0}
     assert any(0 < r["f1"] < 1 for r in REFERENCE if r["language"] == "zh")
+
+
+XQUAD = Path(__file__).resolve().parents[1] / "examples" / "data" / "xquad_multilingual"
+XQUAD_SCORED = Path(__file__).parent / "data" / "xquad_mlqa_reference.jsonl"
+XQUAD_REFERENCE = [json.loads(line) for line in XQUAD_SCORED.read_text("utf-8").splitlines()]
+
+
+def test_answers_to_real_questions_score_as_the_mlqa_script_scores_them():
+    """The XQuAD slice's questions in MLQA's seven languages, answered by the multilingual example sweep's
+    extractive reader and by near misses, scored by MLQA's script (tests/data/README.md): equal, row by row."""
+    wrong = []
+    for r in XQUAD_REFERENCE:
+        em = exact_match(r["prediction"], r["answers"], r["language"])
+        f1 = token_f1(r["prediction"], r["answers"], r["language"])
+        if (em, f1) != (r["exact_match"], r["f1"]):
+            wrong.append((r["query_id"], r["prediction"], (em, f1), (r["exact_match"], r["f1"])))
+    assert not wrong, wrong[:5]
+    assert len(XQUAD_REFERENCE) > 400
+
+
+def test_the_xquad_reference_has_partial_scores_in_chinese_and_the_other_languages():
+    qa = pl.read_parquet(XQUAD / "queries.parquet")
+    assert {r["query_id"] for r in XQUAD_REFERENCE} <= set(qa["query_id"])
+    assert {r["language"] for r in XQUAD_REFERENCE} == set(MLQA)
+    assert {r["exact_match"] for r in XQUAD_REFERENCE} == {0.0, 1.0}
+    partial = {r["language"] for r in XQUAD_REFERENCE if 0 < r["f1"] < 1}
+    assert partial == set(MLQA)  # Chinese (per character) and every other language
+    # the sweep's own answers are among them, not only constructed near misses
+    assert any(0 < r["f1"] < 1 for r in XQUAD_REFERENCE if r["source"].startswith("extractive"))
+
+
+def test_near_misses_to_the_xquad_thai_questions_earn_partial_credit():
+    """MLQA has no Thai. Each Thai question's gold answer with the text touching it on each side in its gold
+    paragraph (to the next space) is a near miss: cut into words, it earns part of the credit."""
+    qa = pl.read_parquet(XQUAD / "queries.parquet").filter(pl.col("language") == "th")
+    text = dict(pl.read_parquet(XQUAD / "corpus.parquet").select("doc_id", "text").iter_rows())
+    near = [
+        (re.search(rf"\S*\s*{re.escape(gold)}\s*\S*", text[docs[0]]).group(), gold)
+        for gold, docs in zip(qa["answers"].list.first(), qa["relevant_doc_ids"], strict=True)
+    ]
+    assert len(near) == 24
+    assert all(exact_match(pred, [gold], "th") == 0.0 for pred, gold in near)
+    f1 = [token_f1(pred, [gold], "th") for pred, gold in near]
+    assert sum(0 < x < 1 for x in f1) >= len(near) // 2
+    # an answer written without spaces around it: whitespace tokens see no overlap, Thai words do
+    assert any(token_f1(pred, [gold]) == 0.0 < x < 1 for (pred, gold), x in zip(near, f1, strict=True))
+
+
+def test_the_multilingual_example_sweep_reads_a_language_per_question():
+    from rag_core.planning.plan import Plan
+    from rag_core.planning.spec import load_sweep
+
+    sweep = load_sweep(Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "multilingual.yaml")
+    assert len(Plan.resolve(sweep).config_keys) == 2
+    corpus = pl.read_parquet(sweep.corpus_path)
+    qa = load_qa(sweep.qa_path, known_doc_ids=set(corpus["doc_id"]))
+    counts = dict(qa.group_by("language").len().iter_rows())
+    assert counts == {lang: 24 for lang in ("en", "de", "es", "zh", "th", "ar", "hi", "vi")}
+    # the same questions (SQuAD ids) in every language, each with its own paragraph in its own language
+    ids = qa.with_columns(pl.col("query_id").str.split("-").list.get(2).alias("squad"))
+    assert ids.group_by("squad").len()["len"].to_list() == [8] * 24
+    assert all(
+        d.split("-")[1] == lang
+        for docs, lang in zip(qa["relevant_doc_ids"], qa["language"], strict=True)
+        for d in docs
+    )
 
 
 def test_without_a_language_the_squad_scores_are_unchanged():
