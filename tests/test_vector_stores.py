@@ -286,6 +286,60 @@ def test_bm25_analyzer_means_the_same_on_every_store(store):
         assert store.info("Rag_english")["exists"] is False
 
 
+# Per segmenting analyzer: three documents written without spaces between words, and (query, the chunks it
+# finds in BM25's order) pairs; the first query is one word found inside an unspaced sentence
+LANGUAGE_DOCS = {
+    "chinese": (
+        ["北京大学是中国著名的大学。", "上海是中国最大的城市。", "我喜欢在北京吃饭。"],
+        [("大学", ["c0", "c1"]), ("北京", ["c2", "c0"])],
+    ),
+    "japanese": (
+        ["東京大学は日本の国立大学です。", "京都は日本の古い都です。", "私は毎朝コーヒーを飲みます。"],
+        [("大学", ["c0"]), ("日本の大学", ["c0", "c1"]), ("ＣＯＦＦＥＥとコーヒー", ["c2"])],
+    ),
+    "thai": (
+        ["ภาษาไทยเป็นภาษาราชการของประเทศไทย", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย", "ฉันชอบกินข้าวผัด"],
+        [("ภาษาราชการ", ["c0"]), ("เมืองหลวงของประเทศไทย", ["c1", "c0"]), ("ข้าวผัด", ["c2"])],
+    ),
+}
+
+
+@pytest.mark.parametrize("analyzer", sorted(LANGUAGE_DOCS))
+def test_language_analyzers_mean_the_same_on_every_store(store, analyzer):
+    """chinese, japanese and thai: the project segments the texts and the queries, every store indexes the
+    words split at spaces only, so a query word inside an unspaced sentence is found, in the same order on
+    every store, and hits carry the chunk's own text; `plain` reads the sentence as one word."""
+    texts, queries = LANGUAGE_DOCS[analyzer]
+    # a metadata field named `keywords` stays in the metadata (the build's own field takes the name)
+    rows = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i}", "text": t, "metadata": json.dumps({"keywords": "x", "n": i})}
+        for i, t in enumerate(texts)
+    ]
+    vecs = np.eye(4, dtype=np.float32)[: len(rows)]
+    collection = f"Rag_{analyzer}"
+    assert analyzer in store_analyzers(store.backend)
+    store.upsert(collection, rows, vecs, analyzer=analyzer)
+    try:
+        for query, expected in queries:
+            hits = store.retrieve(collection, "bm25", query, None, 5, 0.5, "rrf")
+            assert [h.chunk_id for h in hits] == expected, (store.backend, query)
+            assert all(h.text == texts[int(h.chunk_id[1:])] for h in hits)  # the original text
+            hybrid = store.retrieve(collection, "hybrid", query, vecs[-1], 1, 0.0, "rrf")
+            assert [h.chunk_id for h in hybrid] == expected[:1], (store.backend, query)
+        query, expected = queries[0]
+        where = {"doc_id": f"d{expected[-1][1:]}"}
+        assert [h.chunk_id for h in store.keyword_search(collection, query, 5, where)] == expected[-1:]
+        assert store.filter_fields(collection) == {"doc_id": "str", "n": "int"}
+    finally:
+        store.delete(collection)
+    store.upsert("Rag_unsegmented", rows, vecs)
+    try:
+        assert store.keyword_search("Rag_unsegmented", queries[0][0], 5) == []
+        assert "keywords" in store.filter_fields("Rag_unsegmented")  # a plain build's fields are as before
+    finally:
+        store.delete("Rag_unsegmented")
+
+
 @pytest.mark.stack
 def test_weaviate_keyword_search_right_after_a_build_ranks_every_chunk(weaviate_server):
     """BlockMax WAND (the server's default keyword index) drops chunks still in its memtable from a limited

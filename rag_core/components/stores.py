@@ -14,6 +14,7 @@ import importlib
 from dataclasses import dataclass
 
 from rag_core.common.registry import Registry, first_line
+from rag_core.retrieval import keywords
 
 # where a store keeps its data:
 # - anywhere: under the data dir, on a local disk or on object storage (it writes through fsspec-like URIs)
@@ -66,28 +67,42 @@ def _builtin(name: str, cls: str, description: str, files: str = "local", analyz
     )
 
 
+# the analyzers that segment a language (the project cuts the words; every built-in indexes them split at
+# spaces: resources/vector_stores/base.py)
+SEGMENTING = tuple(keywords.SEGMENTING)  # chinese, japanese, thai
+
 # tantivy's full-text index: simple tokenizer, plus a stemmer, stop words and ASCII folding for english
 _builtin(
     "lancedb",
     "LanceDBStore",
     "LanceDB, embedded: its files under the data dir, local or on object storage; tantivy full-text",
     files="anywhere",
-    analyzers=("plain", "english"),
+    analyzers=("plain", "english", *SEGMENTING),
 )
 _builtin(
-    "qdrant", "QdrantStore", "Qdrant's local mode, embedded; BM25 term weights computed here (no stemmer)"
+    "qdrant",
+    "QdrantStore",
+    "Qdrant's local mode, embedded; BM25 term weights computed here (no stemmer)",
+    analyzers=("plain", *SEGMENTING),
 )
-_builtin("chroma", "ChromaStore", "Chroma, embedded; an in-process BM25 (no stemmer)")
+_builtin(
+    "chroma",
+    "ChromaStore",
+    "Chroma, embedded; an in-process BM25 (no stemmer)",
+    analyzers=("plain", *SEGMENTING),
+)
 _builtin(
     "milvus",
     "MilvusLiteStore",
     "Milvus Lite, embedded; Milvus's own BM25 (standard tokenizer, lowercase; Milvus Lite has no stemmer)",
+    analyzers=("plain", *SEGMENTING),
 )
 _builtin(
     "weaviate",
     "WeaviateStore",
     "Weaviate, a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY); word tokenization, no stemmer",
     files="server",
+    analyzers=("plain", *SEGMENTING),
 )
 
 

@@ -118,13 +118,16 @@ def _kind(v: Any) -> str:
     return "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else type(v).__name__
 
 
-def filterable_attributes(rows: list[dict]) -> tuple[dict[str, str], list[dict[str, Any]]]:
+def filterable_attributes(
+    rows: list[dict], reserved: frozenset[str] = frozenset()
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The filterable fields of index rows and each row's values.
 
     Rows carry `doc_id` and `metadata` (a JSON string). A metadata key is filterable when its name is an
-    identifier that no store reserves and every row that has it holds the same scalar kind (ints and floats
-    mix as float). Other keys stay in the metadata JSON only. Returns ({name: "str"|"int"|"float"|"bool"},
-    per-row {name: value})."""
+    identifier that no store reserves (RESERVED, and `reserved`: the fields this build adds, such as a
+    segmented keyword field) and every row that has it holds the same scalar kind (ints and floats mix as
+    float). Other keys stay in the metadata JSON only. Returns ({name: "str"|"int"|"float"|"bool"}, per-row
+    {name: value})."""
     metas = [json.loads(r.get("metadata") or "{}") for r in rows]
     kinds: dict[str, set[str]] = {}
     for m in metas:
@@ -132,7 +135,7 @@ def filterable_attributes(rows: list[dict]) -> tuple[dict[str, str], list[dict[s
             kinds.setdefault(key, set()).add(_kind(v) if _scalar(v) else "other")
     fields = {"doc_id": "str"}
     for key, ks in kinds.items():
-        if not _NAME.match(key) or key in RESERVED or key == "doc_id" or "other" in ks:
+        if not _NAME.match(key) or key in RESERVED or key in reserved or key == "doc_id" or "other" in ks:
             continue
         if ks <= {"int", "float"}:
             fields[key] = "float" if "float" in ks else "int"

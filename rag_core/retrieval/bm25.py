@@ -2,7 +2,9 @@
 
 Qdrant gets the document side as sparse vectors (term weights) and applies the idf itself
 (`Modifier.IDF`, same formula); Chroma's embedded client has no keyword index at all, so its keyword search
-ranks the collection's texts with `BM25Index` in process.
+ranks the collection's texts with `BM25Index` in process. A keyword index of a segmenting analyzer (chinese,
+japanese, thai: rag_core/retrieval/keywords.py) holds text the project segmented already, words joined by
+spaces: `segmented=True` splits it at those spaces only (a Thai word keeps its vowel and tone marks).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ _WORD = re.compile(
 )  # runs of letters and digits (the `plain` analyzer, see rag_core/planning/spec.py)
 
 
-def tokenize(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+def tokenize(text: str, segmented: bool = False) -> list[str]:
+    return text.split() if segmented else _WORD.findall(text.lower())
 
 
 def term_id(term: str) -> int:
@@ -37,9 +39,9 @@ def term_weights(tokens: list[str], avg_len: float) -> dict[str, float]:
     return {t: tf * (K1 + 1) / (tf + norm) for t, tf in Counter(tokens).items()}
 
 
-def document_weights(texts: list[str]) -> list[dict[str, float]]:
+def document_weights(texts: list[str], segmented: bool = False) -> list[dict[str, float]]:
     """term -> BM25 term weight of each text, length-normalised against the texts' average length."""
-    docs = [tokenize(t) for t in texts]
+    docs = [tokenize(t, segmented) for t in texts]
     avg = sum(map(len, docs)) / len(docs) if docs else 0.0
     return [term_weights(d, avg) for d in docs]
 
@@ -47,13 +49,15 @@ def document_weights(texts: list[str]) -> list[dict[str, float]]:
 class BM25Index:
     """BM25 over a fixed list of texts; `search` returns (position, score) best first, scores > 0 only."""
 
-    def __init__(self, texts: list[str]):
-        self._weights = document_weights(texts)
+    def __init__(self, texts: list[str], segmented: bool = False):
+        self._segmented = segmented
+        self._weights = document_weights(texts, segmented)
         df = Counter(t for w in self._weights for t in w)
         self._idf = {t: idf(len(texts), n) for t, n in df.items()}
 
     def search(self, query: str, k: int, allowed: set[int] | None = None) -> list[tuple[int, float]]:
-        terms = sorted(set(tokenize(query)) & self._idf.keys())  # a fixed summation order: no hash-seed noise
+        # a fixed summation order: no hash-seed noise
+        terms = sorted(set(tokenize(query, self._segmented)) & self._idf.keys())
         scored = []
         for i, w in enumerate(self._weights):
             if allowed is not None and i not in allowed:

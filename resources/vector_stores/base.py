@@ -5,6 +5,12 @@ vectors, `near_vector`, `bm25` and `hybrid(alpha)` queries. Rows are dicts with 
 `text` (the indexed text) and `metadata` (a JSON string). Every query takes an optional `where` filter in
 the seeds' format (rag_core/data/filters.py): it is validated here, against the collection's filterable
 fields, and each backend translates the parsed conditions into its own filter language.
+
+The keyword analyzers that segment a language (chinese, japanese, thai: rag_core/retrieval/keywords.py) are
+applied here, not by a store: `keyword_rows` adds each row's segmented text (`keywords`), which the store
+indexes for BM25 in a field of its own split only at spaces (its `text` stays the chunk's own, what hits
+return), and the public keyword and hybrid searches segment the query the same way before a backend sees it
+(`_segmentation` says which analyzer a collection was built with).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from rag_core.components.retrieval_modes import RETRIEVAL_MODES, retrieval_mode
 from rag_core.components.stores import store_analyzers
 from rag_core.data.filters import Condition, check_fields, parse_filter
 from rag_core.retrieval.fusion import fuse
+from rag_core.retrieval.keywords import FIELD, keyword_text, segments
 from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
 
 if TYPE_CHECKING:
@@ -50,8 +57,9 @@ class VectorStore(abc.ABC):
     @abc.abstractmethod
     def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
         """Build the collection from rows and vectors (replacing any previous build, which readers keep
-        seeing until the new one is complete), its keyword index with the BM25 `analyzer` (plain or
-        english, see rag_core/planning/spec.py); return the count."""
+        seeing until the new one is complete), its keyword index with the BM25 `analyzer` (plain, english,
+        or a segmenting one over the rows' `keywords`: keyword_rows; see rag_core/planning/spec.py); return
+        the count."""
 
     def _check_analyzer(self, analyzer: str) -> None:
         offered = store_analyzers(self.backend)
@@ -59,6 +67,16 @@ class VectorStore(abc.ABC):
             raise ValueError(
                 f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers {', '.join(offered)}"
             )
+
+    def _segmentation(self, collection: str) -> str | None:
+        """The segmenting analyzer (chinese, japanese, thai) the collection's keyword index was built with,
+        or None (plain, english). A store that offers none of them keeps this default."""
+        return None
+
+    def _keyword_query(self, collection: str, query: str) -> str:
+        """The query as the collection's keyword index reads it: segmented as its texts were."""
+        analyzer = self._segmentation(collection)
+        return keyword_text(query, analyzer) if analyzer else query
 
     @abc.abstractmethod
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
@@ -115,7 +133,8 @@ class VectorStore(abc.ABC):
         return self._vector_search(collection, vector, k, self._conditions(collection, where))
 
     def keyword_search(self, collection: str, query: str, k: int, where: dict | None = None) -> list[Hit]:
-        return self._keyword_search(collection, query, k, self._conditions(collection, where))
+        conditions = self._conditions(collection, where)
+        return self._keyword_search(collection, self._keyword_query(collection, query), k, conditions)
 
     def hybrid_search(
         self,
@@ -128,6 +147,7 @@ class VectorStore(abc.ABC):
         where: dict | None = None,
     ) -> list[Hit]:
         conditions = self._conditions(collection, where)
+        query = self._keyword_query(collection, query)
         return self._hybrid_search(collection, query, vector, k, alpha, fusion, conditions)
 
     def retrieve(
@@ -155,6 +175,19 @@ class VectorStore(abc.ABC):
         else:  # hybrid
             hits = self.hybrid_search(collection, query, vector, depth, alpha, fusion, where)
         return ranked(hits, k)
+
+
+def keyword_rows(rows: list[dict], analyzer: str) -> list[dict]:
+    """The rows to index: with a segmenting `analyzer`, each also holds its text segmented (`keywords`, words
+    joined by spaces), which the store indexes for BM25 instead of `text`; with plain or english, as given."""
+    if not segments(analyzer):
+        return rows
+    return [{**r, FIELD: keyword_text(r["text"], analyzer)} for r in rows]
+
+
+def reserved_fields(analyzer: str) -> frozenset[str]:
+    """Metadata names a build with `analyzer` keeps for itself (not filterable): `keywords` when it segments."""
+    return frozenset({FIELD}) if segments(analyzer) else frozenset()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
   moved to the finished build. Vectors are self-provided (no embedding function), HNSW with cosine space.
 - Chroma's embedded client has no keyword index (sparse/BM25 indexes are Chroma Cloud only), so keyword
   search ranks the build's texts with rag_core.retrieval.bm25 in process (filters there with rag_core.data.filters'
-  `matches`); the texts are read once per build and process.
+  `matches`); the texts are read once per build and process. A segmenting analyzer's (chinese, japanese,
+  thai) build keeps each row's segmented text in its metadata (`keywords`), which that BM25 ranks, split at
+  spaces only; the documents stay the chunks' own texts.
 - Filters map onto Chroma's own `where` (the same operator names); ranges are split into `$and`.
 """
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from rag_core.data.filters import matches
 from rag_core.retrieval import bm25
+from rag_core.retrieval.keywords import FIELD, segments
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
 
@@ -66,6 +69,8 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
             {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}
             for r, attrs in zip(rows, values, strict=True)
         ]
+        if segments(analyzer):
+            metas = [{**m, FIELD: r[FIELD]} for m, r in zip(metas, rows, strict=True)]
         vecs = np.asarray(vectors, np.float32)
         for i in range(0, len(rows), self.batch_size):
             part = slice(i, i + self.batch_size)
@@ -104,18 +109,21 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
 
         return self._read(collection, run)
 
-    def _keyword_index(self, physical: str):
+    def _keyword_index(self, physical: str, segmented: bool):
         folder = str(Path(self.path) / physical)
         with _BM25_LOCK:
             if folder not in _BM25:
                 got = self._collection(physical).get(include=["documents", "metadatas"])
-                docs = got["documents"]
-                _BM25[folder] = (got["ids"], got["metadatas"], docs, bm25.BM25Index(docs))
+                docs, metas = got["documents"], got["metadatas"]
+                indexed = [m[FIELD] for m in metas] if segmented else docs
+                _BM25[folder] = (got["ids"], metas, docs, bm25.BM25Index(indexed, segmented))
             return _BM25[folder]
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        segmented = self._segmentation(collection) is not None
+
         def run(physical):
-            ids, metas, docs, index = self._keyword_index(physical)
+            ids, metas, docs, index = self._keyword_index(physical, segmented)
             # idf stays over the whole build; the filter (applied to the metadata read with the texts)
             # only restricts which texts rank
             allowed = {i for i, m in enumerate(metas) if matches(where, m)} if where else None

@@ -2,8 +2,9 @@
 per-process cache of clients for stores whose storage admits one client at a time.
 
 A collection is an alias: each build writes a new physical collection, and an alias file (replaced
-atomically) points readers at the finished one together with its filterable fields; the previous build is
-dropped afterwards. Readers never see a half-built index.
+atomically) points readers at the finished one together with its filterable fields (and the analyzer of a
+keyword index that segments its texts, which its queries are segmented with); the previous build is dropped
+afterwards. Readers never see a half-built index.
 
 Qdrant's local mode and Milvus Lite lock their storage to one client (one process). Each physical
 collection therefore gets its own storage path, so different index partitions never contend; a second
@@ -29,7 +30,7 @@ import dagster as dg
 
 from rag_core.data.filters import filterable_attributes
 from resources.storage import atomic_write_bytes, data_root
-from resources.vector_stores.base import VectorStore
+from resources.vector_stores.base import VectorStore, keyword_rows, reserved_fields
 
 
 class AliasDirectory:
@@ -40,7 +41,8 @@ class AliasDirectory:
         return self.root / "_aliases" / f"{collection}.json"
 
     def get(self, collection: str) -> dict | None:
-        """{'physical': name, 'fields': {name: type}, 'count': rows at publishing or None} or None."""
+        """{'physical': name, 'fields': {name: type}, 'count': rows at publishing or None, 'analyzer': the
+        segmenting keyword analyzer or None} or None."""
         path = self._path(collection)
         if not path.exists():
             return None
@@ -53,14 +55,23 @@ class AliasDirectory:
             "physical": record.get("physical") or record["table"],
             "fields": record.get("fields") or {"doc_id": "str"},
             "count": record.get("count"),  # records written before counts were kept have none
+            "analyzer": record.get("analyzer"),  # only a segmenting analyzer is recorded
         }
 
     def point(
-        self, collection: str, physical: str, fields: dict[str, str], count: int | None = None
+        self,
+        collection: str,
+        physical: str,
+        fields: dict[str, str],
+        count: int | None = None,
+        analyzer: str | None = None,
     ) -> dict | None:
-        """Move the alias to `physical` (a finished build of `count` rows); return the previous record."""
+        """Move the alias to `physical` (a finished build of `count` rows, its keyword index segmented by
+        `analyzer`, None: plain or english); return the previous record."""
         previous = self.get(collection)
         record = {"physical": physical, "fields": fields, "count": count}
+        if analyzer:  # a plain or english build's record is as before
+            record["analyzer"] = analyzer
         atomic_write_bytes(self._path(collection), json.dumps(record).encode())
         return previous
 
@@ -125,11 +136,14 @@ class ClientCache:
 class EmbeddedStore(VectorStore):
     """A store whose builds live under one local folder behind an AliasDirectory. Subclasses build, count
     and drop builds; the upsert template (build, verify the count, drop on failure, publish), filter
-    fields, delete and info are the same for all."""
+    fields, delete and info are the same for all. With a segmenting analyzer (chinese, japanese, thai), `_build`
+    gets rows that also hold `keywords` (base.keyword_rows), to index for BM25 split only at spaces, and its
+    `_keyword_search` gets queries segmented the same way; the alias record names the analyzer."""
 
     def upsert(self, collection: str, rows: list[dict], vectors, analyzer: str = "plain") -> int:
         self._check_analyzer(analyzer)
-        fields, values = filterable_attributes(rows)
+        fields, values = filterable_attributes(rows, reserved_fields(analyzer))
+        rows = keyword_rows(rows, analyzer)
         physical = new_physical(collection)
         try:
             self._build(physical, rows, vectors, fields, values, analyzer)
@@ -139,7 +153,7 @@ class EmbeddedStore(VectorStore):
         except BaseException:
             self._drop(physical)  # nothing half-built is left behind
             raise
-        self._publish(collection, physical, fields, count)
+        self._publish(collection, physical, fields, count, analyzer if reserved_fields(analyzer) else None)
         return len(rows)
 
     @abc.abstractmethod
@@ -153,7 +167,8 @@ class EmbeddedStore(VectorStore):
         analyzer: str,
     ) -> None:
         """Write a new build: every row with its vector, the filterable `fields` (typed `values`) and a
-        keyword index with the BM25 `analyzer`."""
+        keyword index with the BM25 `analyzer` (a segmenting one: over the rows' `keywords`, split at spaces
+        only)."""
 
     @property
     @abc.abstractmethod
@@ -193,14 +208,19 @@ class EmbeddedStore(VectorStore):
                 raise
             return run(latest["physical"])
 
-    def _publish(self, collection: str, physical: str, fields: dict[str, str], count: int) -> None:
+    def _publish(
+        self, collection: str, physical: str, fields: dict[str, str], count: int, analyzer: str | None = None
+    ) -> None:
         """Point the collection at a finished build, then drop the build it replaced."""
-        previous = self._aliases.point(collection, physical, fields, count)
+        previous = self._aliases.point(collection, physical, fields, count, analyzer)
         if previous:
             self._drop(previous["physical"])
 
     def filter_fields(self, collection: str) -> dict[str, str]:
         return self._record(collection)["fields"]
+
+    def _segmentation(self, collection: str) -> str | None:
+        return self._record(collection)["analyzer"]
 
     def delete(self, collection: str) -> None:
         previous = self._aliases.remove(collection)

@@ -1,6 +1,8 @@
 """Embedded default store: LanceDB (Arrow-native, no server), one table per index partition.
 
-Keyword search is LanceDB's native full-text index, which ranks by BM25. LanceDB OSS cannot rename a
+Keyword search is LanceDB's native full-text index, which ranks by BM25: over `text` (plain, english), or, for
+a segmenting analyzer (chinese, japanese, thai), over a `keywords` column of the text as the project segmented
+it, split at spaces only (`whitespace`, nothing else). LanceDB OSS cannot rename a
 table, so a collection is an alias (embedded.AliasDirectory) to the latest complete build. Filterable
 metadata fields become typed columns; filters become SQL `WHERE` clauses applied before the search.
 """
@@ -15,6 +17,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from rag_core.retrieval.keywords import FIELD, segments
 from resources.storage import lance_storage_options
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import EmbeddedStore
@@ -89,7 +92,21 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         for name, kind in fields.items():
             if name != "doc_id":
                 columns[name] = pa.array([v.get(name) for v in values], ARROW_TYPES[kind])
+        segmented = segments(analyzer)
+        if segmented:
+            columns[FIELD] = pa.array([r[FIELD] for r in rows], pa.string())
         tbl = self._db().create_table(physical, pa.table(columns))
+        if segmented:  # words the project cut, lowercased: split at spaces, kept whole however long
+            fts = lancedb.index.FTS(
+                base_tokenizer="whitespace",
+                max_token_length=None,
+                lower_case=False,
+                stem=False,
+                remove_stop_words=False,
+                ascii_folding=False,
+            )
+            tbl.create_index(FIELD, config=fts)
+            return
         english = analyzer == "english"
         fts = lancedb.index.FTS(
             base_tokenizer="simple",  # runs of letters and digits, as every store's `plain`
@@ -138,12 +155,17 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], 1.0 - float(r["_distance"])) for r in res]
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
-        q_text = _fts_query(query)
+        # a segmented query is words of letters, digits and marks already: no syntax, nothing to drop
+        segmented = self._segmentation(collection) is not None
+        q_text = query.strip() if segmented else _fts_query(query)
         if not q_text:
             return []
 
         def run(table):
-            q = table.search(q_text, query_type="fts")
+            if segmented:
+                q = table.search(q_text, query_type="fts", fts_columns=FIELD)
+            else:
+                q = table.search(q_text, query_type="fts")
             if where:
                 q = q.where(sql_where(where), prefilter=True)
             return q.limit(k).select(["chunk_id", "doc_id", "text", "_score"]).to_list()

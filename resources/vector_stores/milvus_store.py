@@ -3,19 +3,27 @@
 - Each build is its own folder holding one Milvus Lite file (a file admits one client, i.e. one
   process); the collection name is an alias (embedded.AliasDirectory) moved to the finished build.
 - Schema: chunk_id (primary key), doc_id, text (analyzed), metadata (JSON string), a dense vector (FLAT
-  index, cosine: exact search) and a sparse vector filled by Milvus's own BM25 function over `text`.
+  index, cosine: exact search) and a sparse vector filled by Milvus's own BM25 function over `text`. A
+  segmenting analyzer's build (chinese, japanese, thai) analyzes a `keywords` field instead (`text` is then
+  not analyzed): Milvus Lite has no whitespace tokenizer (standard and jieba only), and the standard one's
+  Unicode word rules cut ideographs, kana and Thai letters one by one, so the field holds each of the
+  project's words as one token of ASCII letters and digits (`_word_tokens`): the same words, the same counts,
+  the same BM25 as the other stores.
 - Filterable metadata fields are dynamic fields; filters become Milvus boolean expressions
   (`year >= 2000 and doc_id in ["a", "b"]`). Strong consistency: a search sees every insert.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from rag_core.retrieval.keywords import FIELD, segments
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
@@ -37,6 +45,23 @@ CLIENTS = ClientCache("Milvus Lite", _locked)
 # stays one word) and lowercase. Milvus Lite offers no stemmer (tokenizers standard and jieba only; stop and
 # stemmer filters had no effect when tried), so `english` is not offered.
 ANALYZERS = {"plain": {"tokenizer": "standard", "filter": ["lowercase"]}}
+
+
+_WHOLE = re.compile(r"[a-z0-9]+|[^\W\d_]")  # ASCII letters and digits, or one letter: one token as it is
+
+
+def _token(word: str) -> str:
+    if _WHOLE.fullmatch(word):
+        return word
+    return "w" + hashlib.blake2b(word.encode(), digest_size=8).hexdigest()
+
+
+def _word_tokens(keywords: str) -> str:
+    """Segmented text (words joined by spaces) as tokens the standard tokenizer keeps whole: a word of ASCII
+    letters and digits, or of one letter (a Chinese character), as it is; any other as `w` and 16 hex digits
+    of its BLAKE2b hash (64 bits: no two words of a corpus share one in practice). Per-character Chinese
+    stays as long as its text, under the field's 65,535 bytes."""
+    return " ".join(map(_token, keywords.split()))
 
 
 class _LiteClient:
@@ -97,16 +122,27 @@ class MilvusLiteStore(SingleClientStore):
         from pymilvus import DataType, Function, FunctionType, MilvusClient
 
         client = self._client(physical)
+        segmented = segments(analyzer)
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
         schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_VARCHAR, is_primary=True)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_VARCHAR)
-        schema.add_field(
-            "text",
-            DataType.VARCHAR,
-            max_length=MAX_VARCHAR,
-            enable_analyzer=True,
-            analyzer_params=ANALYZERS[analyzer],
-        )
+        if segmented:
+            schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+            schema.add_field(
+                FIELD,
+                DataType.VARCHAR,
+                max_length=MAX_VARCHAR,
+                enable_analyzer=True,
+                analyzer_params=ANALYZERS["plain"],  # one token per word (_word_tokens)
+            )
+        else:
+            schema.add_field(
+                "text",
+                DataType.VARCHAR,
+                max_length=MAX_VARCHAR,
+                enable_analyzer=True,
+                analyzer_params=ANALYZERS[analyzer],
+            )
         schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
@@ -114,7 +150,7 @@ class MilvusLiteStore(SingleClientStore):
             Function(
                 name="bm25",
                 function_type=FunctionType.BM25,
-                input_field_names=["text"],
+                input_field_names=[FIELD if segmented else "text"],
                 output_field_names=["sparse"],
             )
         )
@@ -130,6 +166,7 @@ class MilvusLiteStore(SingleClientStore):
                 "text": r["text"],
                 "metadata": r.get("metadata", "{}"),
                 "dense": np.asarray(vec, np.float32).tolist(),
+                **({FIELD: _word_tokens(r[FIELD])} if segmented else {}),
             }
             for r, vec, attrs in zip(rows, vectors, values, strict=True)
         ]
@@ -158,6 +195,8 @@ class MilvusLiteStore(SingleClientStore):
         return self._search(collection, vec, "dense", k, where, float)
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
+        if self._segmentation(collection) is not None:
+            query = _word_tokens(query)
         if not query.strip():
             return []
         # Milvus Lite reports BM25 relevance as a negative distance; the score is its magnitude

@@ -3,7 +3,8 @@
 - Each build is its own storage folder (local mode locks a folder to one client); the collection name is
   an alias (embedded.AliasDirectory) moved to the finished build.
 - Points carry a dense `dense` vector (cosine) and a sparse `bm25` vector: BM25 term weights computed here
-  (rag_core/retrieval/bm25.py) with Qdrant applying the idf (`Modifier.IDF`), which makes keyword search BM25.
+  (rag_core/retrieval/bm25.py) with Qdrant applying the idf (`Modifier.IDF`), which makes keyword search BM25;
+  of the text, or of a segmenting analyzer's (chinese, japanese, thai) `keywords`, split at spaces only.
 - Payload: chunk_id, doc_id, text, metadata (JSON) and the filterable metadata fields; filters become
   `Filter(must=[FieldCondition(...)])` with MatchValue, MatchAny and Range.
 """
@@ -16,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from rag_core.retrieval import bm25
+from rag_core.retrieval.keywords import FIELD, segments
 from resources.vector_stores.base import Conditions, Hit
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
@@ -73,7 +75,8 @@ class QdrantStore(SingleClientStore):
             },
             sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
         )
-        doc_weights = bm25.document_weights([r["text"] for r in rows])
+        segmented = segments(analyzer)
+        doc_weights = bm25.document_weights([r[FIELD if segmented else "text"] for r in rows], segmented)
         points = []
         for row, vec, attrs, terms in zip(rows, vectors, values, doc_weights, strict=True):
             weights = {bm25.term_id(t): w for t, w in terms.items()}
@@ -116,7 +119,8 @@ class QdrantStore(SingleClientStore):
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         from qdrant_client import models
 
-        ids = sorted({bm25.term_id(t) for t in bm25.tokenize(query)})
+        segmented = self._segmentation(collection) is not None
+        ids = sorted({bm25.term_id(t) for t in bm25.tokenize(query, segmented)})
         if not ids:
             return []
         sparse = models.SparseVector(indices=ids, values=[1.0] * len(ids))

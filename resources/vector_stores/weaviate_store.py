@@ -1,7 +1,10 @@
 """Weaviate (v4 client) implementation of the vector-store interface.
 
 - One collection per index partition, no server-side vectorizer: vectors are precomputed and imported.
-- Properties: chunk_id, doc_id, text (BM25-indexed), metadata (JSON string, not indexed for search).
+- Properties: chunk_id, doc_id, text (BM25-indexed), metadata (JSON string, not indexed for search). A
+  segmenting analyzer's collection (chinese, japanese, thai) BM25-indexes `keywords` instead, the text as the
+  project segmented it, with whitespace tokenization (the server's gse and kagome tokenizers need server
+  flags, and would cut otherwise); its description names the analyzer, which segments the queries too.
 - Queries: near_vector (cosine), bm25, native hybrid with alpha and fusion (rrf -> rankedFusion,
   weighted -> relativeScoreFusion); filters (rag_core/data/filters.py) become Weaviate `Filter`s on doc_id and
   the filterable metadata fields, which are typed properties (text, int, number, boolean).
@@ -31,7 +34,8 @@ import dagster as dg
 import numpy as np
 
 from rag_core.data.filters import filterable_attributes
-from resources.vector_stores.base import Conditions, Hit, VectorStore
+from rag_core.retrieval.keywords import FIELD, segments
+from resources.vector_stores.base import Conditions, Hit, VectorStore, keyword_rows, reserved_fields
 
 
 class WeaviateImportError(RuntimeError):
@@ -45,10 +49,19 @@ class WeaviateKeywordWarning(UserWarning):
 FULL_SCAN_MAX = 20_000  # objects a BlockMax WAND collection's keyword and hybrid queries ask for at most
 SCAN_PROPERTIES = ["chunk_id", "doc_id"]  # what a whole-collection scan returns of each object
 SCAN_TTL_S = 30.0  # how long a collection's scan limit is kept (a rebuild elsewhere moves its alias)
-# (url, collection) -> (the limit that makes a keyword query prune nothing or 0, when it was read)
-_SCANS: dict[tuple[str, str], tuple[int, float]] = {}
+# (url, collection) -> (the limit that makes a keyword query prune nothing or 0, the segmenting analyzer of
+# its keyword index or None, when they were read)
+_SCANS: dict[tuple[str, str], tuple[int, str | None, float]] = {}
+ANALYZER_NOTE = "bm25_analyzer="  # the `keywords` property's description: this, then the analyzer
 _SCANS_LOCK = threading.Lock()
 _WARNED: set[tuple[str, str]] = set()
+
+
+def _keywords(description: str | None) -> str | None:
+    """The analyzer a property's description names when it is a segmented `keywords` property, else None."""
+    if description and description.startswith(ANALYZER_NOTE):
+        return description.removeprefix(ANALYZER_NOTE)
+    return None
 
 
 class WeaviateStore(dg.ConfigurableResource, VectorStore):
@@ -126,7 +139,21 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         self._check_analyzer(analyzer)
 
         physical = f"{collection}_b{uuid.uuid4().hex[:8]}"
-        fields, values = filterable_attributes(rows)
+        fields, values = filterable_attributes(rows, reserved_fields(analyzer))
+        rows = keyword_rows(rows, analyzer)
+        segmented = segments(analyzer)
+        keywords = (
+            [  # the project's words, lowercased: split at whitespace only
+                Property(
+                    name=FIELD,
+                    data_type=DataType.TEXT,
+                    tokenization=Tokenization.WHITESPACE,
+                    description=f"{ANALYZER_NOTE}{analyzer}",
+                )
+            ]
+            if segmented
+            else []
+        )
         kinds = {"str": DataType.TEXT, "int": DataType.INT, "float": DataType.NUMBER, "bool": DataType.BOOL}
         extra = [
             Property(
@@ -160,7 +187,13 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                         tokenization=Tokenization.FIELD,
                         index_searchable=False,
                     ),
-                    Property(name="text", data_type=DataType.TEXT, tokenization=Tokenization.WORD),
+                    Property(
+                        name="text",
+                        data_type=DataType.TEXT,
+                        tokenization=Tokenization.WORD,
+                        **({"index_searchable": False} if segmented else {}),
+                    ),
+                    *keywords,
                     Property(
                         name="metadata",
                         data_type=DataType.TEXT,
@@ -180,6 +213,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                                 "doc_id": row["doc_id"],
                                 "text": row["text"],
                                 "metadata": row.get("metadata", "{}"),
+                                **({FIELD: row[FIELD]} if segmented else {}),
                             },
                             vector=np.asarray(vec, dtype=np.float32).tolist(),
                             uuid=uuid.uuid5(uuid.NAMESPACE_URL, row["chunk_id"]),
@@ -248,7 +282,7 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         kinds = {"text": "str", "int": "int", "number": "float", "boolean": "bool"}
         with self._client() as client:
             props = client.collections.get(collection).config.get().properties
-        fields = {p.name: kinds.get(str(p.data_type.value)) for p in props}
+        fields = {p.name: kinds.get(str(p.data_type.value)) for p in props if not _keywords(p.description)}
         return {k: v for k, v in fields.items() if v and k not in ("chunk_id", "text", "metadata")}
 
     @staticmethod
@@ -274,11 +308,11 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         from weaviate.classes.query import MetadataQuery
 
         with self._client() as client:
-            scan = self._scan_limit(client, collection)
+            scan, analyzer = self._keyword_facts(client, collection)
             coll = client.collections.get(collection)
             res = coll.query.bm25(
                 query=query,
-                query_properties=["text"],
+                query_properties=[FIELD if analyzer else "text"],
                 limit=max(k, scan),
                 filters=self._filters(where),
                 return_metadata=MetadataQuery(score=True),
@@ -300,14 +334,14 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
 
         fusion_type = {"rrf": HybridFusion.RANKED, "weighted": HybridFusion.RELATIVE_SCORE}[fusion]
         with self._client() as client:
-            scan = self._scan_limit(client, collection)
+            scan, analyzer = self._keyword_facts(client, collection)
             coll = client.collections.get(collection)
             res = coll.query.hybrid(
                 query=query,
                 vector=np.asarray(vector, dtype=np.float32).tolist(),
                 alpha=alpha,
                 fusion_type=fusion_type,
-                query_properties=["text"],
+                query_properties=[FIELD if analyzer else "text"],
                 limit=max(k, scan),
                 filters=self._filters(where),
                 return_metadata=MetadataQuery(score=True),
@@ -328,9 +362,9 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                 o.properties["text"] = texts[o.uuid]
         return self._hits(top, lambda m: float(m.score))
 
-    def _uses_blockmax(self, physical: str) -> bool:
-        """Whether the collection's keyword index is BlockMax WAND: its schema's `usingBlockMaxWAND`, which
-        the client's typed configuration does not carry (read over REST)."""
+    def _schema(self, physical: str) -> dict:
+        """The collection's schema over REST: it says whether its keyword index is BlockMax WAND
+        (`usingBlockMaxWAND`), which the client's typed configuration does not carry."""
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -338,20 +372,32 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             f"{self.url.rstrip('/')}/v1/schema/{physical}", headers=headers, timeout=self.query_timeout_s
         )
         reply.raise_for_status()
-        return bool(reply.json().get("invertedIndexConfig", {}).get("usingBlockMaxWAND", False))
+        return reply.json()
 
-    def _scan_limit(self, client, collection: str) -> int:
-        """The object count of a BlockMax WAND collection of up to FULL_SCAN_MAX objects (a keyword query
-        asking for that many prunes nothing, module doc), else 0; read once per SCAN_TTL_S."""
+    def _segmentation(self, collection: str) -> str | None:
+        with _SCANS_LOCK:
+            known = _SCANS.get((self.url, collection))
+        if known is not None and time.monotonic() - known[2] < SCAN_TTL_S:
+            return known[1]
+        with self._client() as client:
+            return self._keyword_facts(client, collection)[1]
+
+    def _keyword_facts(self, client, collection: str) -> tuple[int, str | None]:
+        """(the object count of a BlockMax WAND collection of up to FULL_SCAN_MAX objects, else 0: a keyword
+        query asking for that many prunes nothing, module doc; the segmenting analyzer of its keyword index,
+        else None), read once per SCAN_TTL_S."""
         key = (self.url, collection)
         with _SCANS_LOCK:
             known = _SCANS.get(key)
-        if known is not None and time.monotonic() - known[1] < SCAN_TTL_S:
-            return known[0]
+        if known is not None and time.monotonic() - known[2] < SCAN_TTL_S:
+            return known[0], known[1]
         alias = client.alias.get(alias_name=collection)
         physical = alias.collection if alias else collection
+        schema = self._schema(physical)
+        props = [p for p in schema.get("properties", []) if p.get("name") == FIELD]
+        analyzer = _keywords(props[0].get("description")) if props else None
         limit = 0
-        if self._uses_blockmax(physical):
+        if schema.get("invertedIndexConfig", {}).get("usingBlockMaxWAND", False):
             count = client.collections.get(physical).aggregate.over_all(total_count=True).total_count
             if count <= FULL_SCAN_MAX:
                 limit = count
@@ -365,8 +411,8 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                     stacklevel=3,
                 )
         with _SCANS_LOCK:
-            _SCANS[key] = (limit, time.monotonic())
-        return limit
+            _SCANS[key] = (limit, analyzer, time.monotonic())
+        return limit, analyzer
 
     def info(self, collection: str) -> dict:
         with self._client() as client:
