@@ -186,6 +186,94 @@ def test_bm25_analyzer_is_a_setting_recorded_in_the_config(tmp_path):
         Plan.resolve(load_sweep(bad))
 
 
+def _index_own(plan) -> dict:
+    return {k.split("__")[-1]: p.own for k, p in plan.partitions["vector_index"].items()}
+
+
+def test_keyword_configs_follow_the_qa_sets_language(tmp_path):
+    """data.language ja: a config that searches keywords gets the japanese analyzer, with the segmenter's
+    version in its index's fingerprint; a vector-only config keeps plain and its index as before."""
+    from rag_core.metrics.languages import segmenter
+
+    spec = dict(BASE, data={**BASE["data"], "language": "ja"})
+    sweep = load_sweep(write(tmp_path, spec))
+    by_mode = {(c.retrieval.mode, c.index.bm25_analyzer) for c in sweep.configs}
+    assert by_mode == {("vector", "plain"), ("bm25", "japanese"), ("hybrid", "japanese")}
+    own = _index_own(Plan.resolve(sweep))
+    assert own["lancedb"] == {"store": "lancedb", "bm25_analyzer": "plain"}
+    assert own["lancedb-japanese"] == {
+        "store": "lancedb",
+        "bm25_analyzer": "japanese",
+        "segmenter": f"{segmenter('ja')}; NFKC, lowercase, runs of letters, digits and marks",
+    }
+    # zh and th likewise; any other language (English too) keeps plain
+    for language, analyzer in [("zh-TW", "chinese"), ("th", "thai"), ("en", "plain"), ("ko", "plain")]:
+        spec = dict(BASE, data={**BASE["data"], "language": language})
+        sweep = load_sweep(write(tmp_path, spec, f"{language}.yaml"))
+        assert {c.index.bm25_analyzer for c in sweep.configs if c.retrieval.mode == "bm25"} == {analyzer}
+    # a named analyzer wins, for every config
+    spec = dict(BASE, data={**BASE["data"], "language": "ja"}, index={"bm25_analyzer": ["plain", "japanese"]})
+    sweep = load_sweep(write(tmp_path, spec, "named.yaml"))
+    assert {(c.retrieval.mode, c.index.bm25_analyzer) for c in sweep.configs} == {
+        (m, a) for m in ("vector", "bm25", "hybrid") for a in ("plain", "japanese")
+    }
+
+
+def test_plain_and_english_indexes_add_nothing_to_their_settings(tmp_path):
+    """Their index keys and settings are exactly as before the language analyzers (so are the fingerprints
+    and collections built on them), whatever data.language says."""
+    for language in (None, "en", "ja", "auto"):
+        data = {**BASE["data"], **({"language": language} if language else {})}
+        named = ["plain", "english"]
+        spec = dict(BASE, data=data, index={"store": "lancedb", "bm25_analyzer": named})
+        if language == "ja":  # english cannot go with ja (below): plain only
+            spec["index"] = {"store": "lancedb", "bm25_analyzer": "plain"}
+            named = ["plain"]
+        own = _index_own(Plan.resolve(load_sweep(write(tmp_path, spec, f"{language}.yaml"))))
+        expected = {
+            "lancedb": {"store": "lancedb", "bm25_analyzer": "plain"},
+            "lancedb-english": {"store": "lancedb", "bm25_analyzer": "english"},
+        }
+        assert own == {k: v for k, v in expected.items() if v["bm25_analyzer"] in named}
+
+
+@pytest.mark.parametrize(
+    "language, analyzer, message",
+    [
+        ("ja", "thai", "'thai' segments th text but data.language is ja; leave it unset"),
+        ("ja", "english", "'english' stems English words and cannot segment ja text"),
+        ("de", "chinese", r"'chinese' segments zh text but data.language is de; name plain \(de has no"),
+        ("ja", "korean", "field 'index.bm25_analyzer': Input should be 'plain', 'english', 'chinese'"),
+    ],
+)
+def test_an_analyzer_for_another_language_is_refused(tmp_path, language, analyzer, message):
+    spec = dict(BASE, data={**BASE["data"], "language": language}, index={"bm25_analyzer": analyzer})
+    path = write(tmp_path, spec)
+    with pytest.raises(SpecError, match=message) as e:
+        load_sweep(path)
+    assert str(e.value).startswith(f"{path}: ") and "index.bm25_analyzer" in str(e.value)
+
+
+def test_a_store_without_the_languages_analyzer_is_refused_by_name(tmp_path, monkeypatch):
+    """No language (or auto): any analyzer may be named. A store that cannot apply the one a config follows
+    is refused, naming the stores that can and how to keep plain."""
+    from rag_core.components.stores import STORES, Store
+
+    spec = dict(BASE, data={**BASE["data"], "language": "auto"}, index={"bm25_analyzer": "thai"})
+    assert {c.index.bm25_analyzer for c in load_sweep(write(tmp_path, spec)).configs} == {"thai"}
+    STORES.names()  # the built-ins registered
+    monkeypatch.setitem(
+        STORES._builtins, "plainonly", Store("plainonly", "test", ("plain",), "local", object)
+    )
+    spec = dict(BASE, data={**BASE["data"], "language": "th"}, index={"store": "plainonly"})
+    with pytest.raises(
+        SpecError, match="plainonly cannot apply 'thai'.*name plain to keep it.*lancedb, qdrant"
+    ):
+        Plan.resolve(load_sweep(write(tmp_path, spec, "th.yaml")))
+    spec["index"] = {"store": "plainonly", "bm25_analyzer": "plain"}
+    Plan.resolve(load_sweep(write(tmp_path, spec, "plain.yaml")))
+
+
 def test_the_llm_endpoint_is_in_the_fingerprint_of_what_calls_an_llm(tmp_path):
     """The same model name on another server is another model: its answers are new artifacts. Stages
     that call no LLM (and the extractive config) keep their fingerprints, so their work is reused."""

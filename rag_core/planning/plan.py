@@ -127,9 +127,15 @@ class Plan:
         for c in configs:
             if c.index.bm25_analyzer not in store_analyzers(c.index.store):
                 able = [s for s in STORES.names() if c.index.bm25_analyzer in store_analyzers(s)]
+                why = (
+                    "it has no stemmer"
+                    if c.index.bm25_analyzer == "english"
+                    else "it does not index segmented keywords; a config that searches keywords follows "
+                    "data.language unless it names its analyzer: name plain to keep it"
+                )
                 raise SpecError(
                     f"{sweep.path}: field 'index.bm25_analyzer': {c.index.store} cannot apply "
-                    f"{c.index.bm25_analyzer!r} (it has no stemmer); stores that can: {', '.join(able)}"
+                    f"{c.index.bm25_analyzer!r} ({why}); stores that can: {', '.join(able)}"
                 )
         partitions: dict[str, dict[str, Partition]] = {}
         found: dict[str | None, str | None] = {}  # each local model's folder is looked at once

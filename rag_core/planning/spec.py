@@ -153,7 +153,11 @@ class EmbeddingConfig(_Strict):
 # rag_core/components/stores.py):
 # - plain: lowercase, split into runs of letters and digits; no stemming, no stop words, no accent folding
 # - english: plain + English stop words removed + Snowball English stemming (+ ASCII folding on LanceDB)
-BM25_ANALYZERS = ("plain", "english")
+# - chinese, japanese, thai: the project segments the text into words (Chinese per character; Japanese with
+#   SudachiPy, Thai with PyThaiNLP, as answer scoring does) before the store sees it, and the query likewise
+#   (rag_core/retrieval/keywords.py). A config that searches keywords follows `data.language` (zh, ja, th)
+#   unless it names its analyzer (`follow_language`); every other language keeps plain, English too.
+BM25_ANALYZERS = ("plain", "english", "chinese", "japanese", "thai")
 
 
 class IndexConfig(_Strict):
@@ -900,6 +904,8 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         chunkings = _expand(spec.chunking, ChunkingConfig, "chunking")
         embeddings = _expand(spec.embedding, EmbeddingConfig, "embedding")
         indexes = _expand(spec.index, IndexConfig, "index")
+        for i in indexes:
+            _check_analyzer_language(i, spec.data.language)
         retrievals = _expand(spec.retrieval, RetrievalConfig, "retrieval")
         reranks = _expand(spec.rerank, RerankConfig, "rerank")
         generations = _expand(spec.generation, GenerationConfig, "generation")
@@ -914,7 +920,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         RagConfig(
             chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,
             embedding=e,
-            index=i,
+            index=follow_language(i, r, spec.data.language),
             retrieval=r,
             rerank=rr,
             generation=g,
@@ -947,6 +953,42 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         optimize=spec.optimize,
         gate=spec.gate,
     )
+
+
+def follow_language(index: IndexConfig, retrieval: RetrievalConfig, language: str | None) -> IndexConfig:
+    """The index of a config: one that searches keywords and names no analyzer gets the analyzer of the QA
+    set's language where it has one (zh chinese, ja japanese, th thai); every other keeps its own (plain
+    unless named), so a config that searches by vector alone keeps its index and fingerprints."""
+    from rag_core.retrieval.keywords import analyzer_for
+
+    analyzer = analyzer_for(language)
+    if analyzer is None or "bm25_analyzer" in index.model_fields_set or not retrieval.reads_keywords:
+        return index
+    return index.model_copy(update={"bm25_analyzer": analyzer})
+
+
+def _check_analyzer_language(index: IndexConfig, language: str | None) -> None:
+    """An analyzer named for a language is the QA set's language when data.language names one: japanese over
+    a Thai QA set, or english (stemming, no segmentation) over a Chinese, Japanese or Thai one, is an error.
+    plain goes with every language; with no language (or `auto`) any analyzer may be named."""
+    from rag_core.retrieval.keywords import SEGMENTING, analyzer_for
+
+    analyzer = index.bm25_analyzer
+    if language in (None, "auto") or analyzer == "plain":
+        return
+    own = analyzer_for(language)
+    if analyzer in SEGMENTING and SEGMENTING[analyzer] != language:
+        problem = f"{analyzer!r} segments {SEGMENTING[analyzer]} text but data.language is {language}"
+    elif analyzer == "english" and own is not None:
+        problem = f"'english' stems English words and cannot segment {language} text (data.language)"
+    else:
+        return
+    advice = (
+        f"leave it unset (a config that searches keywords then gets {own!r}) or name plain"
+        if own
+        else f"name plain ({language} has no segmenting analyzer)"
+    )
+    raise SpecError(f"field 'index.bm25_analyzer': {problem}; {advice}")
 
 
 def _judge_labels(spec: SweepFile, path: Path) -> tuple[Path | None, str | None]:

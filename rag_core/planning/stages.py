@@ -26,6 +26,7 @@ from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
 from rag_core.metrics.languages import segmenter
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
+from rag_core.retrieval.keywords import keyword_rule
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,10 @@ def _embedding_settings(c: RagConfig, judge) -> dict:
 
 
 def _index_settings(c: RagConfig, judge) -> dict:
-    return _pinned(c.index.model_dump(), STORES.origin(c.index.store).pin if c.index.store else None)
+    settings = c.index.model_dump()
+    if rule := keyword_rule(c.index.bm25_analyzer):  # chinese, japanese, thai: the segmenter's version too
+        settings["segmenter"] = rule  # (plain and english: as before)
+    return _pinned(settings, STORES.origin(c.index.store).pin if c.index.store else None)
 
 
 def _retrieval_key(c: RagConfig) -> str:
@@ -178,7 +182,7 @@ STAGES: tuple[Stage, ...] = (
         "vector_index",
         "embeddings",
         ("embeddings", "chunksets"),
-        2,  # 2: the BM25 analyzer (plain by default on every store)
+        2,  # 2: the BM25 analyzer (plain by default on every store; the language's where it segments one)
         key=lambda c: c.index.key,
         settings=_index_settings,
         external=True,
