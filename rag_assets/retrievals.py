@@ -10,6 +10,7 @@ from rag_core.common.redaction import redact_url
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.metrics import percentile
 from rag_core.retrieval.hops import loop_counts
+from rag_core.retrieval.keywords import segments
 from rag_core.retrieval.retrieve import retrieve
 
 
@@ -54,7 +55,7 @@ class Retrievals(StageLogic):
         if c.retrieval.reads_keywords:
             share = unsegmented_share(run.read("qa_set")["question"].to_list())
             keyword["unsegmented_question_share"] = round(share, 4)
-            if share:
+            if share and not segments(c.index.bm25_analyzer):  # a segmenting analyzer cuts them into words
                 run.context.log.warning(
                     f"{share:.0%} of the questions are written without spaces between words: {UNSEGMENTED_ADVICE}"
                 )

@@ -48,8 +48,11 @@ def _warn_size(plan) -> None:
 
 
 def _warn_unsegmented(plan, corpus, qa) -> None:
-    """Keyword search cannot split text written without spaces between words (rag_core/common/text.py)."""
-    if not any(c.retrieval.reads_keywords for c in plan.configs):
+    """Keyword search with plain or english cannot split text written without spaces between words
+    (rag_core/common/text.py); a segmenting analyzer (chinese, japanese, thai) does."""
+    from rag_core.retrieval.keywords import segments
+
+    if not any(c.retrieval.reads_keywords and not segments(c.index.bm25_analyzer) for c in plan.configs):
         return
     docs = unsegmented_share(corpus["text"].to_list())
     questions = unsegmented_share(qa["question"].to_list()) if qa is not None else 0.0

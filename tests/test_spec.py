@@ -274,6 +274,40 @@ def test_a_store_without_the_languages_analyzer_is_refused_by_name(tmp_path, mon
     Plan.resolve(load_sweep(write(tmp_path, spec, "plain.yaml")))
 
 
+def test_the_unsegmented_warning_fires_only_where_the_index_does_not_segment(tmp_path, capsys):
+    """`rag-sweep validate` and the retrievals warn of questions written without spaces between words
+    only for keyword configs whose analyzer reads them as one word (plain, english)."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from rag_assets.retrievals import Retrievals
+    from rag_sweep.printing import _warn_unsegmented
+
+    corpus = pl.DataFrame({"text": ["東京大学は日本の国立大学です。"]})
+    qa = pl.DataFrame({"question": ["東京大学はどこですか"]})
+    frame = pl.DataFrame(
+        {"latency_ms": [1.0], "chunk_ids": [["c0"]], "transform_fallback": [False]},
+    )
+    data = {**BASE["data"], "language": "ja"}
+    for analyzer, warned in [(None, False), ("plain", True)]:
+        index = {"bm25_analyzer": analyzer} if analyzer else {}
+        spec = dict(BASE, data=data, index=index)
+        plan = Plan.resolve(load_sweep(write(tmp_path, spec, f"{analyzer}.yaml")))
+        _warn_unsegmented(plan, corpus, qa)
+        assert ("without spaces between words" in capsys.readouterr().err) is warned
+        c = next(c for c in plan.configs if c.retrieval.mode == "bm25")
+        log = []
+        run = SimpleNamespace(
+            config=c,
+            read=lambda name: qa,
+            context=SimpleNamespace(log=SimpleNamespace(warning=log.append)),
+            partition=SimpleNamespace(own={}),
+        )
+        meta = Retrievals().report(run, frame, reused=False)
+        assert meta["unsegmented_question_share"] == 1.0 and bool(log) is warned
+
+
 def test_the_llm_endpoint_is_in_the_fingerprint_of_what_calls_an_llm(tmp_path):
     """The same model name on another server is another model: its answers are new artifacts. Stages
     that call no LLM (and the extractive config) keep their fingerprints, so their work is reused."""

@@ -34,7 +34,8 @@ def fold(s: str) -> str:
 
 
 # Scripts written without spaces between words: Han, Hiragana, Katakana, Thai, Lao, Myanmar, Khmer. The
-# keyword analyzers here (runs of letters and digits) read a whole unbroken run of them as one "word".
+# plain and english keyword analyzers (runs of letters and digits) read a whole unbroken run of them as one
+# "word"; chinese, japanese and thai (rag_core/retrieval/keywords.py) segment their language.
 _UNSEGMENTED = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
 )
@@ -53,6 +54,7 @@ def unsegmented_share(texts: list[str]) -> float:
 
 UNSEGMENTED_ADVICE = (
     "BM25's analyzer splits words at spaces and punctuation, so a run of Chinese, Japanese or Thai text "
-    "is one 'word' and keyword search rarely matches it: rank these configs by vector search, or segment "
-    "the text (spaces between words) before indexing"
+    "is one 'word' and keyword search rarely matches it: set data.language (zh, ja, th) or "
+    "index.bm25_analyzer (chinese, japanese, thai) so the keyword index segments it, rank these configs by "
+    "vector search, or segment the text (spaces between words) before indexing"
 )
