@@ -507,3 +507,19 @@ def test_a_segmenter_joins_its_languages_evaluation_fingerprint_and_no_other(tmp
         languages.segmenter.cache_clear()
     assert {code for code in codes if after[code][0] != before[code][0]} == {"ja", "th"}
     assert after["ja"][1]["segmenter"].startswith("sudachipy==0.0.1 ")
+
+
+def test_the_extractive_reader_keeps_a_word_whole_with_its_vowel_signs():
+    """Python's \\w leaves out combining marks: a Hindi or Thai word was cut at each vowel sign, so the reader
+    answered with pieces of words (and scored 0 in those languages)."""
+    from rag_core.generation.generate import extractive_answer
+
+    hindi = "भारत की राजधानी नई दिल्ली है"
+    assert extractive_answer("भारत की राजधानी क्या है?", [hindi]) == "नई दिल्ली"
+    thai = "เมืองหลวง ของ ประเทศไทย คือ กรุงเทพมหานคร"
+    assert extractive_answer("เมืองหลวง ของ ประเทศไทย คือ อะไร", [thai]) == "กรุงเทพมหานคร"
+    # English unchanged
+    assert (
+        extractive_answer("Which city is the capital of France?", ["Paris is the capital of France."])
+        == "Paris"
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import string
+import sys
 import unicodedata
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -26,6 +28,21 @@ def normalize_answer(s: str) -> str:
 
 def tokens(s: str) -> list[str]:
     return normalize_answer(s).split()
+
+
+@functools.cache
+def marks() -> str:
+    """Every combining mark (Unicode category M*), escaped for a regex character class: Python's `\\w` does
+    not match them, so a word in Devanagari, Thai, Bengali or Tamil would be cut at each vowel sign."""
+    return "".join(
+        re.escape(chr(i)) for i in range(sys.maxunicode + 1) if unicodedata.category(chr(i))[0] == "M"
+    )
+
+
+@functools.cache
+def word_pattern() -> re.Pattern:
+    """A word: a run of letters, digits, `_` and combining marks (`\\w` and the marks it leaves out)."""
+    return re.compile(f"(?:\\w|[{marks()}])+")
 
 
 def fold(s: str) -> str:

@@ -13,16 +13,15 @@ import math
 import re
 from collections.abc import Sequence
 
-from rag_core.common.text import STOPWORDS, fold
+from rag_core.common.text import STOPWORDS, fold, word_pattern
 from rag_core.components.readers import READERS, Reader
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had)\b", re.IGNORECASE)
 
 
 def _content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(fold(text)) if w not in STOPWORDS]
+    return [w for w in word_pattern().findall(fold(text)) if w not in STOPWORDS]
 
 
 def extractive_answer(question: str, contexts: Sequence[str]) -> str:
@@ -53,7 +52,7 @@ def extractive_answer(question: str, contexts: Sequence[str]) -> str:
 
 def _novel_span(sentence: str, q_words: set[str]) -> str:
     """The longest run of tokens in `sentence` that are not question words (stopwords may sit inside)."""
-    toks = list(_WORD.finditer(sentence))
+    toks = list(word_pattern().finditer(sentence))  # a word keeps its vowel signs (Hindi, Thai)
     best: tuple[int, int] = (0, -1)
     start = None
     for i, m in enumerate(toks + [None]):

@@ -213,7 +213,9 @@ STAGES: tuple[Stage, ...] = (
         "answers",
         "rerankings",
         ("rerankings", "chunksets", "corpus", "qa_set"),
-        6,  # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`
+        # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`;
+        # 7: the extractive reader's words keep their combining marks (a Hindi or Thai word is not cut)
+        7,
         key=lambda c: c.generation.key,
         # one sample keeps the fingerprints answers had before samples existed
         # (an unset compression prompt likewise, as before it was a setting)
