@@ -25,10 +25,10 @@ vector index's fingerprint, so an upgrade rebuilds the keyword index.
 from __future__ import annotations
 
 import re
-import sys
 import unicodedata
 from functools import lru_cache
 
+from rag_core.common.text import marks
 from rag_core.metrics.languages import segment, segmenter
 
 # analyzer -> the language (data.language) whose text it segments
@@ -55,10 +55,7 @@ def segments(analyzer: str | None) -> bool:
 
 @lru_cache(maxsize=1)
 def _word() -> re.Pattern:
-    marks = "".join(
-        re.escape(chr(i)) for i in range(sys.maxunicode + 1) if unicodedata.category(chr(i)).startswith("M")
-    )
-    return re.compile(f"(?:[^\\W_]|[{marks}])+")
+    return re.compile(f"(?:[^\\W_]|[{marks()}])+")  # `plain`'s runs, with the marks \\w leaves out
 
 
 def _runs(text: str) -> list[str]:
