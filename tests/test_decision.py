@@ -185,6 +185,19 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     md, _, _ = ship_report("demo", out, halved, runs, qa, W, {})
     dropped = md.split("## Dropped by the search")[1]
     assert "not ranked on all 100" in dropped and dropped.index("later") < dropped.index("early")
+    assert "Scores per language" not in md  # one language: no slices
+    # a QA set in several languages: each config's score per language, with each language's questions
+    slices = out.with_columns(
+        pl.Series("score_lang_de", [0.61234, 0.5, 0.2]),
+        pl.Series("n_questions_lang_de", [40, 40, 40]),
+        pl.Series("score_lang_en", [0.9, 0.8, 0.4]),
+        pl.Series("n_questions_lang_en", [60, 60, 60]),
+    )
+    md, page, _ = ship_report("demo", slices, decision, runs, qa, W, {})
+    section = md.split("## Scores per language")[1].split("## ")[0]
+    assert "(questions: de 40, en 60)" in section and "0.6123" in section
+    assert section.index("| de | en |") < section.index("tied_cheap")
+    assert "<h2>Scores per language</h2>" in page
 
 
 def test_one_question_and_identical_scores_give_advice_not_a_crash():

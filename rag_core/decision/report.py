@@ -355,6 +355,27 @@ def hop_sections(board: pl.DataFrame, per_query: dict[str, pl.DataFrame], qa: pl
     return out
 
 
+def language_sections(board: pl.DataFrame) -> list[tuple[str, str | None, pl.DataFrame | None]]:
+    """A QA set in several languages: each config's score per language (`score_lang_<code>`: the overall
+    score's rule on that language's questions), with how many questions each language has."""
+    codes = sorted(c.removeprefix("score_lang_") for c in board.columns if c.startswith("score_lang_"))
+    if not codes:
+        return []
+    ids = [c for c in ("rank", "label", "config_key", "overall_score") if c in board.columns]
+    table = board.select(*ids, *(pl.col(f"score_lang_{c}").round(4).alias(c) for c in codes))
+    counts = ", ".join(
+        f"{c} {int(board[f'n_questions_lang_{c}'].max())}"
+        for c in codes
+        if f"n_questions_lang_{c}" in board.columns
+    )
+    note = (
+        "Each language's score is the overall score's rule on that language's questions alone"
+        + (f" (questions: {counts})" if counts else "")
+        + "; the tiers and the recommendation use the overall score."
+    )
+    return [("Scores per language", note, table)]
+
+
 def ship_report(
     sweep: str,
     board: pl.DataFrame,
@@ -417,6 +438,7 @@ def ship_report(
         ("Quality against latency", "![latency](pareto_latency.png)", "pareto_latency.png")
         if qualified(board).height
         else ("Quality against latency", "No config qualifies: nothing to plot.", None),
+        *language_sections(board),
         ("What each setting did (mean and best overall score of the configs with each value)", None, effect),
         *(
             [
