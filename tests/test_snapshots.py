@@ -77,12 +77,16 @@ def test_nightly_holdout_schedule_requests_the_finalists_the_holdout_holds(tmp_p
     board = tmp_path / "data" / "leaderboards" / "snap.decision.json"
     board.parent.mkdir(parents=True)
     board.write_text(json.dumps({"finalists": finalists}))
-    with dg.instance_for_test() as instance:
-        ctx = dg.build_schedule_context(
+    # the schedule's context as a context manager: a tick opens an instance of its own, which the context
+    # closes (left open, Dagster's current definitions state points at it after it is gone)
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
             instance=instance,
             scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=UTC),
             repository_def=defs.get_repository_def(),
-        )
+        ) as ctx,
+    ):
         assert list(schedule.evaluate_tick(ctx).run_requests or []) == []  # none added yet
         # added out of the plan's order: a batch's range follows the order the instance holds
         instance.add_dynamic_partitions(
