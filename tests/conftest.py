@@ -223,3 +223,29 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             "server start-up: " + ", ".join(f"{k} {v:.1f} s" for k, v in STARTUP_TIMES.items())
         )
+
+
+@pytest.fixture(autouse=True)
+def _no_dead_definitions_state():
+    """Each test starts without a Dagster definitions-state storage left by an instance that is gone. An
+    instance sets it while it is entered; one a schedule or sensor tick opens and never closes leaves it
+    pointing at a disposed instance, and every later materialization in the process then fails ("undefined
+    DagsterInstance weakref"). A test that leaves one is named."""
+    yield
+    try:
+        from dagster._core.storage.defs_state.base import _current_storage
+    except ImportError:  # another Dagster: nothing to check
+        return
+    storage = _current_storage.get()
+    if storage is None or not getattr(storage, "_instance_weakref", None):
+        return
+    import gc
+
+    gc.collect()  # an instance only the test's objects held is gone once they are collected
+    if storage._instance_weakref() is None:
+        _current_storage.set(None)
+        import warnings
+
+        warnings.warn(
+            "this test left Dagster's definitions state pointing at a disposed instance", stacklevel=1
+        )
