@@ -127,7 +127,7 @@ def convert(src: Source, langs: list[str], per_lang: int) -> tuple[list[dict], l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="output folder")
-    ap.add_argument("--src", type=Path, default=Path("/work/.mirror/google-deepmind+xquad/repo"))
+    ap.add_argument("--src", type=Path, required=True, help="a clone (or git directory) of google-deepmind/xquad")
     ap.add_argument("--langs", default=",".join(LANGS))
     ap.add_argument("--per-lang", type=int, default=PER_LANG)
     args = ap.parse_args()
