@@ -190,20 +190,11 @@ def test_the_evaluation_scores_each_question_in_its_language():
 
 def test_a_named_language_joins_the_evaluations_fingerprints_and_nothing_upstream(tmp_path):
     from orchestration.plans import load_plan
-    from tests.conftest import write_sweep
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     fps = {}
     for language in (None, "zh", "de", "ja"):
-        spec = write_sweep(
-            tmp_path / f"{language}.yaml",
-            data,
-            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
-            retrieval={"mode": "vector", "top_k": 2},
-        )
-        if language:
-            raw = spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1)
-            spec.write_text(raw)
+        spec = _one_config_sweep(tmp_path, data, language)
         fps[language] = load_plan(spec, "lancedb").fingerprints({"corpus": "c", "qa_set": "q"})
     for language in ("zh", "de", "ja"):
         changed = {stage for (stage, _), fp in fps[None].items() if fps[language][(stage, _)] != fp}
@@ -341,7 +332,6 @@ def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path
 def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
     from orchestration.plans import load_plan
     from rag_assets.inputs import snapshot_fingerprints
-    from tests.conftest import write_sweep
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     pl.DataFrame({"doc_id": ["d1"], "text": ["t"]}).write_parquet(data["corpus"])
@@ -350,14 +340,7 @@ def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
     ).write_parquet(data["qa"])
     fps = {}
     for language in (None, "auto"):
-        spec = write_sweep(
-            tmp_path / f"{language}.yaml",
-            data,
-            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
-            retrieval={"mode": "vector", "top_k": 2},
-        )
-        if language:
-            spec.write_text(spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1))
+        spec = _one_config_sweep(tmp_path, data, language)
         sweep = load_plan(spec, "lancedb").sweep
         fps[language] = snapshot_fingerprints(sweep)
     assert sweep.detect_language and sweep.language is None
@@ -473,19 +456,11 @@ def test_importing_the_module_loads_no_segmenter():
 def test_a_segmenter_joins_its_languages_evaluation_fingerprint_and_no_other(tmp_path, monkeypatch):
     from orchestration.plans import load_plan
     from rag_core.metrics import languages
-    from tests.conftest import write_sweep
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
 
     def evaluation(language):
-        spec = write_sweep(
-            tmp_path / f"{language}.yaml",
-            data,
-            chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
-            retrieval={"mode": "vector", "top_k": 2},
-        )
-        if language:
-            spec.write_text(spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1))
+        spec = _one_config_sweep(tmp_path, data, language)
         plan = load_plan(spec, "lancedb")
         (partition,) = plan.partitions["evaluations"].values()
         fps = plan.fingerprints({"corpus": "c", "qa_set": "q"})
@@ -523,3 +498,18 @@ def test_the_extractive_reader_keeps_a_word_whole_with_its_vowel_signs():
         extractive_answer("Which city is the capital of France?", ["Paris is the capital of France."])
         == "Paris"
     )
+
+
+def _one_config_sweep(tmp_path: Path, data: dict, language: str | None) -> Path:
+    """A one-config sweep file over `data` naming `language` (data.language; None names none)."""
+    from tests.conftest import write_sweep
+
+    spec = write_sweep(
+        tmp_path / f"{language}.yaml",
+        data,
+        chunking={"method": "paragraph", "chunk_size": 512, "chunk_overlap": 0},
+        retrieval={"mode": "vector", "top_k": 2},
+    )
+    if language:
+        spec.write_text(spec.read_text().replace("data:\n", f"data:\n  language: {language}\n", 1))
+    return spec
