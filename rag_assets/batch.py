@@ -71,7 +71,8 @@ def partition_order(plan: Plan, stage_name: str, keys, instance=None) -> list[st
     if not any(is_holdout_key(k) for k in keys):
         return plan.keys(stage_name)
     added = list(instance.get_dynamic_partitions(plan.finalists_partitions)) if instance is not None else []
-    return [*added, *(k for k in dict.fromkeys(keys) if k not in set(added))]
+    have = set(added)
+    return [*added, *(k for k in dict.fromkeys(keys) if k not in have)]
 
 
 def range_tags(plan: Plan, stage_name: str, keys, instance=None) -> dict[str, str]:
