@@ -95,20 +95,12 @@ def serve_line(model_uri: str) -> str:
     return f"mlflow models serve -m {shlex.quote(model_uri)} --env-manager local -p 5001"
 
 
-def follows_the_decision(plan: Plan) -> dg.AutomationCondition:
-    """With a holdout, the champion follows the confirmation alone: a new leaderboard is not confirmed
-    until its finalists' holdout evaluations are (the holdout driver then requests the confirmation)."""
-    if not plan.holdout:
-        return FOLLOWS_INPUTS
-    _A = dg.AutomationCondition
-    return (
-        _A.any_deps_updated()
-        .allow(dg.AssetSelection.assets(asset_key(plan, "confirmation")))
-        .since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
-        & ~_A.any_deps_missing()
-        & ~_A.any_deps_in_progress()
-        & ~_A.in_progress()
-    ).with_label("follows_the_confirmation")
+def follows_the_decision(plan: Plan) -> dg.AutomationCondition | None:
+    """Without a holdout, the champion follows the leaderboard. With one, whoever requests the confirmation
+    (the holdout driver, the search driver, `rag-sweep run`) requests the champion in the same run: a new
+    leaderboard is not confirmed until its finalists' holdout evaluations are, and a gate that keeps the
+    old champion fails that run once, not again on the automation's next tick."""
+    return None if plan.holdout else FOLLOWS_INPUTS
 
 
 def champion_asset(plan: Plan) -> dg.AssetsDefinition:

@@ -282,25 +282,99 @@ def _backfill_policy(plan: Plan, name: str, held: bool) -> dg.BackfillPolicy | N
 
 def _automation(plan: Plan, name: str, logic: StageLogic, key: dg.AssetKey, held: bool):
     """An adaptive sweep's stages follow its search (sensors/search.py), which chooses what to evaluate. The
-    first holdout stage runs when the holdout driver asks (sensors/holdout.py: the finalists are data);
-    the later ones follow their holdout inputs alone (the selection's partitions they read change when the
-    selection runs again, which the holdout driver follows)."""
-    if plan.sweep.search.adaptive:
+    holdout's stages run when a driver or the runner asks: one run of the holdout's chain
+    (rag_assets/holdout_chain.py) for every stage of the finalists (the finalists are data)."""
+    if plan.sweep.search.adaptive or held:
         return None
-    if not held:
-        return logic.automation(key, plan)
-    own = [holdout_asset_key(plan, r) for r in stage(name).reads if r in plan.holdout_partitions]
-    if not own:
-        return None
-    mine = dg.AssetSelection.assets(*own)
-    return (
-        _A.any_deps_updated()
-        .allow(mine)
-        .since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
-        & ~_A.any_deps_missing().allow(mine)
-        & ~_A.any_deps_in_progress().allow(mine)
-        & ~_A.in_progress()
-    ).with_label("follows_holdout_inputs")
+    return logic.automation(key, plan)
+
+
+class StageSteps:
+    """A stage's steps at run time: one partition's artifact (reused or computed, with its metadata and
+    checks) and a batch of partitions recorded as materializations of `key` (the stage's asset, or its
+    holdout asset: `held`). The stage's asset runs them, and so does the holdout's chain
+    (rag_assets/holdout_chain.py)."""
+
+    def __init__(self, plan: Plan, name: str, logic: StageLogic, held: bool = False):
+        self.plan, self.name, self.logic, self.held = plan, name, logic, held
+        self.stage = stage(name)
+        self.key = holdout_asset_key(plan, name) if held else asset_key(plan, name)
+
+    def prepared(self, context, key: str | None, inputs: dict) -> StageRun:
+        """A partition's run with its artifact ref: the fingerprint of its settings and what it reads."""
+        plan, s = self.plan, self.stage
+        part = plan.partition(self.name, key) if s.partitioned else None
+        if s.partitioned:
+            inputs = rung_inputs(context, plan, split_inputs(plan, part.split, inputs))
+        inputs = self.logic.narrow(context, plan, inputs)
+        run = StageRun(context, plan, part, inputs)
+        fp = artifact_fingerprint(
+            self.name, self.logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads}
+        )
+        run.ref = context.resources.artifacts.ref(self.name, fp, key)
+        return run
+
+    def step(self, context, key: str | None, inputs: dict) -> tuple[Artifact, dict, list]:
+        """One partition: its artifact (reused or computed), its metadata and its checks' results."""
+        logic = self.logic
+        run = self.prepared(context, key, inputs)
+        ref = run.ref
+        reused = logic.reusable(run) and not forced(context)
+        if reused:
+            out = Artifact(ref)
+            frame = ref.read()
+        else:
+            computed = logic.compute(run)
+            out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
+            frame = out.frame
+        run.output = out
+        metadata = {
+            "fingerprint": dg.MetadataValue.text(ref.fp),
+            "path": dg.MetadataValue.path(str(ref.path())),
+            "reused": dg.MetadataValue.bool(reused),
+            **logic.report(run, frame, reused),
+            **logic.publish(run, frame, reused),
+        }
+        return out, metadata, logic.check(run, frame)
+
+    def batch(self, context, loaded: dict, wanted: list[str]):
+        """Many partitions in one run (rag_core/planning/batches.py): each is computed and stored before the
+        next starts, and recorded (its own materialization, fingerprint and metadata) when the batch ends,
+        fails or is interrupted; yields each check's result merged over the batch. One that fails does not
+        stop the others; the batch then raises, naming it."""
+        # Recorded together: Dagster's backfill requests a downstream partition as soon as its parents are
+        # recorded, so a batch recording as it went split the next stage of a UI backfill into a run per
+        # daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
+        # its finished artifacts stay on disk and the rerun reuses them without computing.
+        plan, name, s = self.plan, self.name, self.stage
+        pointers = input_pointers(context, plan, s.reads, self.held)
+        results: dict[str, list[tuple[str, dg.AssetCheckResult]]] = {}
+        failed: list[tuple[str, BaseException]] = []
+        finished: list[dg.AssetMaterialization] = []
+        try:
+            for k in wanted:
+                one = OnePartition(context, name, k)
+                try:
+                    inputs = inputs_of(plan.partition(name, k), loaded)
+                    out, meta, checks = self.step(one, k, inputs)
+                except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
+                    context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
+                    failed.append((k, e))
+                    continue
+                store_artifact(out)
+                tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
+                finished.append(dg.AssetMaterialization(self.key, partition=k, metadata=meta, tags=tags))
+                for result in checks:
+                    results.setdefault(result.check_name, []).append((k, result))
+        finally:  # an interrupted batch records what it finished too
+            for event in finished:
+                context.log_event(event)
+        context.log.info(
+            f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"
+        )
+        yield from (merged_check(self.key, found) for found in results.values())
+        if failed:
+            raise PartitionsFailed(name, failed)
 
 
 def stage_asset(
@@ -312,7 +386,8 @@ def stage_asset(
 ) -> dg.AssetsDefinition:
     """The stage's asset; `held`: its holdout asset (`holdout_<stage>`, partitioned by the finalists)."""
     s = stage(name)
-    key = holdout_asset_key(plan, name) if held else asset_key(plan, name)
+    steps = StageSteps(plan, name, logic, held)
+    key = steps.key
     ins = {r: _input(plan, stage(r), s, held) for r in s.reads}
     description = logic.description
     if held:
@@ -334,7 +409,7 @@ def stage_asset(
         pool="llm" if plan.calls_llm(name) else None,
         op_tags=queue_tags(plan, name),
         backfill_policy=_backfill_policy(plan, name, held),
-        output_required=not s.partitioned,  # a batch records its partitions itself (`_batch`)
+        output_required=not s.partitioned,  # a batch records its partitions itself (`StageSteps.batch`)
         automation_condition=_automation(plan, name, logic, key, held),
         check_specs=[
             dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking)
@@ -344,87 +419,16 @@ def stage_asset(
     )
     def _stage(context, **inputs):  # an AssetExecutionContext (string annotations are refused)
         if s.partitioned and not context.has_partition_key:
-            yield from _batch(context, inputs)
+            # a UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill
+            # waits for a materialization of each partition it asked for)
+            yield from steps.batch(context, inputs, batch_keys(context))
             return
         # unpartitioned, or one partition: as its own run always did
         part = context.partition_key if s.partitioned else None
         if part is not None:
             inputs = inputs_of(plan.partition(name, part), inputs)
-        out, meta, checks = _step(context, part, inputs)
+        out, meta, checks = steps.step(context, part, inputs)
         yield dg.Output(out, data_version=dg.DataVersion(out.ref.fp), metadata=meta)
         yield from checks
-
-    def _prepared(context, key: str | None, inputs: dict) -> StageRun:
-        """A partition's run with its artifact ref: the fingerprint of its settings and what it reads."""
-        part = plan.partition(name, key) if s.partitioned else None
-        if s.partitioned:
-            inputs = rung_inputs(context, plan, split_inputs(plan, part.split, inputs))
-        inputs = logic.narrow(context, plan, inputs)
-        run = StageRun(context, plan, part, inputs)
-        fp = artifact_fingerprint(name, logic.identity(run), {r: _fingerprint(inputs[r]) for r in s.reads})
-        run.ref = context.resources.artifacts.ref(name, fp, key)
-        return run
-
-    def _step(context, key: str | None, inputs: dict) -> tuple[Artifact, dict, list]:
-        """One partition: its artifact (reused or computed), its metadata and its checks' results."""
-        run = _prepared(context, key, inputs)
-        ref = run.ref
-        reused = logic.reusable(run) and not forced(context)
-        if reused:
-            out = Artifact(ref)
-            frame = ref.read()
-        else:
-            computed = logic.compute(run)
-            out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
-            frame = out.frame
-        run.output = out
-        metadata = {
-            "fingerprint": dg.MetadataValue.text(ref.fp),
-            "path": dg.MetadataValue.path(str(ref.path())),
-            "reused": dg.MetadataValue.bool(reused),
-            **logic.report(run, frame, reused),
-            **logic.publish(run, frame, reused),
-        }
-        return out, metadata, logic.check(run, frame)
-
-    def _batch(context, loaded: dict):
-        """Many partitions in one run (rag_core/planning/batches.py): each is computed and stored before the
-        next starts, and recorded (its own materialization, fingerprint and metadata) when the batch ends,
-        fails or is interrupted. One that fails does not stop the others; the run then fails naming it."""
-        # Recorded together: Dagster's backfill requests a downstream partition as soon as its parents are
-        # recorded, so a batch recording as it went split the next stage of a UI backfill into a run per
-        # daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
-        # its finished artifacts stay on disk and the rerun reuses them without computing.
-        # A UI backfill's range: every partition is recorded, the up-to-date ones reused (a backfill waits
-        # for a materialization of each partition it asked for).
-        wanted = batch_keys(context)
-        pointers = input_pointers(context, plan, s.reads, held)
-        results: dict[str, list[dg.AssetCheckResult]] = {}
-        failed: list[tuple[str, BaseException]] = []
-        finished: list[dg.AssetMaterialization] = []
-        try:
-            for k in wanted:
-                one = OnePartition(context, name, k)
-                try:
-                    inputs = inputs_of(plan.partition(name, k), loaded)
-                    out, meta, checks = _step(one, k, inputs)
-                except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
-                    context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
-                    failed.append((k, e))
-                    continue
-                store_artifact(out)
-                tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
-                finished.append(dg.AssetMaterialization(key, partition=k, metadata=meta, tags=tags))
-                for result in checks:
-                    results.setdefault(result.check_name, []).append((k, result))
-        finally:  # an interrupted batch records what it finished too
-            for event in finished:
-                context.log_event(event)
-        context.log.info(
-            f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"
-        )
-        yield from (merged_check(key, found) for found in results.values())
-        if failed:
-            raise PartitionsFailed(name, failed)
 
     return _stage

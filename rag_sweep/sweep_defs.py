@@ -11,8 +11,9 @@ import warnings
 
 import dagster as dg
 
-from rag_assets.stage_asset import asset_key, holdout_asset_key
-from rag_assets.sweep_assets import stage_assets
+from rag_assets.holdout_chain import holdout_chain_job
+from rag_assets.stage_asset import asset_key
+from rag_assets.sweep_assets import LOGIC, stage_assets
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from sensors.alerts import drift_alerts
@@ -34,38 +35,29 @@ def sweep_definitions(
         selection=[asset_key(plan, "answers"), asset_key(plan, CONFIG_STAGE)],
         description=f"Answer and evaluate configs of sweep {plan.sweep.name} (their rerankings must exist).",
     )
-    # the finalists on the holdout, re-asked nightly too (the holdout's assets: a job of their own)
-    evaluate_holdout = (
-        dg.define_asset_job(
-            f"{plan.prefix}__evaluate_holdout",
-            selection=[holdout_asset_key(plan, "answers"), holdout_asset_key(plan, CONFIG_STAGE)],
-            description=f"Answer and evaluate finalists of sweep {plan.sweep.name} on the holdout (their "
-            "holdout rerankings must exist).",
-        )
-        if plan.holdout
-        else None
-    )
+    # the finalists on the holdout: every holdout stage in one run (the drivers', the runner's, the nightly's)
+    chain = holdout_chain_job(plan, LOGIC) if plan.holdout else None
     adaptive = plan.sweep.search.adaptive
-    steps = step_jobs(plan) if adaptive else {}
+    steps = step_jobs(plan, chain) if adaptive else {}
     optimizing = optimization_jobs(plan) if plan.optimizable_keys else {}
     # a grid sweep's holdout (an adaptive search's driver confirms its own leaderboard)
-    holdout = holdout_jobs(plan) if plan.holdout and not adaptive else {}
+    holdout = holdout_jobs(plan, chain) if plan.holdout and not adaptive else {}
     return dg.Definitions(
         assets=stage_assets(plan),
         jobs=[
             evaluate_job,
-            *([evaluate_holdout] if evaluate_holdout else []),
-            *([search_job(plan, data_dir), *steps.values()] if adaptive else []),
+            *([chain] if chain else []),
+            *(
+                [search_job(plan, data_dir), *(j for j in steps.values() if j is not chain)]
+                if adaptive
+                else []
+            ),
             *optimizing.values(),
-            *holdout.values(),
+            *(j for j in holdout.values() if j is not chain),
         ],
         schedules=[
             nightly_reevaluation(plan, evaluate_job, nightly_cron, data_dir),
-            *(
-                [nightly_reevaluation(plan, evaluate_holdout, nightly_cron, data_dir, held=True)]
-                if evaluate_holdout
-                else []
-            ),
+            *([nightly_reevaluation(plan, chain, nightly_cron, data_dir, held=True)] if chain else []),
         ]
         if nightly_cron
         else [],

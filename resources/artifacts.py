@@ -190,23 +190,24 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
         key = context.asset_key
         stage = stage_of_asset(key.path[-1])  # a holdout asset holds its stage's artifacts
         if not context.has_asset_partitions:
-            return self._upstream(context.instance, key, stage, None)
+            return self.latest(context.instance, key, stage, None)
         if not (context.definition_metadata or {}).get("all_partitions"):
             keys = context.asset_partition_keys
             if len(keys) == 1:  # every partition reads one upstream partition
-                return self._upstream(context.instance, key, stage, keys[0])
+                return self.latest(context.instance, key, stage, keys[0])
         # a batch (each of its partitions picks its own), a holdout stage's selection input or the
         # leaderboard: every partition materialized so far (their fingerprints in one query)
         latest = latest_fingerprints(context.instance, key)
         return {k: self.ref(stage, latest[k], k) for k in context.asset_partition_keys if k in latest}
 
-    def _upstream(
+    def latest(
         self,
         instance: dg.DagsterInstance,
         key: dg.AssetKey,
         stage: str,
-        partition: str | None,
+        partition: str | None = None,
     ) -> ArtifactRef:
+        """The artifact of an asset (partition)'s latest materialization; a Failure when there is none."""
         fp = latest_fingerprint(instance, key, partition)
         if fp is None:
             where = f"{key.to_user_string()}[{partition}]" if partition else key.to_user_string()

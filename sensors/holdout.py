@@ -4,10 +4,10 @@ questions no selection step saw, then the confirmation, then the champion, with 
 What the leaderboard decides (its finalists) is data, not a dependency Dagster can see. So this sensor, every
 `interval_s` while the sweep is quiet (no run or backfill of its assets in flight):
 - adds the finalists' partitions to the holdout's assets (`holdout_<stage>`, partitioned by the finalists)
-  and requests those of the first holdout stage (their retrievals), one run for them all; the automation
-  sensor carries them through the later holdout stages (their inputs updated);
+  and requests the holdout's chain for those not complete: one run of `<sweep>__holdout` through every
+  holdout stage, from the first one missing (rag_assets/holdout_chain.py);
 - once every finalist's holdout evaluation is complete for the current leaderboard, requests the
-  confirmation; the champion follows it (rag_assets/champion.py).
+  confirmation and the champion, one run (rag_assets/champion.py).
 Each request's run key names the leaderboard's materialization, so a leaderboard is confirmed once, and
 a new one (a nightly re-evaluation, changed inputs) is confirmed again; a run that failed or was canceled
 is asked again, up to MAX_ATTEMPTS runs per step and leaderboard. An adaptive sweep's search driver
@@ -20,8 +20,8 @@ import dagster as dg
 
 from orchestration.plans import asset_key
 from orchestration.todo import holdout_steps, new_finalists
-from rag_assets.batch import range_tags
-from rag_assets.stage_asset import holdout_asset_key
+from rag_assets.champion import CHAMPION
+from rag_assets.holdout_chain import chain_tags
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
@@ -40,17 +40,17 @@ MAX_ATTEMPTS = 3  # runs of one step for one leaderboard before the driver stops
 ENDED_BADLY = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
-def holdout_jobs(plan: Plan) -> dict[str, dg.UnresolvedAssetJobDefinition]:
-    """`<sweep>__holdout_step_<stage>`: the first holdout stage's job (its holdout asset) and the
-    confirmation's."""
-    first = next(iter(plan.holdout_partitions))
+def holdout_jobs(plan: Plan, chain: dg.JobDefinition) -> dict:
+    """The holdout's chain (`<sweep>__holdout`) and `<sweep>__holdout_step_confirmation`: the confirmation and
+    the champion, in one run."""
     return {
-        s: dg.define_asset_job(
-            f"{plan.prefix}__holdout_step_{s}",
-            selection=[holdout_asset_key(plan, s) if s == first else asset_key(plan, s)],
-            description=f"The finalists' holdout {s} of sweep {plan.sweep.name}, requested by its holdout driver.",
-        )
-        for s in (first, "confirmation")
+        "holdout": chain,
+        "confirmation": dg.define_asset_job(
+            f"{plan.prefix}__holdout_step_confirmation",
+            selection=[asset_key(plan, "confirmation"), asset_key(plan, CHAMPION)],
+            description=f"The confirmation of sweep {plan.sweep.name}'s last leaderboard on the holdout, and "
+            "the champion it decides; requested by its holdout driver.",
+        ),
     }
 
 
@@ -90,21 +90,16 @@ def next_holdout_request(
     held = holdout_steps(plan, instance, data, False, board_newer, stores)
     if not held:
         return "the leaderboard is confirmed", []
-    first = next(iter(plan.holdout_partitions))
-    keys = [k for s, k in held if s == first]
     tags = {"sweep": plan.sweep.name, HOLDOUT_TAG: str(board.storage_id)}
-    if keys:
-        many = len(keys) > 1
+    if keys := [k for s, k in held if s != "confirmation"]:  # the finalists not complete: one chain run
+        first = next(s for s in plan.holdout_partitions if any(h == s for h, _ in held))
         return _attempt(
             instance,
             board.storage_id,
-            first,
-            job_name=jobs[first].name,
-            partition_key=None if many else keys[0],
-            tags={**tags, **(range_tags(plan, first, keys, instance) if many else {})},
+            "holdout",
+            job_name=jobs["holdout"].name,
+            tags={**tags, **chain_tags(keys, first)},
         ), new_finalists(plan, instance, held)
-    if held != [("confirmation", None)]:  # later holdout stages: the automation sensor carries them
-        return f"waiting for the finalists' holdout {', '.join(sorted({s for s, _ in held}))}", []
     return _attempt(
         instance, board.storage_id, "confirmation", job_name=jobs["confirmation"].name, tags=tags
     ), []

@@ -28,11 +28,11 @@ def nightly_reevaluation(
     plan: Plan, evaluate_job, cron: str, data_dir: str | None = None, held: bool = False
 ) -> dg.ScheduleDefinition:
     """`data_dir`: where the sweep's leaderboard is (default: the deployment's, $RAG_DATA_DIR); `held`: the
-    schedule of the holdout's job (`<sweep>__evaluate_holdout`: the finalists' holdout answers and
-    evaluations), beside the selection's."""
+    schedule `<sweep>__evaluate_holdout_nightly` of the holdout's chain (`<sweep>__holdout`: the finalists'
+    holdout answers and evaluations, one run), beside the selection's."""
 
     @dg.schedule(
-        name=f"{evaluate_job.name}_nightly",
+        name=f"{plan.prefix}__evaluate_holdout_nightly" if held else f"{evaluate_job.name}_nightly",
         job=evaluate_job,
         cron_schedule=cron,
         execution_timezone="UTC",
@@ -52,8 +52,13 @@ def nightly_reevaluation(
         from rag_assets.batch import range_tags
         from resources.environment import batch_size, default_data_dir
 
-        instance = context.instance if held else None  # (the finalists' order, for a batch of them)
-        keys = holdout_keys(plan, data_dir or default_data_dir(), instance) if held else plan.config_keys
+        if held:  # the finalists' answers and evaluations, one run of the holdout's chain
+            from rag_assets.holdout_chain import chain_tags
+
+            if keys := holdout_keys(plan, data_dir or default_data_dir(), context.instance):
+                yield dg.RunRequest(run_key=stamp, tags={FORCE_TAG: "true", **chain_tags(keys, "answers")})
+            return
+        keys = plan.config_keys
         size = batch_size()
         # a batch of configs per run (rag_assets/batch.py), as `rag-sweep run` materializes them: not a run
         # per config, each of which would load the code location and wait for a run worker of its own
@@ -65,7 +70,7 @@ def nightly_reevaluation(
                 partition_key=batch[0] if one else None,
                 tags={
                     FORCE_TAG: "true",
-                    **({} if one else range_tags(plan, CONFIG_STAGE, batch, instance)),
+                    **({} if one else range_tags(plan, CONFIG_STAGE, batch)),
                 },
             )
 

@@ -20,8 +20,9 @@ from orchestration.plans import asset_key
 from orchestration.search import RungStep, SearchController, SearchState, batch_tags, begin_search, runs_of
 from orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
 from rag_assets.batch import range_tags
-from rag_assets.stage_asset import holdout_asset_key
-from rag_core.decision.holdout import asset_name, holdout_key, is_holdout_key
+from rag_assets.champion import CHAMPION
+from rag_assets.holdout_chain import chain_tags
+from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
@@ -87,30 +88,32 @@ SNAPSHOTS = ("corpus", "qa_set")  # one run for both, as `rag-sweep run` snapsho
 
 
 def _job_of(stage: str, key: str | None = None) -> str:
-    """The job of a step: the snapshots' for both input snapshots, else its asset's (a holdout key's: the
-    stage's holdout asset, `holdout_<stage>`)."""
-    return "snapshots" if stage in SNAPSHOTS else asset_name(stage, key)
+    """The job of a step: the snapshots' for both input snapshots, the holdout's chain for a holdout key
+    (every holdout stage of the finalists, one run), else its stage's."""
+    if stage in SNAPSHOTS:
+        return "snapshots"
+    return HOLDOUT if is_holdout_key(key or "") else stage
 
 
-def step_jobs(plan: Plan) -> dict:
+HOLDOUT = "holdout"  # the holdout's chain (rag_assets/holdout_chain.py) among the step jobs
+
+
+def step_jobs(plan: Plan, chain: dg.JobDefinition | None = None) -> dict:
     """One asset job per stage a search materializes, `<sweep>__search_<stage>`: a run of a search's step is
     a run of its stage's job for one partition or a batch of them (a run's assets share one partitions
-    definition); the input snapshots' job `<sweep>__search_snapshots` takes both."""
+    definition); the input snapshots' job `<sweep>__search_snapshots` takes both; the champion is in the
+    run of what it follows (the confirmation, else the leaderboard); `chain`: the holdout's."""
     stages = [*plan.partitions, "leaderboard", *(["confirmation"] if plan.holdout else [])]
     jobs = {
         s: dg.define_asset_job(
             f"{plan.prefix}__search_{s}",
-            selection=[asset_key(plan, s)],
+            selection=[asset_key(plan, s), *([asset_key(plan, CHAMPION)] if s == "confirmation" else [])],
             description=f"A {s} step of the search of sweep {plan.sweep.name}, requested by its sensor.",
         )
         for s in stages
     }
-    for s in plan.holdout_partitions:  # the finalists' holdout, after the search
-        jobs[asset_name(s, holdout_key(""))] = dg.define_asset_job(
-            f"{plan.prefix}__search_holdout_{s}",
-            selection=[holdout_asset_key(plan, s)],
-            description=f"A holdout {s} step of the search of sweep {plan.sweep.name}, requested by its sensor.",
-        )
+    if chain is not None:  # the finalists' holdout, after the search
+        jobs[HOLDOUT] = chain
     jobs["snapshots"] = dg.define_asset_job(
         f"{plan.prefix}__search_snapshots",
         selection=[asset_key(plan, s) for s in SNAPSHOTS],
@@ -199,9 +202,9 @@ def next_requests(
         elif plan.holdout:
             ranked = max(r.create_timestamp.timestamp() for r in runs[board])
             held = holdout_steps(plan, instance, data, state.force, True, stores)
-            # the next holdout stage's steps (one run), the confirmation last
+            # the finalists' holdout steps (one run of the holdout's chain), the confirmation last
             todo = [(s, k, None) for s, k in held if not _after(runs, (s, k, None), ranked)]
-            steps = [t for t in todo if t[0] == todo[0][0]] if todo else []
+            steps = [t for t in todo if t[0] != "confirmation"] or todo
     ready, waiting = [], 0
     for step in steps:
         mine = runs.get(step, [])
@@ -241,6 +244,16 @@ def batched_requests(
         tries = max(t for _, _, t in found)
         steps = [(s, k, n) for s, k, _ in found]
         digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
+        if job == HOLDOUT:  # every holdout stage's steps of the finalists, from the first one asked
+            first = next(s for s in plan.holdout_partitions if any(f[0] == s for f in found))
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",
+                    job_name=jobs[job].name,
+                    tags={"sweep": plan.sweep.name, **batch_tags(state, steps), **chain_tags(keys, first)},
+                )
+            )
+            continue
         requests.append(
             dg.RunRequest(
                 run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",  # a step asked again: a new key

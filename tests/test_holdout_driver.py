@@ -10,6 +10,8 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.utils import make_new_run_id
 
 from orchestration.plans import asset_key, load_plan
+from rag_assets.holdout_chain import holdout_chain_job
+from rag_assets.sweep_assets import LOGIC
 from sensors.holdout import HOLDOUT_TAG, MAX_ATTEMPTS, STEP_TAG, holdout_jobs, next_holdout_request
 from tests.conftest import write_sweep
 
@@ -28,17 +30,20 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
     (data / "leaderboards").mkdir(parents=True)
     finalist = plan.config_keys[0]
     (data / "leaderboards" / "held.decision.json").write_text(json.dumps({"finalists": [finalist]}))
-    jobs = holdout_jobs(plan)
+    jobs = holdout_jobs(plan, holdout_chain_job(plan, LOGIC))
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "leaderboard")))
         first, added = next_holdout_request(plan, instance, data, None, jobs)
         # the finalist's partition of the holdout's assets: added with the request (none exists before)
         assert instance.get_dynamic_partitions(plan.finalists_partitions) == []
-        assert isinstance(first, dg.RunRequest) and first.partition_key == f"{finalist}~holdout"
+        # one run of the holdout's chain: every holdout stage of the finalist, from the first
+        assert isinstance(first, dg.RunRequest) and first.job_name == "held__holdout"
+        assert json.loads(first.tags["rag/partitions"]) == [f"{finalist}~holdout"]
+        assert first.tags["rag/holdout_from"] == "retrievals"
         assert added == [f"{finalist}~holdout"]
         instance.add_dynamic_partitions(plan.finalists_partitions, added)
         board = first.tags[HOLDOUT_TAG]
-        assert first.run_key == f"holdout:{board}:retrievals" and first.tags[STEP_TAG] == "retrievals"
+        assert first.run_key == f"holdout:{board}:holdout" and first.tags[STEP_TAG] == "holdout"
         keys = [first.run_key]
         for attempt in range(1, MAX_ATTEMPTS + 1):
             instance.add_run(  # the run failed (a provider outage, a killed worker)
@@ -57,6 +62,6 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
             else:
                 assert isinstance(again, str) and f"failed {MAX_ATTEMPTS} times" in again, again
         assert keys == [
-            f"holdout:{board}:retrievals",
-            *(f"holdout:{board}:retrievals:attempt{n}" for n in (2, 3)),
+            f"holdout:{board}:holdout",
+            *(f"holdout:{board}:holdout:attempt{n}" for n in (2, 3)),
         ]
