@@ -85,7 +85,9 @@ def test_a_chain_from_a_later_stage_leaves_the_stages_before_it(swept):
     result = _chain(swept, {FORCE_TAG: "true", **chain_tags(keys, "answers")})
     assert result.success
     assert _latest(instance, holdout_asset_key(plan, "retrievals")) == retrievals  # not run
-    assert {r.run_id for r in _latest(instance, holdout_asset_key(plan, "answers")).values()} == {result.run_id}
+    assert {r.run_id for r in _latest(instance, holdout_asset_key(plan, "answers")).values()} == {
+        result.run_id
+    }
     assert {r.run_id for r in _latest(instance, holdout_asset_key(plan, "evaluations")).values()} == {
         result.run_id
     }
