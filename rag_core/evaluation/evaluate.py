@@ -14,7 +14,7 @@ from rag_core.common.concurrency import map_concurrently
 from rag_core.generation.generate import format_context
 from rag_core.metrics import evaluate_queries, metric_columns, percentile, summarize
 from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
-from rag_core.metrics.judge import judge_prompt, parse_verdict
+from rag_core.metrics.judge import JUDGE_PROMPT, judge_prompt, parse_verdict
 from rag_core.metrics.stats import bootstrap_ci
 from rag_core.planning.spec import RagConfig
 from rag_core.retrieval.hops import loop_counts
@@ -102,19 +102,33 @@ def judge(
     return scores, spent
 
 
-def judge_labelled(llm: Completer, model: str, rows: list[dict]) -> list[float | None]:
-    """The judge's score of each labelled row (question, answer, context), asked exactly as the sweep's
-    evaluation asks it; None for a failed call or a verdict that did not parse; an empty answer 0, no call."""
+def judge_row(
+    llm: Completer, model: str, row: dict, template: str = JUDGE_PROMPT
+) -> tuple[float | None, str]:
+    """The judge's score of one labelled row (question, answer, context), asked exactly as the sweep's
+    evaluation asks it, and why there is none: (None, reason) for a failed call or a verdict that did not
+    parse; an empty answer scores 0, no call. `template`: another judge prompt with the same fields."""
+    if not row["answer"].strip():
+        return 0.0, ""
+    prompt = judge_prompt(row["question"], row["answer"], row["context"], template)
+    reply = llm.complete(model, prompt, temperature=0.0, max_tokens=8)
+    if reply.error:
+        return None, f"the call failed: {reply.error}"
+    score = parse_verdict(reply.text)
+    return score, "" if score is not None else f"the verdict did not parse: {reply.text[:200]!r}"
 
-    def one(row: dict) -> float | None:
-        if not row["answer"].strip():
-            return 0.0
-        reply = llm.complete(
-            model, judge_prompt(row["question"], row["answer"], row["context"]), temperature=0.0, max_tokens=8
-        )
-        return None if reply.error else parse_verdict(reply.text)
 
-    return map_concurrently(one, rows, llm.max_concurrency, what="labelled answers judged")
+def judge_labelled(
+    llm: Completer, model: str, rows: list[dict], template: str = JUDGE_PROMPT
+) -> list[float | None]:
+    """The judge's score of each labelled row (`judge_row`); None for a failed call or a verdict that did
+    not parse."""
+    return map_concurrently(
+        lambda row: judge_row(llm, model, row, template)[0],
+        rows,
+        llm.max_concurrency,
+        what="labelled answers judged",
+    )
 
 
 def evaluate(

@@ -27,8 +27,10 @@ SCORE:"""
 _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*(%?)")
 
 
-def judge_prompt(question: str, answer: str, context: str) -> str:
-    return JUDGE_PROMPT.format(question=question, answer=answer, context=context)
+def judge_prompt(question: str, answer: str, context: str, template: str = JUDGE_PROMPT) -> str:
+    """The judge's prompt for one answer; `template`: another prompt with the same fields (an aligned one,
+    rag_core/metrics/judge_alignment.py)."""
+    return template.format(question=question, answer=answer, context=context)
 
 
 def parse_verdict(text: str) -> float | None:
