@@ -4,6 +4,11 @@ The labels file (JSONL, CSV or Parquet) has one row per labelled answer: `questi
 passages the answer was given, as the judge sees them) and `supported` (true/false, 1/0 or yes/no: did the
 person find every claim of the answer in the context). The judge is asked exactly what a sweep's evaluation
 asks it (the faithfulness prompt, temperature 0), through the data dir's LLM call cache.
+
+With `--align` the labels are split (seeded, stratified by the label) into an alignment part and a held-out
+part. The judge is aligned through MLflow's `Judge.align()` on the first part's traces (resources/
+mlflow_judge.py, resources/judge_optimizer.py), and both the base and the aligned judge are measured on the
+held-out part only, which the alignment never sees. The exit code is the aligned judge's verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +39,30 @@ def add_parser(sub) -> None:
     cal.add_argument(
         "--data-dir", help="where the LLM call cache lives (default $RAG_DATA_DIR or ./.rag_data)"
     )
+    cal.add_argument(
+        "--align",
+        action="store_true",
+        help="align the judge with MLflow's Judge.align() on part of the labels, then measure the base and "
+        "the aligned judge on the labels held out (the exit code is the aligned judge's verdict)",
+    )
+    cal.add_argument(
+        "--align-share", type=float, default=0.5, help="with --align: the labels' share to align on"
+    )
+    cal.add_argument("--seed", type=int, default=0, help="with --align: the split's seed")
+    cal.add_argument(
+        "--align-examples",
+        type=int,
+        default=8,
+        help="with --align: the most worked examples the aligned prompt carries (default 8)",
+    )
+    cal.add_argument(
+        "--optimizer",
+        choices=("examples", "memalign"),
+        default="examples",
+        help="with --align: the project's worked examples (default), or MLflow's MemAlign (needs DSPy; "
+        "untested here)",
+    )
+    cal.add_argument("--aligned-out", help="with --align: write the aligned judge's prompt to this file")
 
 
 def read_labels(path: str) -> tuple[list[dict], list[bool]]:
@@ -46,20 +75,32 @@ def read_labels(path: str) -> tuple[list[dict], list[bool]]:
         raise SpecError(str(e) if ": row " in str(e) else f"--labels {e}") from None
 
 
+def judge_llm(args):
+    """The LLM client the environment configures, with the data dir's call cache."""
+    from resources.llm import llm_from_env
+
+    data = data_root(args.data_dir or environment.default_data_dir())
+    return llm_from_env(cache_path=str(data / "llm_cache.sqlite"))
+
+
 def run(args) -> int:
     from orchestration.plans import load_plan
     from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
-    from resources.llm import llm_from_env
 
     model = args.model or load_plan(args.spec).sweep.judge_model
     if not model:
         raise SpecError(f"{args.spec}: no judge to calibrate: set evaluation.judge_model, or give --model")
     rows, labels = read_labels(args.labels)  # before any call
+    if args.align:
+        from rag_sweep.commands.align_judge import align
+
+        return align(args, model, rows, labels)
+    if args.aligned_out:
+        raise SpecError("--aligned-out: only with --align")
     if len(rows) < MIN_LABELS:
         print(f"warning: {len(rows)} labels: the intervals are wide below {MIN_LABELS}", file=sys.stderr)
-    data = data_root(args.data_dir or environment.default_data_dir())
-    llm = llm_from_env(cache_path=str(data / "llm_cache.sqlite"))
+    llm = judge_llm(args)
 
     scores = judge_labelled(llm, model, rows)
     try:
