@@ -59,7 +59,7 @@ class Evaluations(StageLogic):
             chunk_vectors=chunk_vectors(run.read("embeddings")),
             token_counts=lambda texts: embedder.token_counts(model, texts),
             max_tokens=embedder.max_tokens(model),
-            judged=(lambda answers: judge(llm, sweep.judge_model, qa, ret, answers))
+            judged=(lambda answers: judge(llm, sweep.judge_model, qa, ret, answers, sweep.judge.prompt))
             if sweep.judge_model
             else None,
             language=sweep.language,

@@ -170,6 +170,7 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
         return None
     from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge_agreement import agreement, read_labels
+    from rag_core.metrics.judge_alignment import leaked
     from resources.llm import Reasking
 
     ev = sweep.evaluation
@@ -179,7 +180,8 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
         "measured_at", 0.0
     )  # a board from before measurements were dated: asked again
     fresh = last is not None and any(modified(r.path()) > measured for r in evaluations)
-    scores = judge_labelled(Reasking(run.llm) if fresh else run.llm, sweep.judge_model, rows)
+    prompt = sweep.judge.prompt  # the prompt the evaluations ask it with (evaluation.judge_prompt)
+    scores = judge_labelled(Reasking(run.llm) if fresh else run.llm, sweep.judge_model, rows, prompt)
     base = {
         "model": sweep.judge_model,
         "labels": str(sweep.judge_labels),
@@ -187,6 +189,11 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
         "measured_at": time.time(),
         "asked_again": fresh,
     }
+    if sweep.judge.custom:
+        base["prompt"] = sweep.judge.prompt_version
+    shown = len(leaked(prompt, rows))  # labels its prompt carries as worked examples: not held out
+    if shown:
+        base["labels_in_prompt"] = shown
     try:
         result = agreement(labels, scores, [len(r["answer"]) for r in rows], ev.judge_threshold)
     except ValueError as e:  # every call failed: nothing measured
@@ -202,6 +209,8 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
             f"reported, not weighted: kappa {result.kappa:.3f} (95% {result.kappa_low:.3f} to "
             f"{result.kappa_high:.3f}) on {result.n} labels is below min_kappa {ev.min_kappa:g}"
         )
+    if shown:
+        reason += f" ({shown} of the labels are worked examples in the judge's prompt)"
     return {**base, **figures, "verdict": verdict, "weighted": verdict == "trusted", "reason": reason}
 
 

@@ -168,7 +168,7 @@ def test_few_labels_to_align_on_warn(spec, tmp_path):
     assert r.returncode == 0 and "held-out kappa: base " in r.stdout, r.stderr  # measured all the same
 
 
-def test_bad_labels_and_options_are_refused_before_any_call(spec, tmp_path):
+def test_bad_labels_and_options_are_refused_before_any_call(spec, small_slice, tmp_path):
     rows = label_rows()
     rows[6]["supported"] = "maybe"
     bad = write_labels(tmp_path / "bad.jsonl", rows)
@@ -181,6 +181,24 @@ def test_bad_labels_and_options_are_refused_before_any_call(spec, tmp_path):
         assert r.returncode == 2 and "--align-share: between 0 and 1" in r.stderr
         r = run([spec, "--labels", good, "--aligned-out", tmp_path / "p.txt"], stub, tmp_path)
         assert r.returncode == 2 and "--aligned-out: only with --align" in r.stderr
+        # a sweep whose prompt was aligned on these labels before: held out, they would not be unseen
+        from rag_core.metrics.judge_alignment import aligned_prompt
+
+        (tmp_path / "seen.txt").write_text(
+            aligned_prompt(JUDGE_PROMPT, [(r, r["supported"]) for r in label_rows()])
+        )
+        seen = write_sweep(
+            tmp_path / "seen.yaml",
+            small_slice,
+            chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            retrieval={"mode": "vector", "top_k": 2},
+            evaluation={"judge_model": "openai/judge-model", "judge_prompt": "seen.txt"},
+        )
+        r = run([seen, "--labels", good, "--align"], stub, tmp_path)
+        assert (
+            r.returncode == 2
+            and "the sweep's judge prompt (evaluation.judge_prompt) shows held-out" in r.stderr
+        )
         if importlib.util.find_spec("dspy") is None:  # not installed with the project
             r = run([spec, "--labels", good, "--align", "--optimizer", "memalign"], stub, tmp_path)
             assert r.returncode == 2 and "MemAlign needs DSPy, which is not installed" in r.stderr
@@ -298,3 +316,85 @@ def test_the_traces_handed_to_mlflow_carry_the_human_feedback_its_api_reads():
     feedback = aligned(inputs={"question": "q", "context": "[1] x."}, outputs={"answer": "x"})
     assert feedback.value == 1.0 and feedback.source.source_type == "LLM_JUDGE"
     assert aligned(inputs={"question": "q", "context": "c"}, outputs={"answer": " "}).value == 0.0
+
+
+def test_a_sweep_asks_its_judge_with_the_aligned_prompt_and_its_evaluations_recompute(
+    small_slice, tmp_path, monkeypatch
+):
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from orchestration.plans import load_plan
+    from rag_assets.leaderboard import judge_agreement
+    from rag_core.evaluation.evaluate import judge as judge_answers
+    from rag_core.metrics.judge_alignment import aligned_prompt
+    from rag_core.planning.bill import estimate
+    from rag_core.planning.spec import SpecError
+
+    monkeypatch.delenv("RAG_LLM_API_BASE", raising=False)
+    rows = label_rows(12)
+    labels = write_labels(tmp_path / "labels.jsonl", rows)
+    prompt_file = tmp_path / "aligned.txt"
+    prompt_file.write_text(aligned_prompt(JUDGE_PROMPT, [(rows[3], False)]))  # row 3: hedged, unsupported
+    sections = {
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "vector", "top_k": 2},
+    }
+
+    def plan(**evaluation):
+        spec = write_sweep(tmp_path / "s.yaml", small_slice, evaluation=evaluation, **sections)
+        return load_plan(spec)
+
+    def evaluation_settings(p):
+        return {part.own for part in p.partitions["evaluations"].values()}
+
+    judged = {"judge_model": "openai/judge-model", "judge_labels": str(labels)}
+    builtin = plan(**judged)
+    assert evaluation_settings(builtin) == {("openai/judge-model", "faithfulness-v1")}  # as before
+    assert "prompt" not in builtin.board_identity["judge"]
+    aligned = plan(**judged, judge_prompt="aligned.txt")
+    (own,) = evaluation_settings(aligned)
+    assert own[0] == "openai/judge-model" and own[1].startswith("sha256:")
+    assert aligned.board_identity["judge"]["prompt"] == own[1]
+    prompt_file.write_text(aligned_prompt(JUDGE_PROMPT, [(rows[7], False)]))
+    assert evaluation_settings(plan(**judged, judge_prompt="aligned.txt")) != {own}  # edited: recomputed
+
+    def judge_tokens(p) -> int:  # the cost estimate counts the longer prompt
+        chunks = pl.DataFrame({"text": ["x" * 400], "index_text": ["a"]})
+        bill = estimate(p, set(), lambda key: chunks, lambda model: set(), 10, lambda *a: 0.0)
+        return bill.llm_tokens["evaluations"]
+
+    longer = len(prompt_file.read_text()) - len(JUDGE_PROMPT)
+    assert judge_tokens(plan(**judged, judge_prompt="aligned.txt")) == judge_tokens(builtin) + 10 * (
+        longer // 4
+    )
+
+    # the evaluation and the leaderboard's measurement ask with it
+    llm = Recorder()
+    sweep = plan(**judged, judge_prompt="aligned.txt").sweep
+    qa = pl.DataFrame({"query_id": ["q1"], "question": ["What about 1?"]})
+    ret = pl.DataFrame({"query_id": ["q1"], "texts": [["Fact number 1 is true."]], "titles": [["t"]]})
+    ans = pl.DataFrame({"query_id": ["q1"], "answer": ["Fact number 1 is true" + HEDGE]})
+    scores, _ = judge_answers(llm, sweep.judge_model, qa, ret, ans, sweep.judge.prompt)
+    assert scores == {"q1": 0.0} and "Example 1" in llm.prompts[0]  # the hedge is caught
+    llm.prompts.clear()
+    run = SimpleNamespace(plan=SimpleNamespace(sweep=sweep), llm=llm)
+    found = judge_agreement(run, None, [])
+    assert sorted(llm.prompts) == sorted(
+        judge_prompt(r["question"], r["answer"], r["context"], sweep.judge.prompt) for r in rows
+    )
+    assert found["prompt"] == sweep.judge.prompt_version and found["labels_in_prompt"] == 1
+    assert "(1 of the labels are worked examples in the judge's prompt)" in found["reason"]
+
+    # checked on load
+    for text, problem in (
+        ("{question} {answer}", "no {context} field"),
+        ("{question} {answer} {context} {score}", "unknown field(s) {score}"),
+        ("{question} {answer} {context} {", "not a prompt template"),
+    ):
+        prompt_file.write_text(text)
+        with pytest.raises(SpecError, match=re.escape(f"evaluation.judge_prompt': {prompt_file}: {problem}")):
+            plan(**judged, judge_prompt="aligned.txt")
+    with pytest.raises(SpecError, match="a prompt for a judge, but no judge runs"):
+        plan(judge_prompt="aligned.txt")

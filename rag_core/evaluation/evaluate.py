@@ -72,11 +72,17 @@ def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float
 
 
 def judge(
-    llm: Completer, model: str, qa: pl.DataFrame, ret: pl.DataFrame, ans: pl.DataFrame
+    llm: Completer,
+    model: str,
+    qa: pl.DataFrame,
+    ret: pl.DataFrame,
+    ans: pl.DataFrame,
+    template: str = JUDGE_PROMPT,
 ) -> tuple[dict, dict]:
     """LLM-judged faithfulness per query: None when the call failed or the verdict did not parse (counted
     as `n_judge_failures`); an empty answer scores 0 without a call, as in the lexical variant. Also returns
-    the judge's total tokens, cost and milliseconds."""
+    the judge's total tokens, cost and milliseconds. `template`: the sweep's judge prompt (evaluation.
+    judge_prompt), else the built-in one."""
     rows = list(
         qa.select("query_id", "question")
         .join(ret, on="query_id")
@@ -91,9 +97,8 @@ def judge(
             context = format_context(r["context_texts"])
         else:
             context = format_context(r["texts"] or [], r["titles"] or [])
-        out = llm.complete(
-            model, judge_prompt(r["question"], r["answer"], context), temperature=0.0, max_tokens=8
-        )
+        prompt = judge_prompt(r["question"], r["answer"], context, template)
+        out = llm.complete(model, prompt, temperature=0.0, max_tokens=8)
         return (None if out.error else parse_verdict(out.text)), usage(out)
 
     results = map_concurrently(one, rows, llm.max_concurrency, what="answers judged")

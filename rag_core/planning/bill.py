@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from rag_core.common.fingerprint import text_hash
+from rag_core.metrics.judge import JUDGE_PROMPT
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import PARTITIONED
 
@@ -152,7 +153,8 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
                 if g.context == "compress":
                     add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)
             elif stage_name == "evaluations" and plan.sweep.judge_model:
-                add(stage_name, plan.sweep.judge_model, n * g.samples, 160 + r.top_k * tokens, 8)
+                prompt = 160 + max(0, len(plan.sweep.judge.prompt) - len(JUDGE_PROMPT)) // 4  # an aligned one
+                add(stage_name, plan.sweep.judge_model, n * g.samples, prompt + r.top_k * tokens, 8)
     opt = plan.sweep.optimize
     starts = _optimization_starts(plan)
     for key in starts:

@@ -150,7 +150,7 @@ class Plan:
             by_key: dict[str, Partition] = {}
             for c in configs:
                 key = partition_key(s.name, c)
-                own = s.own(c, sweep.judge_model, version, llm_api_base, sweep.language)
+                own = s.own(c, sweep.judge, version, llm_api_base, sweep.language)
                 up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
                 chain = [own, up]
                 if chains.setdefault((s.name, key), chain) != chain:
@@ -348,7 +348,7 @@ class Plan:
     def calls_llm(self, stage_name: str) -> bool:
         """Whether any partition of the stage calls an LLM (its asset then takes a slot of pool `llm`)."""
         s = stage(stage_name)
-        return any(s.calls_llm(c, self.sweep.judge_model) for c in self.configs)
+        return any(s.calls_llm(c, self.sweep.judge) for c in self.configs)
 
     # ---- fingerprints ----------------------------------------------------------------------------
 
@@ -366,6 +366,8 @@ class Plan:
                 "threshold": ev.judge_threshold,
                 "llm_api_base": self.llm_api_base,
             }
+            if self.sweep.judge.custom:  # the prompt it is measured with (none: as before prompts were given)
+                identity["judge"]["prompt"] = self.sweep.judge.prompt_version
         return identity
 
     @property

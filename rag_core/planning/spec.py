@@ -555,6 +555,9 @@ class EvaluationSpec(_Strict):
     # the judge is measured against them with each leaderboard, and a judge whose Cohen's kappa is below
     # min_kappa (or undefined) is reported but not weighted into the overall score
     judge_labels: str | None = None
+    # a file holding the judge's prompt ({question}, {answer}, {context}), e.g. the aligned prompt
+    # `rag-sweep calibrate-judge --align --aligned-out` writes; None: the built-in one (rag_core/metrics/judge.py)
+    judge_prompt: str | None = None
     min_kappa: float = Field(default=0.6, ge=-1.0, le=1.0)
     judge_threshold: float = Field(default=0.5, ge=0.0, le=1.0)  # a score at or above it is "supported"
     # answers per question of a generator with temperature > 0: a question's scores are their mean
@@ -808,6 +811,7 @@ class Sweep(BaseModel):
     evaluation: EvaluationSpec = EvaluationSpec()
     judge_labels: Path | None = None  # resolved; its content's hash is judge_labels_fp
     judge_labels_fp: str | None = None
+    judge_prompt: str | None = None  # evaluation.judge_prompt's content, checked on load; None: the built-in
     decision: DecisionSpec = DecisionSpec()
     search: SearchSpec = SearchSpec()
     qa_generation: QAGeneration | None = None
@@ -816,6 +820,13 @@ class Sweep(BaseModel):
 
     def fingerprint(self) -> str:
         return fingerprint([c.model_dump() for c in self.configs], self.weights)
+
+    @property
+    def judge(self):
+        """The judge (rag_core/metrics/judge.py JudgeSetting: its model and prompt), None without one."""
+        from rag_core.metrics.judge import JUDGE_PROMPT, JudgeSetting
+
+        return JudgeSetting(self.judge_model, self.judge_prompt or JUDGE_PROMPT) if self.judge_model else None
 
 
 def _expand(section: dict[str, Any] | list, model: type[BaseModel], where: str) -> list:
@@ -947,6 +958,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         evaluation=spec.evaluation,
         judge_labels=labels,
         judge_labels_fp=labels_fp,
+        judge_prompt=_judge_prompt(spec, path),
         decision=spec.decision,
         search=spec.search,
         qa_generation=spec.qa_generation,
@@ -989,6 +1001,27 @@ def _check_analyzer_language(index: IndexConfig, language: str | None) -> None:
         else f"name plain ({language} has no segmenting analyzer)"
     )
     raise SpecError(f"field 'index.bm25_analyzer': {problem}; {advice}")
+
+
+def _judge_prompt(spec: SweepFile, path: Path) -> str | None:
+    """evaluation.judge_prompt's content (relative to the sweep file), checked on load: a template with the
+    fields {question}, {answer} and {context}."""
+    from rag_core.metrics.judge import template_problem
+
+    ev = spec.evaluation
+    if ev.judge_prompt is None:
+        return None
+    where = f"{path}: field 'evaluation.judge_prompt'"
+    if not ev.judge_model:
+        raise SpecError(f"{where}: a prompt for a judge, but no judge runs; set evaluation.judge_model")
+    file = (path.parent / ev.judge_prompt).resolve()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{where}: {file}: cannot be read ({type(e).__name__})") from None
+    if problem := template_problem(text):
+        raise SpecError(f"{where}: {file}: {problem}")
+    return text
 
 
 def _judge_labels(spec: SweepFile, path: Path) -> tuple[Path | None, str | None]:

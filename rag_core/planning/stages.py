@@ -22,7 +22,7 @@ from rag_core.components.readers import READERS
 from rag_core.components.rerankers import RERANKERS
 from rag_core.components.retrieval_modes import RETRIEVAL_MODES
 from rag_core.components.stores import STORES
-from rag_core.metrics.judge import JUDGE_PROMPT_VERSION
+from rag_core.metrics.judge import JudgeSetting
 from rag_core.metrics.languages import segmenter
 from rag_core.metrics.registry import METRICS
 from rag_core.planning.spec import RagConfig
@@ -45,7 +45,7 @@ class Stage:
     external: bool = False
     # the local models whose weights decide the stage's output: their versions join its own settings
     models: Callable[[RagConfig], tuple[str | None, ...]] = lambda c: ()
-    # whether a config's partition calls an LLM (judge: the sweep's judge model): the LLM endpoint the
+    # whether a config's partition calls an LLM (judge: the sweep's judge, JudgeSetting): the LLM endpoint the
     # deployment sets then joins its fingerprint (another server under the same model name answers otherwise)
     calls_llm: Callable[[RagConfig, Any], bool] = lambda c, judge: False
     # the stage scores answers by the QA set's language (data.language): a named one joins its fingerprint,
@@ -150,8 +150,9 @@ def _answer_settings(c: RagConfig, judge) -> dict:
     return _pinned(settings, READERS.origin(c.generation.model).pin if c.generation.is_reader else None)
 
 
-def _evaluation_settings(c: RagConfig, judge: str | None) -> Any:
-    settings = (judge, JUDGE_PROMPT_VERSION) if judge else None
+def _evaluation_settings(c: RagConfig, judge: JudgeSetting | None) -> Any:
+    # the built-in prompt: its version, as before prompts could be given; another: its content's hash
+    settings = (judge.model, judge.prompt_version) if judge else None
     # installed plug-in metrics are computed too: their packages' versions (none installed: as before)
     pins = {m: METRICS.origin(m).pin for m in METRICS.plugin_names()}
     return {"judge": settings, "plugin_metrics": pins} if pins else settings

@@ -38,7 +38,7 @@ def _kappa(result) -> str:
     return f"{result.kappa:.3f} (95% {result.kappa_low:.3f} to {result.kappa_high:.3f})"
 
 
-def align(args, model: str, rows: list[dict], labels: list[bool]) -> int:
+def align(args, model: str, prompt: str, rows: list[dict], labels: list[bool]) -> int:
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
     from rag_core.metrics.judge_alignment import MIN_ALIGNMENT_LABELS, leaked, split
     from rag_sweep.commands.calibrate_judge import judge_llm
@@ -51,6 +51,11 @@ def align(args, model: str, rows: list[dict], labels: list[bool]) -> int:
     if not part or not held:
         raise SpecError(
             f"{args.labels}: {len(rows)} labels cannot be split into an alignment part and a held-out part"
+        )
+    if shown := leaked(prompt, [rows[i] for i in held]):  # a prompt aligned before, on these labels
+        raise SpecError(
+            f"the sweep's judge prompt (evaluation.judge_prompt) shows held-out label row(s) "
+            f"{', '.join(str(held[i] + 1) for i in shown)}: their measurement would not be held out"
         )
     if len(part) < MIN_ALIGNMENT_LABELS:
         print(
@@ -68,7 +73,7 @@ def align(args, model: str, rows: list[dict], labels: list[bool]) -> int:
 
     llm = judge_llm(args)
     optimizer = _optimizer(args, llm.max_concurrency)
-    base = SweepJudge(llm, model)
+    base = SweepJudge(llm, model, prompt)
     traces = labelled_traces([rows[i] for i in part], [labels[i] for i in part], str(args.labels))
     aligned = base.align(traces, optimizer)
     held_rows, held_labels = [rows[i] for i in held], [labels[i] for i in held]

@@ -3,7 +3,8 @@
 The labels file (JSONL, CSV or Parquet) has one row per labelled answer: `question`, `answer`, `context` (the
 passages the answer was given, as the judge sees them) and `supported` (true/false, 1/0 or yes/no: did the
 person find every claim of the answer in the context). The judge is asked exactly what a sweep's evaluation
-asks it (the faithfulness prompt, temperature 0), through the data dir's LLM call cache.
+asks it (the faithfulness prompt, or the sweep's evaluation.judge_prompt; temperature 0), through the data
+dir's LLM call cache.
 
 With `--align` the labels are split (seeded, stratified by the label) into an alignment part and a held-out
 part. The judge is aligned through MLflow's `Judge.align()` on the first part's traces (resources/
@@ -86,23 +87,33 @@ def judge_llm(args):
 def run(args) -> int:
     from orchestration.plans import load_plan
     from rag_core.evaluation.evaluate import judge_labelled
+    from rag_core.metrics.judge import JUDGE_PROMPT
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
+    from rag_core.metrics.judge_alignment import leaked
 
-    model = args.model or load_plan(args.spec).sweep.judge_model
+    sweep = load_plan(args.spec).sweep
+    model = args.model or sweep.judge_model
     if not model:
         raise SpecError(f"{args.spec}: no judge to calibrate: set evaluation.judge_model, or give --model")
+    prompt = sweep.judge_prompt or JUDGE_PROMPT  # evaluation.judge_prompt, else the built-in one
     rows, labels = read_labels(args.labels)  # before any call
     if args.align:
         from rag_sweep.commands.align_judge import align
 
-        return align(args, model, rows, labels)
+        return align(args, model, prompt, rows, labels)
     if args.aligned_out:
         raise SpecError("--aligned-out: only with --align")
     if len(rows) < MIN_LABELS:
         print(f"warning: {len(rows)} labels: the intervals are wide below {MIN_LABELS}", file=sys.stderr)
+    if shown := leaked(prompt, rows):
+        print(
+            f"warning: {len(shown)} of the labels are worked examples in the judge's prompt "
+            "(evaluation.judge_prompt): measured on answers it was shown",
+            file=sys.stderr,
+        )
     llm = judge_llm(args)
 
-    scores = judge_labelled(llm, model, rows)
+    scores = judge_labelled(llm, model, rows, prompt)
     try:
         result = agreement(labels, scores, [len(r["answer"]) for r in rows], args.threshold)
     except ValueError as e:
