@@ -84,11 +84,10 @@ def _shown(question: str, answer: str) -> str:
 
 
 def _example(n: int, row: dict, supported: bool) -> str:
-    verdict = (
-        "1 (people found every claim in the passages)"
-        if supported
-        else ("0 (people found a claim the passages do not state)")
-    )
+    if supported:
+        verdict = "1 (people found every claim in the passages)"
+    else:
+        verdict = "0 (people found a claim the passages do not state)"
     return (
         f"Example {n}\nPassages:\n{_escaped(row['context'])}\n"
         + _shown(row["question"], row["answer"])
