@@ -25,6 +25,8 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.stages import stage
 from resources.artifacts import latest_fingerprints
 
+HOLDOUT = "holdout"  # the chain among a runner's steps (runner/, fleet/step_jobs.py)
+
 
 def chain_job_name(plan: Plan) -> str:
     return f"{plan.prefix}__holdout"

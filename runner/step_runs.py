@@ -107,7 +107,11 @@ def batch_run(plan, stage: str, key, instance=None) -> tuple[str | None, dict[st
     """How a run targets a step or a batch (a tuple of keys): its partition key, or the range its keys
     span (rag_assets.batch.range_tags; `instance` holds the holdout's partitions), and how messages name it."""
     from rag_assets.batch import range_tags
+    from rag_assets.holdout_chain import HOLDOUT, chain_tags
 
+    if stage == HOLDOUT:  # the holdout's chain over the finalists (rag_assets/holdout_chain.py)
+        keys = [key] if isinstance(key, str) else list(key)
+        return None, chain_tags(keys), f"the holdout of {len(keys)} finalist(s)"
     if not key or isinstance(key, str):  # one partition, or an unpartitioned stage (None, an empty batch)
         return key or None, {}, f"{stage}[{key}]" if key else stage
     if len(key) == 1:
@@ -156,23 +160,34 @@ class StepRunner:
 
     def __call__(self, stage, key=None, extra_tags: dict | None = None) -> list[str]:
         """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
-        unpartitioned ones (the input snapshots: one run for them all)."""
+        unpartitioned ones (the input snapshots: one run for them all), or `holdout` (the holdout's chain
+        over the finalists `key`)."""
+        from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
+        from rag_assets.sweep_assets import LOGIC
+
         stages = stage if isinstance(stage, tuple) else (stage,)
         asset = first_key(key)  # a holdout batch: the stage's holdout asset
         key, range_tags, where = batch_run(self.plan, stages[0], key, self.instance)
         where = where if len(stages) == 1 else " + ".join(stages)
+        tags = {**self.tags, **(extra_tags or {}), **range_tags}
+        quiet = {} if self.verbose else QUIET_LOGS
         try:
             with interrupts_kept():
-                result = dg.materialize(
-                    self.assets,
-                    selection=[asset_key(self.plan, s, asset) for s in stages],
-                    partition_key=key,
-                    instance=self.instance,
-                    resources=self.defs.resources,
-                    tags={**self.tags, **(extra_tags or {}), **range_tags},
-                    run_config={} if self.verbose else QUIET_LOGS,
-                    raise_on_error=True,
-                )
+                if stage == HOLDOUT:
+                    result = holdout_chain_job(self.plan, LOGIC).execute_in_process(
+                        run_config=quiet, instance=self.instance, resources=self.defs.resources, tags=tags
+                    )
+                else:
+                    result = dg.materialize(
+                        self.assets,
+                        selection=[asset_key(self.plan, s, asset) for s in stages],
+                        partition_key=key,
+                        instance=self.instance,
+                        resources=self.defs.resources,
+                        tags=tags,
+                        run_config=quiet,
+                        raise_on_error=True,
+                    )
         except DagsterExecutionStepExecutionError as e:
             raise StepFailed.of(where, e.user_exception) from e
         except DagsterAssetCheckFailedError as e:  # a blocking check of the step's own asset failed
@@ -205,8 +220,10 @@ class FleetStepRunner:
 
     def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
         from fleet.step_jobs import reconstructable_step
+        from rag_assets.holdout_chain import HOLDOUT
 
-        asset = self.plan.asset_path(stage, first_key(key))[-1]  # a holdout batch: the holdout asset
+        # a holdout batch: the holdout asset; the holdout's chain: its job
+        asset = HOLDOUT if stage == HOLDOUT else self.plan.asset_path(stage, first_key(key))[-1]
         key, range_tags, where = batch_run(self.plan, stage, key, self.instance)
         tags = {
             **self.tags,

@@ -196,7 +196,7 @@ def run_sweep(
                 if added := new_finalists(plan, instance, held):  # the finalists' partitions appear now
                     instance.add_dynamic_partitions(plan.finalists_partitions, added)
                 bar = steps_bar(len(held), progress and bool(held))
-                run_batches(batches(held, plan.all_keys, batch_size()), plan, materialize, bar)
+                run_holdout(held, plan, materialize, bar)
                 bar.close()
             # prompt optimization: its best prompts are new configs, evaluated by a run of the new plan
             if plan.sweep.optimize is not None and optimize_prompts(plan, instance, data, materialize):
@@ -238,6 +238,23 @@ def run_batches(units, plan, materialize, bar) -> None:
         bar.set_description(batch_label(plan, stage, keys)[:60])
         materialize(stage, keys or None)
         bar.update(steps_in((stage, keys)))
+
+
+def run_holdout(held: list, plan, materialize, bar) -> None:
+    """The finalists' holdout steps in one run of the holdout's chain (rag_assets/holdout_chain.py), from
+    the first holdout stage due; then the confirmation."""
+    from rag_assets.holdout_chain import FROM_TAG, HOLDOUT
+
+    chain = [(s, k) for s, k in held if s != "confirmation"]
+    if chain:
+        first = next(s for s in plan.holdout_partitions if any(h == s for h, _ in chain))
+        bar.set_description(f"the holdout of {len({k for _, k in chain})} finalist(s)")
+        materialize(HOLDOUT, tuple(dict.fromkeys(k for _, k in chain)), {FROM_TAG: first})
+        bar.update(len(chain))
+    if ("confirmation", None) in held:
+        bar.set_description("confirmation")
+        materialize("confirmation")
+        bar.update(1)
 
 
 def optimize_prompts(plan, instance, data: Path, materialize) -> bool:

@@ -1,6 +1,7 @@
 """The holdout's chain (`<sweep>__holdout`, rag_assets/holdout_chain.py): every holdout stage of the finalists
 in one run records each partition as its holdout asset's materialization, with the fingerprint the
-stage's own asset records; a partition that fails is named, and the others are recorded."""
+stage's own asset records; a partition that fails is named, and the others are recorded. `rag-sweep run`
+runs its holdout as the chain."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from tests.conftest import write_sweep
 
 @pytest.fixture(scope="module")
 def swept(slice_data, tmp_path_factory):
-    """A two-config BM25 sweep with a holdout, run by `rag-sweep run`: its finalists' holdout assets are
-    materialized stage by stage, a run each."""
+    """A two-config BM25 sweep with a holdout, run by `rag-sweep run`: its finalists' holdout in one run of
+    the chain."""
     from runner import run_sweep
 
     root = tmp_path_factory.mktemp("chain")
@@ -28,7 +29,10 @@ def swept(slice_data, tmp_path_factory):
         retrieval={"mode": "bm25", "top_k": [2, 3]},
         decision={"holdout": 0.3},
     )
-    return run_sweep(str(spec), str(root / "data"), progress=False)
+    run = run_sweep(str(spec), str(root / "data"), progress=False)
+    chains = run.instance.get_runs(filters=dg.RunsFilter(job_name="chain__holdout"))
+    assert len(chains) == 1 and chains[0].status == dg.DagsterRunStatus.SUCCESS
+    return run
 
 
 def _latest(instance, key: dg.AssetKey) -> dict[str, dg.EventLogRecord]:
@@ -52,12 +56,34 @@ def _chain(swept, tags: dict):
     return job.execute_in_process(instance=swept.instance, tags=tags, raise_on_error=False)
 
 
+def _by_assets(swept, keys: list[str]) -> None:
+    """The holdout's stages materialized by their own assets, a run each (a UI backfill's way), forced."""
+    from rag_assets.batch import range_tags
+
+    plan = swept.plan
+    for s in plan.holdout_partitions:
+        one = len(keys) == 1
+        result = dg.materialize(
+            list(swept.defs.assets),
+            selection=[holdout_asset_key(plan, s)],
+            partition_key=keys[0] if one else None,
+            instance=swept.instance,
+            resources=swept.defs.resources,
+            tags={FORCE_TAG: "true", **({} if one else range_tags(plan, s, keys, swept.instance))},
+        )
+        assert result.success
+
+
 def test_one_run_records_every_holdout_stage_as_the_stages_own_assets_do(swept):
     plan, instance = swept.plan, swept.instance
     stages = list(plan.holdout_partitions)
-    before = {s: _latest(instance, holdout_asset_key(plan, s)) for s in stages}
-    keys = sorted(before["evaluations"])
+    # `rag-sweep run` ran the chain; each holdout asset materialized by itself again
+    keys = sorted(_latest(instance, holdout_asset_key(plan, "evaluations")))
     assert keys and all(k.endswith("~holdout") for k in keys)
+    _by_assets(swept, keys)
+    before = {s: _latest(instance, holdout_asset_key(plan, s)) for s in stages}
+    jobs = {instance.get_run_by_id(r.run_id).job_name for s in stages for r in before[s].values()}
+    assert "chain__holdout" not in jobs  # recorded by the assets' own runs
 
     result = _chain(swept, {FORCE_TAG: "true", **chain_tags(keys)})  # forced: every stage computed again
     assert result.success

@@ -455,8 +455,9 @@ def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_
     # ... and its holdout schedule the finalist, whose partition the run added to the holdout's assets
     held = build_definitions([out.plan], str(out.data)).get_schedule_def("held__evaluate_holdout_nightly")
     (request,) = list(held(dg.build_schedule_context(instance=out.instance, scheduled_execution_time=when)))
-    assert request.partition_key == decision["finalists"][0] + "~holdout"
-    assert request.tags["rag/force"] == "true"
+    # one run of the holdout's chain, from the answers
+    assert json.loads(request.tags["rag/partitions"]) == [decision["finalists"][0] + "~holdout"]
+    assert request.tags["rag/holdout_from"] == "answers" and request.tags["rag/force"] == "true"
 
 
 @pytest.mark.slow
