@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from rag_core.metrics.judge import JUDGE_PROMPT, judge_prompt
-from tests.conftest import ROOT, write_sweep
+from tests.conftest import write_sweep
 from tests.openai_stub import OpenAIStub
+from tests.test_calibrate_judge import run  # `rag-sweep calibrate-judge` against the stub
 
 HEDGE = ", and probably much more"
 FLIPS = (2, 6, 9, 13)  # the judge errs on these whatever its prompt
@@ -63,18 +61,6 @@ def expected_verdict(row: dict, aligned: bool) -> bool:
     hedged = HEDGE in row["answer"]
     verdict = row["supported"] or (hedged and not aligned)
     return verdict != ("(flip)" in row["answer"])
-
-
-def run(args: list, stub: OpenAIStub, tmp_path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "RAG_LLM_API_BASE": stub.api_base,
-        "RAG_LLM_API_KEY": "test-key",
-        "RAG_LLM_MAX_RETRIES": "0",
-        "RAG_DATA_DIR": str(tmp_path / "data"),
-    }
-    cmd = [sys.executable, "-m", "rag_sweep.cli", "calibrate-judge", *map(str, args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
 
 
 @pytest.fixture
