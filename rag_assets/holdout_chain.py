@@ -23,7 +23,6 @@ from rag_assets.stage_asset import StageLogic, StageSteps, asset_key, queue_tags
 from rag_core.decision.holdout import holdout_key
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import stage
-from resources.artifacts import latest_fingerprints
 
 HOLDOUT = "holdout"  # the chain among a runner's steps (runner/, fleet/step_jobs.py)
 
@@ -35,6 +34,11 @@ def chain_job_name(plan: Plan) -> str:
 # The first holdout stage a chain run computes (default: the first): the stages before it are complete for
 # its finalists (the nightly re-asks their answers and evaluations; a rerun after a new metric only those).
 FROM_TAG = "rag/holdout_from"
+
+
+def first_stage(plan: Plan, stages) -> str:
+    """The first holdout stage among `stages` (those with steps due): where a chain run starts."""
+    return next(s for s in plan.holdout_partitions if s in set(stages))
 
 
 def chain_tags(keys, first: str | None = None) -> dict[str, str]:
@@ -58,7 +62,7 @@ def _loaded(context, plan: Plan, name: str):
     key = asset_key(plan, name, holdout_key("") if held else None)
     if not stage(name).partitioned:
         return artifacts.latest(instance, key, name)
-    return {k: artifacts.ref(name, fp, k) for k, fp in latest_fingerprints(instance, key).items()}
+    return artifacts.latest_partitions(instance, key, name)
 
 
 def _chain_op(plan: Plan, name: str, logic: StageLogic, first: bool) -> dg.OpDefinition:

@@ -196,9 +196,16 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
             if len(keys) == 1:  # every partition reads one upstream partition
                 return self.latest(context.instance, key, stage, keys[0])
         # a batch (each of its partitions picks its own), a holdout stage's selection input or the
-        # leaderboard: every partition materialized so far (their fingerprints in one query)
-        latest = latest_fingerprints(context.instance, key)
-        return {k: self.ref(stage, latest[k], k) for k in context.asset_partition_keys if k in latest}
+        # leaderboard: every partition materialized so far
+        latest = self.latest_partitions(context.instance, key, stage)
+        return {k: latest[k] for k in context.asset_partition_keys if k in latest}
+
+    def latest_partitions(
+        self, instance: dg.DagsterInstance, key: dg.AssetKey, stage: str
+    ) -> dict[str, ArtifactRef]:
+        """partition -> the artifact of its latest materialization, for every materialized partition of an
+        asset (their fingerprints in one query)."""
+        return {k: self.ref(stage, fp, k) for k, fp in latest_fingerprints(instance, key).items()}
 
     def latest(
         self,

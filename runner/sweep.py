@@ -243,11 +243,11 @@ def run_batches(units, plan, materialize, bar) -> None:
 def run_holdout(held: list, plan, materialize, bar) -> None:
     """The finalists' holdout steps in one run of the holdout's chain (rag_assets/holdout_chain.py), from
     the first holdout stage due; then the confirmation."""
-    from rag_assets.holdout_chain import FROM_TAG, HOLDOUT
+    from rag_assets.holdout_chain import FROM_TAG, HOLDOUT, first_stage
 
     chain = [(s, k) for s, k in held if s != "confirmation"]
     if chain:
-        first = next(s for s in plan.holdout_partitions if any(h == s for h, _ in chain))
+        first = first_stage(plan, (s for s, _ in chain))
         bar.set_description(f"the holdout of {len({k for _, k in chain})} finalist(s)")
         materialize(HOLDOUT, tuple(dict.fromkeys(k for _, k in chain)), {FROM_TAG: first})
         bar.update(len(chain))

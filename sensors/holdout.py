@@ -21,7 +21,7 @@ import dagster as dg
 from orchestration.plans import asset_key
 from orchestration.todo import holdout_steps, new_finalists
 from rag_assets.champion import CHAMPION
-from rag_assets.holdout_chain import chain_tags
+from rag_assets.holdout_chain import chain_tags, first_stage
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
@@ -92,7 +92,7 @@ def next_holdout_request(
         return "the leaderboard is confirmed", []
     tags = {"sweep": plan.sweep.name, HOLDOUT_TAG: str(board.storage_id)}
     if keys := [k for s, k in held if s != "confirmation"]:  # the finalists not complete: one chain run
-        first = next(s for s in plan.holdout_partitions if any(h == s for h, _ in held))
+        first = first_stage(plan, (s for s, _ in held))
         return _attempt(
             instance,
             board.storage_id,

@@ -21,7 +21,7 @@ from orchestration.search import RungStep, SearchController, SearchState, batch_
 from orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
 from rag_assets.batch import range_tags
 from rag_assets.champion import CHAMPION
-from rag_assets.holdout_chain import chain_tags
+from rag_assets.holdout_chain import chain_tags, first_stage
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
@@ -245,7 +245,7 @@ def batched_requests(
         steps = [(s, k, n) for s, k, _ in found]
         digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
         if job == HOLDOUT:  # every holdout stage's steps of the finalists, from the first one asked
-            first = next(s for s in plan.holdout_partitions if any(f[0] == s for f in found))
+            first = first_stage(plan, (s for s, _, _ in found))
             requests.append(
                 dg.RunRequest(
                     run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",
