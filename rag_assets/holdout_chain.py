@@ -37,8 +37,9 @@ FROM_TAG = "rag/holdout_from"
 
 
 def first_stage(plan: Plan, stages) -> str:
-    """The first holdout stage among `stages` (those with steps due): where a chain run starts."""
-    return next(s for s in plan.holdout_partitions if s in set(stages))
+    """The first holdout stage among `stages` (those with steps due, any iterable): where a chain run starts."""
+    due = set(stages)  # once: a generator read inside the search below would be spent after one stage
+    return next(s for s in plan.holdout_partitions if s in due)
 
 
 def chain_tags(keys, first: str | None = None) -> dict[str, str]:

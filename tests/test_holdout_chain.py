@@ -5,10 +5,12 @@ runs its holdout as the chain."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import dagster as dg
 import pytest
 
-from rag_assets.holdout_chain import chain_tags
+from rag_assets.holdout_chain import chain_tags, first_stage
 from rag_assets.stage_asset import FORCE_TAG, holdout_asset_key
 from rag_core.decision.holdout import holdout_key
 from tests.conftest import write_sweep
@@ -33,6 +35,18 @@ def swept(slice_data, tmp_path_factory):
     chains = run.instance.get_runs(filters=dg.RunsFilter(job_name="chain__holdout"))
     assert len(chains) == 1 and chains[0].status == dg.DagsterRunStatus.SUCCESS
     return run
+
+
+def test_the_chain_starts_at_the_first_stage_due_however_the_stages_are_given():
+    """A rerun whose retrievals are complete starts at the first stage still due; the drivers pass the
+    stages due as a generator, which must be read once, not once per stage."""
+    plan = SimpleNamespace(
+        holdout_partitions=dict.fromkeys(["retrievals", "rerankings", "answers", "evaluations"])
+    )
+    due = [("answers", "k1"), ("evaluations", "k1"), ("evaluations", "k2")]
+    assert first_stage(plan, (s for s, _ in due)) == "answers"
+    assert first_stage(plan, ["evaluations", "rerankings"]) == "rerankings"
+    assert first_stage(plan, iter(["retrievals"])) == "retrievals"
 
 
 def _latest(instance, key: dg.AssetKey) -> dict[str, dg.EventLogRecord]:
