@@ -191,3 +191,25 @@ def test_a_sweeps_judge_labels_are_checked_on_load(slice_data, tmp_path):
     first = load_sweep(spec).judge_labels_fp
     good.write_text(json.dumps({"question": "q", "answer": "a", "context": "c", "supported": "no"}))
     assert load_sweep(spec).judge_labels_fp != first  # edited labels: another leaderboard fingerprint
+
+
+def test_the_kappa_interval_stays_within_kappas_range():
+    """Near perfect agreement (or disagreement) the asymptotic interval passes 1 (or -1): it is clipped, and
+    elsewhere it is statsmodels' own."""
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    from rag_core.metrics.judge_agreement import agreement
+
+    def case(table):  # rows: people supported / unsupported; columns: judge supported / unsupported
+        human, scores = [], []
+        for h, row in zip((True, False), table, strict=True):
+            for j, count in zip((1.0, 0.0), row, strict=True):
+                human, scores = human + [h] * count, scores + [j] * count
+        return agreement(human, scores, [10] * len(human)), cohens_kappa(np.array(table), return_results=True)
+
+    high, raw = case([[9, 1], [0, 10]])
+    assert raw.kappa_upp > 1 and high.kappa_high == 1.0 and high.kappa_low == pytest.approx(raw.kappa_low)
+    low, raw = case([[0, 10], [9, 1]])
+    assert raw.kappa_low < -1 and low.kappa_low == -1.0 and low.kappa_high == pytest.approx(raw.kappa_upp)
+    mid, raw = case([[7, 3], [2, 8]])
+    assert (mid.kappa_low, mid.kappa_high) == pytest.approx((raw.kappa_low, raw.kappa_upp))

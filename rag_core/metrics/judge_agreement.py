@@ -2,9 +2,10 @@
 
 A label says whether a person found the answer supported by its context (the judge's question, rag_core/
 metrics/judge.py); the judge's score counts as "supported" at or above `threshold`. Reported:
-- Cohen's kappa with its asymptotic 95% interval (`statsmodels.stats.inter_rater.cohens_kappa`): agreement
-  beyond what the two base rates give by chance. Undefined (None, with the reason) when the labels or the
-  judge's verdicts hold one class only: no agreement beyond chance can be shown then.
+- Cohen's kappa with its asymptotic 95% interval (`statsmodels.stats.inter_rater.cohens_kappa`, clipped to
+  kappa's range, -1 to 1): agreement beyond what the two base rates give by chance. Undefined (None, with
+  the reason) when the labels or the judge's verdicts hold one class only: no agreement beyond chance can
+  be shown then.
 - accuracy with its Wilson 95% interval (`statsmodels.stats.proportion.proportion_confint`);
 - the confusion table and the base rates (the labels' share of "supported", the judge's);
 - length bias: the judge's "supported" rate on the unsupported answers (false positives) and its
@@ -146,7 +147,9 @@ def agreement(
         undefined = "the judge gave one verdict only"
     else:
         result = cohens_kappa(table, return_results=True)
-        kappa, low, high = float(result.kappa), float(result.kappa_low), float(result.kappa_upp)
+        kappa = float(result.kappa)
+        # the asymptotic (Wald) interval is symmetric and can pass kappa's bounds; a kappa never does
+        low, high = max(-1.0, float(result.kappa_low)), min(1.0, float(result.kappa_upp))
     long = size > np.median(size)
 
     def rate(mask) -> float | None:
