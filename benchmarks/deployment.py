@@ -1,6 +1,6 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
-    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline]
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline] [--cpu]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -11,17 +11,21 @@ the CLI on the same machine, alternating, each into a fresh data dir and instanc
 2. the example as a halving search (`search: {strategy: halving, start_questions: 25}`): on the
    deployment the search job launched through GraphQL, timed to the champion; the CLI: `rag-sweep run`.
 Prints each wall time, the Dagster runs each made, and the ratio deployment / CLI (goals: <= 1.5 for the
-grid, <= 2 for the search).
+grid, <= 2 for the search). `--cpu`: the CPU seconds each side spent, the deployment's by process (the
+webserver, the daemon, the code servers that evaluate its sensors, the run workers, PostgreSQL), sampled
+from /proc every half second: where the cores went that the stages' work did not get.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,8 +58,83 @@ def sweep_file(folder: Path, halving: bool) -> Path:
     return path
 
 
-def cli(spec: Path, data: Path, show: bool = False) -> tuple[float, int]:
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _role(cmdline: str) -> str | None:
+    """Which part of a deployment a process is, from its command line (None: not the deployment's)."""
+    for marker, role in (
+        ("execute_run", "run workers"),
+        ("api grpc", "code servers (sensors, schedules)"),
+        ("dagster-webserver", "webserver"),
+        ("daemon", "daemon"),
+        ("postgres", "PostgreSQL"),
+    ):
+        if marker in cmdline:
+            return role
+    return None
+
+
+class CpuByRole:
+    """CPU seconds of the processes of the sessions `sessions` (and PostgreSQL's), by role: each process's
+    latest user + system time, sampled from /proc every `every` seconds while the block runs (a process
+    that ends between two samples loses at most its last interval)."""
+
+    def __init__(self, sessions: set[int], every: float = 0.5):
+        self.sessions, self.every = sessions, every
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+                cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            session, cpu = int(fields[3]), (int(fields[11]) + int(fields[12])) / TICK
+            role = _role(cmdline)
+            if role and (session in self.sessions or role == "PostgreSQL"):
+                start = self.seen.get(int(entry.name), (role, cpu, cpu))[2]
+                self.seen[int(entry.name)] = (role, cpu, start)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, cpu, start in self.seen.values():
+            # a process seen at the first sample counts from there (PostgreSQL's start is not this run's)
+            out[role] = out.get(role, 0.0) + cpu - start
+        return out
+
+
+def show_cpu(where: str, wall: float, totals: dict[str, float]) -> None:
+    total = sum(totals.values())
+    parts = ", ".join(f"{role} {cpu:.0f}" for role, cpu in sorted(totals.items(), key=lambda x: -x[1]))
+    print(
+        f"    cpu {where}: {total:.0f} CPU-s in {wall:.0f} s ({total / wall:.2f} cores){': ' if parts else ''}{parts}"
+    )
+
+
+def cli(spec: Path, data: Path, show: bool = False, cpu: bool = False) -> tuple[float, int]:
     t0, epoch = time.perf_counter(), time.time()
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [str(PY), "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
         capture_output=True,
@@ -65,6 +144,10 @@ def cli(spec: Path, data: Path, show: bool = False) -> tuple[float, int]:
     wall = time.perf_counter() - t0
     if out.returncode:
         raise SystemExit(f"rag-sweep run failed:\n{out.stderr[-3000:]}")
+    if cpu:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spent = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
+        show_cpu("cli", wall, {"rag-sweep run": spent})
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
         if show:
             timeline(instance, epoch)
@@ -77,12 +160,20 @@ def champion_after(instance, prefix: str, t0: float) -> bool:
 
 
 def on_deployment(
-    spec: Path, work: Path, pg: Postgres, halving: bool, timeout: float = 1800, show: bool = False
+    spec: Path,
+    work: Path,
+    pg: Postgres,
+    halving: bool,
+    timeout: float = 1800,
+    show: bool = False,
+    cpu: bool = False,
 ) -> tuple[float, int]:
     plan = yaml.safe_load(spec.read_text())
     prefix = plan["name"].replace("-", "_")
     with deployment(work, spec, work / "data", pg) as d:
         instance = d.instance()
+        sampler = CpuByRole({d.webserver.pid, d.daemon.pid})
+        sampler.__enter__()
         t0 = time.time()
         if halving:
             d.launch_run(f"{prefix}__search")
@@ -95,8 +186,11 @@ def on_deployment(
                 raise SystemExit(f"no champion after {timeout:.0f} s\n{d.log('daemon')}")
             time.sleep(1)
         wall = time.time() - t0
+        sampler.__exit__(None, None, None)
         if show:
             timeline(instance, t0)
+        if cpu:
+            show_cpu("deployment", wall, sampler.totals())
         return wall, instance.get_runs_count()
 
 
@@ -123,6 +217,7 @@ def main() -> None:
     ap.add_argument("--skip-halving", action="store_true")
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
+    ap.add_argument("--cpu", action="store_true", help="print the CPU each side spent, by process")
     args = ap.parse_args()
     pg = Postgres.start()
     results: dict[str, list[tuple[float, int]]] = {}
@@ -138,9 +233,11 @@ def main() -> None:
                         work = tmp / f"{kind}-{where}-{i}"
                         work.mkdir()
                         if where == "cli":
-                            got = cli(spec, work / "data", args.timeline)
+                            got = cli(spec, work / "data", args.timeline, args.cpu)
                         else:
-                            got = on_deployment(spec, work, pg, kind == "halving", show=args.timeline)
+                            got = on_deployment(
+                                spec, work, pg, kind == "halving", show=args.timeline, cpu=args.cpu
+                            )
                         results.setdefault(f"{kind}/{where}", []).append(got)
                         print(
                             f"  {kind:8} {where:10} repeat {i + 1}: {got[0]:.0f} s, {got[1]} Dagster runs",
