@@ -1,6 +1,7 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
-    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline] [--cpu]
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline]
+        [--cpu]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -64,6 +65,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 def _role(cmdline: str) -> str | None:
     """Which part of a deployment a process is, from its command line (None: not the deployment's)."""
     for marker, role in (
+        # a code server starts each run's worker with multiprocessing's spawn (dagster/_grpc/server.py)
+        ("spawn_main", "run workers"),
         ("execute_run", "run workers"),
         ("api grpc", "code servers (sensors, schedules)"),
         ("dagster-webserver", "webserver"),
@@ -76,13 +79,14 @@ def _role(cmdline: str) -> str | None:
 
 
 class CpuByRole:
-    """CPU seconds of the processes of the sessions `sessions` (and PostgreSQL's), by role: each process's
-    latest user + system time, sampled from /proc every `every` seconds while the block runs (a process
-    that ends between two samples loses at most its last interval)."""
+    """CPU seconds of the processes of the sessions `sessions` (the webserver's and the daemon's, with
+    their code servers and run workers) and of PostgreSQL, by role: each process's latest user + system
+    time, sampled from /proc every `every` seconds while the block runs (a process that ends between two
+    samples loses at most its last interval)."""
 
     def __init__(self, sessions: set[int], every: float = 0.5):
         self.sessions, self.every = sessions, every
-        self.seen: dict[int, tuple[str, float]] = {}
+        self.seen: dict[int, tuple[str, float, float]] = {}  # pid -> role, CPU now, CPU when first seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -98,6 +102,7 @@ class CpuByRole:
             fields = stat.rsplit(")", 1)[1].split()
             session, cpu = int(fields[3]), (int(fields[11]) + int(fields[12])) / TICK
             role = _role(cmdline)
+            # PostgreSQL is shared with the CLI's side (idle then)
             if role and (session in self.sessions or role == "PostgreSQL"):
                 start = self.seen.get(int(entry.name), (role, cpu, cpu))[2]
                 self.seen[int(entry.name)] = (role, cpu, start)
@@ -128,7 +133,8 @@ def show_cpu(where: str, wall: float, totals: dict[str, float]) -> None:
     total = sum(totals.values())
     parts = ", ".join(f"{role} {cpu:.0f}" for role, cpu in sorted(totals.items(), key=lambda x: -x[1]))
     print(
-        f"    cpu {where}: {total:.0f} CPU-s in {wall:.0f} s ({total / wall:.2f} cores){': ' if parts else ''}{parts}"
+        f"    cpu {where}: {total:.0f} CPU-s in {wall:.0f} s ({total / wall:.2f} cores)"
+        + (f": {parts}" if parts else "")
     )
 
 
