@@ -18,6 +18,7 @@ twice; a search restarted after its process or the daemon died continues where i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -83,6 +84,19 @@ def own_setting(plan: Plan, config_key: str, stage_name: str) -> str:
     c = plan.config(config_key)
     key, up = plan.key_of(c, stage_name), stage(stage_name).upstream
     return key[len(plan.key_of(c, up)) + 2 :] if up else key
+
+
+@contextlib.contextmanager
+def rest_of_chain(plan: Plan, config: RagConfig, name: str, n: int | None):
+    """A config's step of stage `name` that is not complete (Pending) needs the config's steps of every
+    later stage too (they read it): Pending names them all, so that one run computes them in order (the
+    search's chain) instead of a run per stage, each waiting for the one before."""
+    try:
+        yield
+    except Pending as p:
+        names = [s.name for s in PARTITIONED]
+        later = [(s, plan.key_of(config, s), n) for s in names[names.index(name) + 1 :]]
+        raise Pending(list(dict.fromkeys([*p.steps, *later]))) from None
 
 
 def generation_usd(c: RagConfig) -> float:
@@ -209,7 +223,8 @@ def run_search(
         for name in (s.name for s in PARTITIONED):
             step = (name, plan.key_of(config, name))
             if step in pending or name == CONFIG_STAGE:
-                materialize(*step)
+                with rest_of_chain(plan, config, name, None):
+                    materialize(*step)
                 pending.discard(step)
                 builds += name == "vector_index"
         observe(key, summary_of(key))
@@ -253,7 +268,8 @@ def run_halving(
         nonlocal builds
         config = plan.config(key)
         for name in (s.name for s in PARTITIONED):
-            computed = materialize(name, plan.key_of(config, name), n)
+            with rest_of_chain(plan, config, name, n):
+                computed = materialize(name, plan.key_of(config, name), n)
             builds += computed and name == "vector_index"
             if computed and name == CONFIG_STAGE:
                 fresh.add(key)

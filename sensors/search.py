@@ -12,16 +12,26 @@ done) is never requested again (its run key is the search's and the step's).
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
 
 from orchestration.plans import asset_key
-from orchestration.search import RungStep, SearchController, SearchState, batch_tags, begin_search, runs_of
+from orchestration.search import (
+    SEARCH_TAG,
+    RungStep,
+    SearchController,
+    SearchState,
+    batch_tags,
+    begin_search,
+    runs_of,
+)
 from orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
-from rag_assets.batch import range_tags
 from rag_assets.champion import CHAMPION
 from rag_assets.holdout_chain import chain_tags, first_stage
+from rag_assets.search_chain import CHAIN, search_chain_job
+from rag_assets.search_chain import chain_tags as search_chain_tags
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
@@ -89,21 +99,26 @@ SNAPSHOTS = ("corpus", "qa_set")  # one run for both, as `rag-sweep run` snapsho
 
 def _job_of(stage: str, key: str | None = None) -> str:
     """The job of a step: the snapshots' for both input snapshots, the holdout's chain for a holdout key
-    (every holdout stage of the finalists, one run), else its stage's."""
+    (every holdout stage of the finalists, one run), the leaderboard's and the confirmation's, else the
+    search's chain (a rung's steps of every partitioned stage, one run)."""
     if stage in SNAPSHOTS:
         return "snapshots"
-    return HOLDOUT if is_holdout_key(key or "") else stage
+    if is_holdout_key(key or ""):
+        return HOLDOUT
+    return stage if stage in ("leaderboard", "confirmation") else CHAIN
 
 
 HOLDOUT = "holdout"  # the holdout's chain (rag_assets/holdout_chain.py) among the step jobs
 
 
 def step_jobs(plan: Plan, chain: dg.JobDefinition | None = None) -> dict:
-    """One asset job per stage a search materializes, `<sweep>__search_<stage>`: a run of a search's step is
-    a run of its stage's job for one partition or a batch of them (a run's assets share one partitions
-    definition); the input snapshots' job `<sweep>__search_snapshots` takes both; the champion is in the
-    run of what it follows (the confirmation, else the leaderboard); `chain`: the holdout's."""
-    stages = [*plan.partitions, "leaderboard", *(["confirmation"] if plan.holdout else [])]
+    """The jobs of a search's steps: its chain `<sweep>__search_chain` (rag_assets/search_chain.py: a rung's
+    steps of every partitioned stage, one run), `<sweep>__search_leaderboard`, `<sweep>__search_confirmation`
+    (with the champion, which follows it) and the input snapshots' `<sweep>__search_snapshots` (both);
+    `chain`: the holdout's."""
+    from rag_assets.sweep_assets import LOGIC
+
+    stages = ["leaderboard", *(["confirmation"] if plan.holdout else [])]
     jobs = {
         s: dg.define_asset_job(
             f"{plan.prefix}__search_{s}",
@@ -112,6 +127,7 @@ def step_jobs(plan: Plan, chain: dg.JobDefinition | None = None) -> dict:
         )
         for s in stages
     }
+    jobs[CHAIN] = search_chain_job(plan, LOGIC)
     if chain is not None:  # the finalists' holdout, after the search
         jobs[HOLDOUT] = chain
     jobs["snapshots"] = dg.define_asset_job(
@@ -140,6 +156,13 @@ def search_driver(
         state = SearchState.load(data, plan.sweep.name)
         if state is None or state.status != "running":
             return dg.SkipReason(f"no search running ({state.status if state else 'none started'})")
+        # while its runs are in flight and none changed status, the search's next steps are what they were:
+        # not replayed at every tick (the replay reads every rung's completeness), only every RECHECK_S
+        seen, live = _runs_seen(context.instance, state)
+        last = json.loads(context.cursor) if context.cursor else {}
+        if live and last.get("seen") == seen and time.time() - last.get("at", 0.0) < RECHECK_S:
+            return dg.SkipReason(f"search {state.id}: waiting for {live} run(s)")
+        context.update_cursor(json.dumps({"seen": seen, "at": time.time()}))
         requests, waiting, why, added = next_requests(plan, data, context.instance, state, jobs)
         if why:
             state.finish("failed", why)
@@ -158,6 +181,18 @@ def search_driver(
         )
 
     return _driver
+
+
+RECHECK_S = 30.0  # a waiting search is replayed at least this often, in case something else changed
+
+
+def _runs_seen(instance, state: SearchState) -> tuple[str, int]:
+    """(a digest of the search's runs and their statuses, how many of them are in flight)."""
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}))
+    statuses = sorted((r.dagster_run.run_id, r.dagster_run.status.value) for r in records)
+    seen = json.dumps([state.id, state.resumed, statuses])
+    live = sum(r.dagster_run.status in LIVE for r in records)
+    return hashlib.sha256(seen.encode()).hexdigest()[:16], live
 
 
 def _after(runs: dict, step: RungStep, t: float) -> bool:
@@ -205,11 +240,16 @@ def next_requests(
             # the finalists' holdout steps (one run of the holdout's chain), the confirmation last
             todo = [(s, k, None) for s, k in held if not _after(runs, (s, k, None), ranked)]
             steps = [t for t in todo if t[0] != "confirmation"] or todo
-    ready, waiting = [], 0
+    ready, waiting, live = [], 0, []
     for step in steps:
         mine = runs.get(step, [])
-        if any(r.dagster_run.status in LIVE for r in mine):
+        # in flight, or reading what is: a stage's key extends its upstream's (a run of the search's chain
+        # computes a config's later steps too, so one proposed beside it waits for that run to end)
+        if any(r.dagster_run.status in LIVE for r in mine) or any(
+            step[1] and step[1].startswith(f"{k}__") for k in live
+        ):
             waiting += 1
+            live.append(step[1])
             continue
         failed = [r for r in mine if r.dagster_run.status in FAILED]
         lost = [r for r in failed if not _step_failed(instance, r.dagster_run.run_id)]
@@ -226,46 +266,33 @@ def next_requests(
             )
         ready.append((step, len(mine)))
     added = new_finalists(plan, instance, [(s, k) for (s, k, _), _ in ready])
-    return batched_requests(plan, state, jobs, ready, instance), waiting, "", added
+    return batched_requests(plan, state, jobs, ready), waiting, "", added
 
 
-def batched_requests(
-    plan: Plan, state: SearchState, jobs: dict, ready: list, instance=None
-) -> list[dg.RunRequest]:
-    """The steps as runs: a stage's steps of one rung in one run (a batch over their partitions);
-    `instance` holds the holdout's partitions (their order, for a batch of them)."""
+def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) -> list[dg.RunRequest]:
+    """The steps as runs: a rung's steps of the partitioned stages in one run of the search's chain, the
+    finalists' holdout steps in one of the holdout's, the input snapshots in one, the leaderboard and the
+    confirmation each in its own. A step asked again (`tries`) gets a new run key."""
     groups: dict[tuple, list] = {}
     for (stage, key, n), tries in ready:
         groups.setdefault((_job_of(stage, key), n), []).append((stage, key, tries))
     requests = []
     for (job, n), found in groups.items():
-        stage = found[0][0]
-        keys = [k for _, k, _ in found if k is not None]
         tries = max(t for _, _, t in found)
         steps = [(s, k, n) for s, k, _ in found]
         digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
+        tags = {"sweep": plan.sweep.name, **batch_tags(state, steps)}
         if job == HOLDOUT:  # every holdout stage's steps of the finalists, from the first one asked
-            first = first_stage(plan, (s for s, _, _ in found))
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",
-                    job_name=jobs[job].name,
-                    tags={"sweep": plan.sweep.name, **batch_tags(state, steps), **chain_tags(keys, first)},
-                )
-            )
-            continue
+            tags |= chain_tags([k for _, k, _ in found], first_stage(plan, (s for s, _, _ in found)))
+        elif job == CHAIN:  # a rung's steps, every stage of them, in order
+            tags |= search_chain_tags((s, k) for s, k, _ in found)
         requests.append(
             dg.RunRequest(
-                run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",  # a step asked again: a new key
+                run_key=f"{state.id}:{job}:{n}:{digest}:{tries}",
                 job_name=jobs[job].name,
                 # the snapshots' job: only the stale ones
                 asset_selection=[asset_key(plan, s) for s, _, _ in found] if job == "snapshots" else None,
-                partition_key=keys[0] if len(keys) == 1 else None,
-                tags={
-                    "sweep": plan.sweep.name,
-                    **batch_tags(state, steps),
-                    **(range_tags(plan, stage, keys, instance) if len(keys) > 1 else {}),
-                },
+                tags=tags,
             )
         )
     return requests

@@ -284,11 +284,13 @@ def test_the_defs_folder_sweeps_are_read_without_building_them(tmp_path):
     assert folder_sweeps(tmp_path) == []  # left to Dagster's loading, which names what is wrong
 
 
-def test_a_search_snapshots_both_inputs_in_one_run_and_batches_a_rungs_stage(tmp_path):
-    """The search driver's requests: the stale input snapshots in one run (only those), a stage's steps of one
-    rung in one run over their partitions, as `rag-sweep run` makes them."""
+def test_a_search_snapshots_both_inputs_in_one_run_and_chains_a_rungs_steps(tmp_path):
+    """The search driver's requests: the stale input snapshots in one run (only those); a rung's steps of
+    every partitioned stage in one run of the search's chain, each stage's keys named once and in order."""
     from types import SimpleNamespace
 
+    from orchestration.search import STEP_TAG
+    from rag_assets.search_chain import CHAIN_TAG
     from rag_core.planning.spec import sweep_from_dict
     from sensors.search import batched_requests, step_jobs
 
@@ -301,13 +303,63 @@ def test_a_search_snapshots_both_inputs_in_one_run_and_batches_a_rungs_stage(tmp
     assert both[0].asset_selection == [dg.AssetKey(["halving", "corpus"]), dg.AssetKey(["halving", "qa_set"])]
     (one,) = batched_requests(plan, state, jobs, [(("qa_set", None, None), 1)])
     assert one.asset_selection == [dg.AssetKey(["halving", "qa_set"])] and one.run_key.endswith(":1")
-    keys = list(plan.partitions["retrievals"])[:2]
-    rung = batched_requests(plan, state, jobs, [(("retrievals", k, 5), 0) for k in keys])
-    assert [(r.job_name, r.partition_key, r.asset_selection) for r in rung] == [
-        ("halving__search_retrievals", None, None)
+    configs = [plan.config(k) for k in plan.config_keys[:2]]
+    steps = [
+        (s, plan.key_of(c, s), 5)
+        for c in configs
+        for s in ("retrievals", "rerankings", "answers", "evaluations")
     ]
-    tags = rung[0].tags  # the two keys are a whole range: its ends, no list of keys
-    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
-        keys[0],
-        keys[1],
+    rung = batched_requests(plan, state, jobs, [(step, 0) for step in steps])
+    assert [(r.job_name, r.partition_key, r.asset_selection) for r in rung] == [
+        ("halving__search_chain", None, None)
+    ]
+    named = json.loads(rung[0].tags[CHAIN_TAG])
+    assert list(named) == ["retrievals", "rerankings", "answers", "evaluations"]
+    for s, keys in named.items():
+        assert keys == list(dict.fromkeys(plan.key_of(c, s) for c in configs))
+    assert [tuple(t) for t in json.loads(rung[0].tags[STEP_TAG])] == steps  # the search sees each step's run
+    assert rung[0].tags["rag/questions"] == "5"
+    # another rung is another run
+    later = batched_requests(
+        plan,
+        state,
+        jobs,
+        [((s, k, 5), 0) for s, k, _ in steps[:1]] + [((s, k, 10), 0) for s, k, _ in steps[:1]],
     )
+    assert len(later) == 2 and {r.tags["rag/questions"] for r in later} == {"5", "10"}
+
+
+def test_the_search_driver_replays_a_waiting_search_only_when_one_of_its_runs_changed(tmp_path, monkeypatch):
+    """A replay reads every rung's completeness; while the search's runs are in flight and none changed
+    status, a tick skips it (the cursor holds what the last replay saw), and replays again when a run ends
+    or RECHECK_S passed."""
+    from orchestration.search import SEARCH_TAG, SearchState
+    from rag_core.planning.spec import sweep_from_dict
+    from sensors import search
+
+    plan = Plan.resolve(sweep_from_dict(yaml_sweep(search={"strategy": "halving"}), tmp_path / "s.yaml"))
+    state = SearchState(SearchState.file(tmp_path, plan.sweep.name), "s1", 0.0)
+    state.save()
+    replays = []
+    monkeypatch.setattr(
+        search, "next_requests", lambda *a: replays.append(1) or ([], 1, "", [])
+    )  # a search waiting for its run
+    driver = search.search_driver(plan, {}, str(tmp_path))
+    with dg.instance_for_test() as instance:
+        job = dg.GraphDefinition("step", node_defs=[dg.OpDefinition(lambda _: None, name="noop")]).to_job()
+        run = instance.create_run_for_job(job, tags={SEARCH_TAG: "s1"}, status=dg.DagsterRunStatus.STARTED)
+
+        def tick(cursor):
+            context = dg.build_sensor_context(instance=instance, cursor=cursor)
+            return driver.evaluate_tick(context), context.cursor
+
+        first, cursor = tick(None)
+        assert len(replays) == 1 and "waiting for 1 run(s)" in first.skip_message
+        again, kept = tick(cursor)
+        assert len(replays) == 1 and "waiting for 1 run(s)" in again.skip_message and kept == cursor
+        stale = json.dumps({**json.loads(cursor), "at": json.loads(cursor)["at"] - search.RECHECK_S})
+        tick(stale)
+        assert len(replays) == 2  # replayed after RECHECK_S, whatever changed
+        instance.report_run_failed(run)
+        tick(cursor)
+        assert len(replays) == 3  # a run that ended is a replay
