@@ -104,19 +104,22 @@ def fleet_executor() -> dg.ExecutorDefinition:
 @functools.cache
 def step_job(data_dir: str, plan_name: str, stage: str) -> dg.JobDefinition:
     """The job that materializes one stage's partition (the run's partition tag says which); `stage`: the
-    asset's name (a holdout stage's: `holdout_<stage>`), or `holdout`: the holdout's chain."""
-    from rag_assets.holdout_chain import HOLDOUT, chain_job_name, holdout_chain_job
+    asset's name (a holdout stage's: `holdout_<stage>`), `holdout`: the holdout's chain, or `chain`: the
+    search's."""
+    from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
+    from rag_assets.search_chain import CHAIN, search_chain_job
     from rag_assets.sweep_assets import LOGIC
 
     plan = read_plan(data_dir, plan_name)
-    if stage == HOLDOUT:
+    if chain := {HOLDOUT: holdout_chain_job, CHAIN: search_chain_job}.get(stage):
+        job = chain(plan, LOGIC)
         defs = dg.Definitions(
             assets=stage_assets(plan),
             resources=build_resources(data_dir),
-            jobs=[holdout_chain_job(plan, LOGIC)],
+            jobs=[job],
             executor=fleet_executor(),
         )
-        return defs.resolve_job_def(chain_job_name(plan))
+        return defs.resolve_job_def(job.name)
     name = f"{plan.prefix}__{stage}"
     defs = dg.Definitions(
         assets=stage_assets(plan),

@@ -108,10 +108,14 @@ def batch_run(plan, stage: str, key, instance=None) -> tuple[str | None, dict[st
     span (rag_assets.batch.range_tags; `instance` holds the holdout's partitions), and how messages name it."""
     from rag_assets.batch import range_tags
     from rag_assets.holdout_chain import HOLDOUT, chain_tags
+    from rag_assets.search_chain import CHAIN
+    from rag_assets.search_chain import chain_tags as search_chain_tags
 
     if stage == HOLDOUT:  # the holdout's chain over the finalists (rag_assets/holdout_chain.py)
         keys = [key] if isinstance(key, str) else list(key)
         return None, chain_tags(keys), f"the holdout of {len(keys)} finalist(s)"
+    if stage == CHAIN:  # a search's steps, (stage, key) pairs, in one run (rag_assets/search_chain.py)
+        return None, search_chain_tags(key), f"{len(key)} step(s) of the search"
     if not key or isinstance(key, str):  # one partition, or an unpartitioned stage (None, an empty batch)
         return key or None, {}, f"{stage}[{key}]" if key else stage
     if len(key) == 1:
@@ -160,21 +164,23 @@ class StepRunner:
 
     def __call__(self, stage, key=None, extra_tags: dict | None = None) -> list[str]:
         """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
-        unpartitioned ones (the input snapshots: one run for them all), or `holdout` (the holdout's chain
-        over the finalists `key`)."""
+        unpartitioned ones (the input snapshots: one run for them all), `holdout` (the holdout's chain
+        over the finalists `key`) or `chain` (the search's chain over `key`'s (stage, key) pairs)."""
         from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
+        from rag_assets.search_chain import CHAIN, search_chain_job
         from rag_assets.sweep_assets import LOGIC
 
         stages = stage if isinstance(stage, tuple) else (stage,)
-        asset = first_key(key)  # a holdout batch: the stage's holdout asset
+        chain = {HOLDOUT: holdout_chain_job, CHAIN: search_chain_job}.get(stage)
+        asset = None if chain else first_key(key)  # a holdout batch: the stage's holdout asset
         key, range_tags, where = batch_run(self.plan, stages[0], key, self.instance)
         where = where if len(stages) == 1 else " + ".join(stages)
         tags = {**self.tags, **(extra_tags or {}), **range_tags}
         quiet = {} if self.verbose else QUIET_LOGS
         try:
             with interrupts_kept():
-                if stage == HOLDOUT:
-                    result = holdout_chain_job(self.plan, LOGIC).execute_in_process(
+                if chain:
+                    result = chain(self.plan, LOGIC).execute_in_process(
                         run_config=quiet, instance=self.instance, resources=self.defs.resources, tags=tags
                     )
                 else:
@@ -221,9 +227,11 @@ class FleetStepRunner:
     def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
         from fleet.step_jobs import reconstructable_step
         from rag_assets.holdout_chain import HOLDOUT
+        from rag_assets.search_chain import CHAIN
 
-        # a holdout batch: the holdout asset; the holdout's chain: its job
-        asset = HOLDOUT if stage == HOLDOUT else self.plan.asset_path(stage, first_key(key))[-1]
+        # a holdout batch: the holdout asset; a chain (the holdout's, the search's): its job
+        chained = stage in (HOLDOUT, CHAIN)
+        asset = stage if chained else self.plan.asset_path(stage, first_key(key))[-1]
         key, range_tags, where = batch_run(self.plan, stage, key, self.instance)
         tags = {
             **self.tags,

@@ -27,6 +27,7 @@ from orchestration.todo import (
 )
 from rag_assets.champion import CHAMPION, champion_due
 from rag_assets.leaderboard import leaderboard_path
+from rag_assets.search_chain import CHAIN
 from rag_assets.stage_asset import FORCE_TAG
 from rag_core.common.fingerprint import file_hash
 from rag_core.common.progress import listening
@@ -276,23 +277,21 @@ def optimize_prompts(plan, instance, data: Path, materialize) -> bool:
 def drive_search(
     plan, instance, data: Path, force: bool, materialize, progress: bool, stores
 ) -> SearchReport:
-    """The sweep's adaptive search, in this process: its controller's steps materialized one after the
-    other until it reports (the same controller a deployment's sensor drives)."""
+    """The sweep's adaptive search, in this process: its controller's steps materialized until it reports,
+    a rung's steps in one run of the search's chain (the same controller and chain a deployment's sensor
+    drives)."""
     state = begin_search(plan, data, completed(plan, instance, data, stores=stores), force)
     controller = SearchController(plan, data, instance, state, stores)
     bar = tqdm(desc="search", unit="step", disable=not progress, file=sys.stderr)
     try:
         while (advance := controller.advance()).report is None:
-            by_rung: dict[int | None, list] = {}  # a rung's steps share their questions: one batch per stage
+            by_rung: dict[int | None, list] = {}  # a rung's steps share their questions: one run of the chain
             for step in advance.steps:
                 by_rung.setdefault(step[2], []).append(step)
-            for n, group in by_rung.items():
-                for stage, keys in batches([s[:2] for s in group], plan.all_keys, batch_size()):
-                    bar.set_description(batch_label(plan, stage, keys)[:60])
-                    materialize(
-                        stage, keys or None, batch_tags(state, [(stage, k, n) for k in keys or (None,)])
-                    )
-                    bar.update(steps_in((stage, keys)))
+            for group in by_rung.values():
+                bar.set_description(f"{len(group)} step(s) of the search"[:60])
+                materialize(CHAIN, tuple((s, k) for s, k, _ in group), batch_tags(state, group))
+                bar.update(len(group))
     except BaseException as e:
         state.finish("failed", f"{type(e).__name__}: {e}")
         raise

@@ -140,3 +140,21 @@ def test_gepa_state_a_data_dir_holds_is_never_loaded(tmp_path, monkeypatch):
         GEPAState.load(str(run_dir))
     assert not marker.exists()
     assert _gepa_dir(str(data), fp) == str(run_dir) != _gepa_dir(str(tmp_path / "other"), fp)  # resumable
+
+
+def test_a_worker_builds_both_chains_from_the_published_plan(tmp_path):
+    """The holdout's chain and an adaptive search's chain run on the fleet as jobs a worker rebuilds from the
+    published plan (what `rag-sweep run` sends with RAG_EXECUTOR=celery): every stage an op, in order, on
+    the Celery executor."""
+    data = tmp_path / "data"
+    plan = _plan(tmp_path)
+    name = step_jobs.publish_plan(plan, str(data))
+    for stage, job, stages in (
+        ("holdout", f"{plan.prefix}__holdout", list(plan.holdout_partitions)),
+        ("chain", f"{plan.prefix}__search_chain", list(plan.partitions)),
+    ):
+        built = step_jobs.step_job(str(data), name, stage)
+        assert built.name == job
+        prefix = f"{plan.prefix}__holdout_chain_" if stage == "holdout" else f"{job}_"
+        assert [n.name for n in built.graph.nodes_in_topological_order] == [prefix + s for s in stages]
+        assert built.executor_def.name == "celery"
