@@ -106,12 +106,10 @@ def step_job(data_dir: str, plan_name: str, stage: str) -> dg.JobDefinition:
     """The job that materializes one stage's partition (the run's partition tag says which); `stage`: the
     asset's name (a holdout stage's: `holdout_<stage>`), `holdout`: the holdout's chain, or `chain`: the
     search's."""
-    from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
-    from rag_assets.search_chain import CHAIN, search_chain_job
-    from rag_assets.sweep_assets import LOGIC
+    from rag_assets.sweep_assets import CHAINS, LOGIC
 
     plan = read_plan(data_dir, plan_name)
-    if chain := {HOLDOUT: holdout_chain_job, CHAIN: search_chain_job}.get(stage):
+    if chain := CHAINS.get(stage):
         job = chain(plan, LOGIC)
         defs = dg.Definitions(
             assets=stage_assets(plan),

@@ -14,12 +14,14 @@ from rag_assets.chunksets import Chunksets
 from rag_assets.confirmation import Confirmation
 from rag_assets.embeddings import Embeddings
 from rag_assets.evaluations import Evaluations
+from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
 from rag_assets.indexes import VectorIndex
 from rag_assets.inputs import Corpus, QASet, source_files
 from rag_assets.leaderboard import Leaderboard
 from rag_assets.prompt_optimization import optimization_asset
 from rag_assets.rerankings import Rerankings
 from rag_assets.retrievals import Retrievals
+from rag_assets.search_chain import CHAIN, search_chain_job
 from rag_assets.stage_asset import StageLogic, stage_asset
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import STAGES
@@ -38,6 +40,10 @@ LOGIC: dict[str, StageLogic] = {
     "confirmation": Confirmation(),
 }
 assert set(LOGIC) == {s.name for s in STAGES}, "every stage of the registry needs its logic"
+
+# The jobs that run several stages in one run (rag_assets/chains.py), by the name a runner's step gives
+# them: the finalists' holdout and an adaptive search's rung. Each is built as `CHAINS[name](plan, LOGIC)`.
+CHAINS = {HOLDOUT: holdout_chain_job, CHAIN: search_chain_job}
 
 
 def stage_assets(plan: Plan) -> list:

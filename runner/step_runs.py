@@ -166,12 +166,10 @@ class StepRunner:
         """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
         unpartitioned ones (the input snapshots: one run for them all), `holdout` (the holdout's chain
         over the finalists `key`) or `chain` (the search's chain over `key`'s (stage, key) pairs)."""
-        from rag_assets.holdout_chain import HOLDOUT, holdout_chain_job
-        from rag_assets.search_chain import CHAIN, search_chain_job
-        from rag_assets.sweep_assets import LOGIC
+        from rag_assets.sweep_assets import CHAINS, LOGIC
 
         stages = stage if isinstance(stage, tuple) else (stage,)
-        chain = {HOLDOUT: holdout_chain_job, CHAIN: search_chain_job}.get(stage)
+        chain = CHAINS.get(stage)
         asset = None if chain else first_key(key)  # a holdout batch: the stage's holdout asset
         key, range_tags, where = batch_run(self.plan, stages[0], key, self.instance)
         where = where if len(stages) == 1 else " + ".join(stages)
@@ -226,12 +224,10 @@ class FleetStepRunner:
 
     def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
         from fleet.step_jobs import reconstructable_step
-        from rag_assets.holdout_chain import HOLDOUT
-        from rag_assets.search_chain import CHAIN
+        from rag_assets.sweep_assets import CHAINS
 
         # a holdout batch: the holdout asset; a chain (the holdout's, the search's): its job
-        chained = stage in (HOLDOUT, CHAIN)
-        asset = stage if chained else self.plan.asset_path(stage, first_key(key))[-1]
+        asset = stage if stage in CHAINS else self.plan.asset_path(stage, first_key(key))[-1]
         key, range_tags, where = batch_run(self.plan, stage, key, self.instance)
         tags = {
             **self.tags,

@@ -289,7 +289,7 @@ def drive_search(
             for step in advance.steps:
                 by_rung.setdefault(step[2], []).append(step)
             for group in by_rung.values():
-                bar.set_description(f"{len(group)} step(s) of the search"[:60])
+                bar.set_description(f"{len(group)} step(s) of the search")
                 materialize(CHAIN, tuple((s, k) for s, k, _ in group), batch_tags(state, group))
                 bar.update(len(group))
     except BaseException as e:

@@ -29,7 +29,7 @@ from orchestration.search import (
 )
 from orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
 from rag_assets.champion import CHAMPION
-from rag_assets.holdout_chain import chain_tags, first_stage
+from rag_assets.holdout_chain import HOLDOUT, chain_tags, first_stage
 from rag_assets.search_chain import CHAIN, search_chain_job
 from rag_assets.search_chain import chain_tags as search_chain_tags
 from rag_core.decision.holdout import is_holdout_key
@@ -106,9 +106,6 @@ def _job_of(stage: str, key: str | None = None) -> str:
     if is_holdout_key(key or ""):
         return HOLDOUT
     return stage if stage in ("leaderboard", "confirmation") else CHAIN
-
-
-HOLDOUT = "holdout"  # the holdout's chain (rag_assets/holdout_chain.py) among the step jobs
 
 
 def step_jobs(plan: Plan, chain: dg.JobDefinition | None = None) -> dict:
