@@ -139,7 +139,9 @@ def show_cpu(where: str, wall: float, totals: dict[str, float]) -> None:
     )
 
 
-def cli(spec: Path, data: Path, show: bool = False, cpu: bool = False) -> tuple[float, int]:
+def cli(
+    spec: Path, data: Path, show: bool = False, cpu: bool = False, steps: bool = False
+) -> tuple[float, int]:
     t0, epoch = time.perf_counter(), time.time()
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
@@ -157,7 +159,7 @@ def cli(spec: Path, data: Path, show: bool = False, cpu: bool = False) -> tuple[
         show_cpu("cli", wall, {"rag-sweep run": spent})
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
         if show:
-            timeline(instance, epoch)
+            timeline(instance, epoch, steps)
         return wall, instance.get_runs_count()
 
 
@@ -174,6 +176,7 @@ def on_deployment(
     timeout: float = 1800,
     show: bool = False,
     cpu: bool = False,
+    steps: bool = False,
 ) -> tuple[float, int]:
     plan = yaml.safe_load(spec.read_text())
     prefix = plan["name"].replace("-", "_")
@@ -195,13 +198,13 @@ def on_deployment(
                 time.sleep(1)
             wall = time.time() - t0
         if show:
-            timeline(instance, t0)
+            timeline(instance, t0, steps)
         if cpu:
             show_cpu("deployment", wall, sampler.totals())
         return wall, instance.get_runs_count()
 
 
-def timeline(instance, t0: float) -> None:
+def timeline(instance, t0: float, steps: bool = False) -> None:
     """Where a deployment's wall time goes: each run's queueing (created to started) and its run (started to
     ended), in seconds after the launch, and the gaps between one run's end and the next one's creation."""
     records = sorted(instance.get_run_records(), key=lambda r: r.create_timestamp.timestamp())
@@ -216,6 +219,28 @@ def timeline(instance, t0: float) -> None:
             f"{start - created:5.1f} queued {end - start:6.1f} ran  {r.dagster_run.job_name[:40]} {name[:30]}"
         )
         last_end = max(last_end, end)
+        if steps:
+            print("      " + step_times(instance, r.dagster_run.run_id, r.start_time))
+
+
+def step_times(instance, run_id: str, started: float | None) -> str:
+    """A run's steps: the seconds from its start to its first step (the run worker loading the code), then
+    each step's (start to success or failure), in order."""
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    begun, parts, first = {}, [], None
+    for e in instance.all_logs(run_id, of_type=kinds):
+        key = e.step_key or "?"
+        if e.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+            begun[key] = e.timestamp
+            first = e.timestamp if first is None else first
+        elif key in begun:
+            parts.append(f"{key.rsplit('__', 1)[-1]} {e.timestamp - begun.pop(key):.1f}")
+    lead = f"to the first step {first - started:.1f}; " if first and started else ""
+    return lead + ", ".join(parts)
 
 
 def main() -> None:
@@ -224,6 +249,7 @@ def main() -> None:
     ap.add_argument("--skip-halving", action="store_true")
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
+    ap.add_argument("--steps", action="store_true", help="with --timeline: each run's steps, timed")
     ap.add_argument("--cpu", action="store_true", help="print the CPU each side spent, by process")
     args = ap.parse_args()
     pg = Postgres.start()
@@ -240,10 +266,16 @@ def main() -> None:
                         work = tmp / f"{kind}-{where}-{i}"
                         work.mkdir()
                         if where == "cli":
-                            got = cli(spec, work / "data", args.timeline, args.cpu)
+                            got = cli(spec, work / "data", args.timeline, args.cpu, args.steps)
                         else:
                             got = on_deployment(
-                                spec, work, pg, kind == "halving", show=args.timeline, cpu=args.cpu
+                                spec,
+                                work,
+                                pg,
+                                kind == "halving",
+                                show=args.timeline,
+                                cpu=args.cpu,
+                                steps=args.steps,
                             )
                         results.setdefault(f"{kind}/{where}", []).append(got)
                         print(

@@ -11,6 +11,7 @@ that loop needs: the keys, each partition's inputs and context, its tags, the ch
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import dagster as dg
@@ -29,6 +30,33 @@ from resources.artifacts import ArtifactRef
 
 # A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
 BATCH_TAG = "rag/partitions"
+
+# Dagster writes a batch of materializations in one statement when this is set (its own partition-range
+# outputs use it): `record_together`. A user's own value wins.
+os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "10000")
+
+
+def record_together(context, events: list[dg.AssetMaterialization]) -> None:
+    """Log a batch's materializations (one asset's partitions) as one write where the storage takes batches
+    (PostgreSQL: one INSERT), as Dagster logs a partition range's output. Logged one by one, a backfill's
+    daemon could look in between and see some of the batch's partitions: it then requested the next stage for
+    those in one run and for the rest in a second, two runs of that stage side by side (and of every stage
+    after it). Each event is what `context.log_event` makes of it, with Dagster's batch marker."""
+    from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+
+    op_context = getattr(context, "op_execution_context", context)  # an asset's context wraps an op's
+    step = getattr(op_context, "_step_execution_context", None)
+    buffered = getattr(op_context, "_events", None)
+    if len(events) < 2 or step is None or not isinstance(buffered, list):
+        for event in events:
+            context.log_event(event)
+        return
+    batch, last = generate_event_batch_id(), len(events) - 1
+    for i, event in enumerate(events):
+        # logged as it is made (DagsterEvent.from_step), then handed on as log_event hands it
+        buffered.append(
+            DagsterEvent.asset_materialization(step, event, DagsterEventBatchMetadata(batch, i == last))
+        )
 
 
 class PartitionsFailed(Exception):

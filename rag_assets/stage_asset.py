@@ -23,6 +23,7 @@ from rag_assets.batch import (
     input_pointers,
     inputs_of,
     merged_check,
+    record_together,
     version_tags,
 )
 from rag_core.decision.holdout import holdout_key
@@ -367,8 +368,7 @@ class StageSteps:
                 for result in checks:
                     results.setdefault(result.check_name, []).append((k, result))
         finally:  # an interrupted batch records what it finished too
-            for event in finished:
-                context.log_event(event)
+            record_together(context, finished)
         context.log.info(
             f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"
         )

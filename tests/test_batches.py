@@ -96,6 +96,28 @@ def test_a_stage_is_one_run_and_each_partition_its_own_materialization(three_chu
     assert run.board.height == 3
 
 
+def test_a_batch_reaches_the_event_log_in_one_write(three_chunkings, tmp_path, monkeypatch):
+    """A stage's partitions are written together (PostgreSQL: one INSERT), so a UI backfill's daemon sees
+    all of them or none and requests the next stage as one run, not as two side by side."""
+    from dagster._core.storage.event_log.base import EventLogStorage
+
+    from runner import run_sweep
+
+    writes: list[list[str]] = []
+    original = EventLogStorage.store_event_batch
+
+    def recorded(self, events):
+        writes.append([e.dagster_event.step_materialization_data.materialization.partition for e in events])
+        return original(self, events)
+
+    monkeypatch.setattr(EventLogStorage, "store_event_batch", recorded)
+    run = run_sweep(str(three_chunkings), str(tmp_path / "d"), progress=False)
+    keys = sorted(run.plan.keys("chunksets"))
+    assert len(keys) == 3
+    assert sorted(keys) in [sorted(w) for w in writes]  # the chunksets batch: one write of all three
+    assert len(writes) >= 7  # every partitioned stage's batch
+
+
 def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunkings, tmp_path, monkeypatch):
     from rag_assets.chunksets import Chunksets
     from runner import StepFailed, run_sweep
