@@ -1,7 +1,7 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
-    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline]
-        [--cpu]
+    .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline
+        [--steps]] [--cpu]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -14,7 +14,8 @@ the CLI on the same machine, alternating, each into a fresh data dir and instanc
 Prints each wall time, the Dagster runs each made, and the ratio deployment / CLI (goals: <= 1.5 for the
 grid, <= 2 for the search). `--cpu`: the CPU seconds each side spent, the deployment's by process (the
 webserver, the daemon, the code servers that evaluate its sensors, the run workers, PostgreSQL), sampled
-from /proc every half second: where the cores went that the stages' work did not get.
+from /proc every half second: where the cores went that the stages' work did not get. `--timeline`: each
+run's wait and run time; `--steps`: with each run, the seconds to its first step and each step's.
 """
 
 from __future__ import annotations
