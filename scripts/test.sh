@@ -7,4 +7,10 @@ bash scripts/bootstrap.sh --test
 eval "$(bash scripts/ensure_servers.sh)"
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
 .venv/bin/ruff check .
-.venv/bin/python -m pytest "$@"
+# One pytest worker per core (pytest-xdist), a test file to a worker: module fixtures stay shared, and each
+# worker starts its own servers on free ports. Much of a stack test is waiting (daemon ticks, run workers,
+# server start-up), so two workers on two cores overlap one's waiting with the other's work.
+# At most 4 (each holds its own servers and model); RAG_TEST_WORKERS=0 runs in one process.
+cores=$(nproc)
+.venv/bin/python -m pytest -n "${RAG_TEST_WORKERS:-$((cores < 4 ? cores : 4))}" --dist loadfile \
+  --no-loadscope-reorder "$@"

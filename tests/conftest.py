@@ -144,10 +144,22 @@ SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server", "s3_se
 
 
 def pytest_collection_modifyitems(items):
-    """A test that starts a real server belongs to the `stack` tier, whatever file it is in."""
+    """A test that starts a real server belongs to the `stack` tier, whatever file it is in. Files then run
+    heaviest tier first (stack, slow, the rest), each file's tests in their own order: with pytest-xdist
+    (`--dist loadfile`) the long files start at once and the many short ones fill in at the end, so no
+    worker waits alone on a long file."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+
+    def tier(item) -> int:
+        return 0 if item.get_closest_marker("stack") else 1 if item.get_closest_marker("slow") else 2
+
+    file_tier: dict[str, int] = {}
+    for item in items:
+        file_tier[item.nodeid.split("::")[0]] = min(file_tier.get(item.nodeid.split("::")[0], 2), tier(item))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (file_tier[item.nodeid.split("::")[0]], order[id(item)]))
 
 
 def _on_sigterm(signum, frame):
@@ -218,10 +230,28 @@ def rabbitmq_server():
     server.stop()
 
 
+WORKER_STARTUP_TIMES: dict[str, dict[str, float]] = {}  # pytest-xdist: each worker starts its own servers
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the times to the controller
+        session.config.workeroutput["startup_times"] = dict(STARTUP_TIMES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    times = getattr(node, "workeroutput", {}).get("startup_times")
+    if times:
+        WORKER_STARTUP_TIMES[node.gateway.id] = times
+
+
 def pytest_terminal_summary(terminalreporter):
+    by_process = dict(WORKER_STARTUP_TIMES)
     if STARTUP_TIMES:
+        by_process["main"] = STARTUP_TIMES
+    for who, times in sorted(by_process.items()):
         terminalreporter.write_line(
-            "server start-up: " + ", ".join(f"{k} {v:.1f} s" for k, v in STARTUP_TIMES.items())
+            f"server start-up ({who}): " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items())
         )
 
 
