@@ -155,11 +155,10 @@ def pytest_collection_modifyitems(items):
     def tier(item) -> int:
         return 0 if item.get_closest_marker("stack") else 1 if item.get_closest_marker("slow") else 2
 
-    file_tier: dict[str, int] = {}
+    file_tier: dict[Path, int] = {}
     for item in items:
-        file_tier[item.nodeid.split("::")[0]] = min(file_tier.get(item.nodeid.split("::")[0], 2), tier(item))
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (file_tier[item.nodeid.split("::")[0]], order[id(item)]))
+        file_tier[item.path] = min(file_tier.get(item.path, 2), tier(item))
+    items.sort(key=lambda item: file_tier[item.path])  # a stable sort: each file's tests keep their order
 
 
 def _on_sigterm(signum, frame):
