@@ -8,6 +8,8 @@ import re
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ranx import Qrels, Run, evaluate
 
 from rag_core.metrics import bleu, citation_accuracy, exact_match, rouge_l, token_f1
@@ -174,3 +176,61 @@ def test_bleu_rouge_citations_diversity():
     assert context_diversity(np.eye(3)) == pytest.approx(1.0)
     assert context_diversity(np.ones((4, 2))) == pytest.approx(0.0)
     assert context_diversity(np.ones((1, 2))) == 0.0
+
+
+# ---- ROUGE-L against rouge-score itself --------------------------------------------------------------
+
+_WORDS = [
+    "the",
+    "cat",
+    "Cat.",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "1990",
+    "²",
+    "É",
+    "naïve",
+    "İstanbul",
+    "ß",
+    "x-y",
+    "snake_case",
+    "don't",
+    "...",
+    "北京",
+    "大学",
+]
+
+
+class _LanguageTokens:
+    """rouge-score's tokenizer interface over a language's answer tokens, as rouge_l reads them."""
+
+    def __init__(self, language):
+        self.language = language
+
+    def tokenize(self, text):
+        from rag_core.metrics.languages import answer_tokens
+
+        return answer_tokens(text, self.language)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    answer=st.one_of(st.text(max_size=40), st.lists(st.sampled_from(_WORDS), max_size=12).map(" ".join)),
+    golds=st.lists(
+        st.one_of(st.text(max_size=40), st.lists(st.sampled_from(_WORDS), max_size=12).map(" ".join)),
+        min_size=1,
+        max_size=3,
+    ),
+    language=st.sampled_from([None, "en", "zh", "de"]),
+)
+def test_rouge_l_equals_rouge_score(answer, golds, language):
+    """rouge_l computes rouge-score's `rougeL` F-measure itself (rouge-score imports NLTK, ~2 s a process):
+    the same float, with rouge-score's default tokenizer and with a language's tokens."""
+    from rouge_score import rouge_scorer
+
+    tokenizer = None if language is None else _LanguageTokens(language)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=tokenizer)
+    expected = max(scorer.score(g, answer)["rougeL"].fmeasure for g in golds)
+    assert rouge_l(answer, golds, language) == expected

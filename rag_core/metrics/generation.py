@@ -65,28 +65,41 @@ def bleu(answer: str, golds: Sequence[str], language: str | None = None) -> floa
     return sacrebleu.sentence_bleu(answer, list(golds), tokenize=tokenize).score / 100.0
 
 
-_ROUGE: dict[str | None, object] = {}
+# rouge-score's default tokenizer without its stemmer: lowercase, every run of characters outside [a-z0-9]
+# a separator (rouge_score/tokenize.py)
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
-class _LanguageTokens:
-    """rouge-score's tokenizer interface over a language's answer tokens (its own keeps [a-z0-9] only, so a
-    Chinese answer has no token at all)."""
+def _rouge_tokens(text: str, language: str | None) -> list[str]:
+    return _NON_ALNUM.sub(" ", text.lower()).split() if language is None else answer_tokens(text, language)
 
-    def __init__(self, language: str):
-        self.language = language
 
-    def tokenize(self, text: str) -> list[str]:
-        return answer_tokens(text, self.language)
+def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence (the dynamic programme, one row at a time)."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        row = [0]
+        for j, y in enumerate(b):
+            row.append(prev[j] + 1 if x == y else max(prev[j + 1], row[j]))
+        prev = row
+    return prev[-1]
 
 
 def rouge_l(answer: str, golds: Sequence[str], language: str | None = None) -> float:
-    """ROUGE-L F-measure (rouge-score, no stemming), max over golds; a named language's tokens."""
-    from rouge_score import rouge_scorer
-
-    if language not in _ROUGE:
-        tokenizer = None if language is None else _LanguageTokens(language)
-        _ROUGE[language] = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=tokenizer)
-    return max(_ROUGE[language].score(g, answer)["rougeL"].fmeasure for g in golds)
+    """ROUGE-L F-measure, max over golds: rouge-score's `rougeL` without stemming, computed here with the
+    same tokens and arithmetic (tests/test_metrics_reference.py holds it equal to rouge-score), because
+    rouge-score imports NLTK, ~2 s of every process that scores. A named language reads its answer tokens
+    (rouge-score's tokenizer keeps [a-z0-9] only, so a Chinese answer had no token at all)."""
+    pred = _rouge_tokens(answer, language)
+    best = 0.0
+    for gold in golds:
+        ref = _rouge_tokens(gold, language)
+        if not ref or not pred:
+            continue
+        lcs = _lcs_length(ref, pred)
+        precision, recall = lcs / len(pred), lcs / len(ref)
+        best = max(best, 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0)
+    return best
 
 
 def citations(answer: str) -> list[int]:
