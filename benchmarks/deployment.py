@@ -1,7 +1,7 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
     .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline
-        [--steps]] [--cpu]
+        [--steps]] [--cpu] [--default-launcher]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -16,6 +16,8 @@ grid, <= 2 for the search). `--cpu`: the CPU seconds each side spent, the deploy
 webserver, the daemon, the code servers that evaluate its sensors, the run workers, PostgreSQL), sampled
 from /proc every half second: where the cores went that the stages' work did not get. `--timeline`: each
 run's wait and run time; `--steps`: with each run, the seconds to its first step and each step's.
+`--default-launcher`: a third side, the deployment with Dagster's default run launcher (a fresh process per
+run, started by the code server) in place of deploy/dagster.yaml's warm one (rag_sweep/run_launcher.py).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ import dagster as dg  # noqa: E402
 from tests.servers import Postgres, deployment, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
+# appended to deploy/dagster.yaml (a later key wins): Dagster's own launcher, a fresh process per run
+DEFAULT_LAUNCHER = "\nrun_launcher:\n  module: dagster._core.launcher\n  class: DefaultRunLauncher\n"
 PY = ROOT / ".venv" / "bin" / "python"
 
 
@@ -178,10 +182,11 @@ def on_deployment(
     show: bool = False,
     cpu: bool = False,
     steps: bool = False,
+    instance_yaml: str = "",
 ) -> tuple[float, int]:
     plan = yaml.safe_load(spec.read_text())
     prefix = plan["name"].replace("-", "_")
-    with deployment(work, spec, work / "data", pg) as d:
+    with deployment(work, spec, work / "data", pg, instance_yaml=instance_yaml) as d:
         instance = d.instance()
         # sampled only when asked: the sampler's own reads would otherwise weigh on the timing
         sampler = CpuByRole({d.webserver.pid, d.daemon.pid}) if cpu else contextlib.nullcontext()
@@ -252,7 +257,11 @@ def main() -> None:
     ap.add_argument("--timeline", action="store_true", help="print each run's queueing and run time")
     ap.add_argument("--steps", action="store_true", help="with --timeline: each run's steps, timed")
     ap.add_argument("--cpu", action="store_true", help="print the CPU each side spent, by process")
+    ap.add_argument(
+        "--default-launcher", action="store_true", help="also the deployment with Dagster's default launcher"
+    )
     args = ap.parse_args()
+    sides = ["cli", "deployment"] + (["default-launcher"] if args.default_launcher else [])
     pg = Postgres.start()
     results: dict[str, list[tuple[float, int]]] = {}
     try:
@@ -262,7 +271,7 @@ def main() -> None:
             for kind in kinds:
                 spec = sweep_file(tmp, kind == "halving")
                 for i in range(args.repeats):
-                    order = ["cli", "deployment"] if i % 2 == 0 else ["deployment", "cli"]
+                    order = sides if i % 2 == 0 else sides[::-1]
                     for where in order:
                         work = tmp / f"{kind}-{where}-{i}"
                         work.mkdir()
@@ -277,6 +286,7 @@ def main() -> None:
                                 show=args.timeline,
                                 cpu=args.cpu,
                                 steps=args.steps,
+                                instance_yaml=DEFAULT_LAUNCHER if where == "default-launcher" else "",
                             )
                         results.setdefault(f"{kind}/{where}", []).append(got)
                         print(
@@ -294,6 +304,12 @@ def main() -> None:
         print(
             f"{kind}: CLI {c:.0f} s, deployment (from the UI to the champion) {d:.0f} s: x{d / c:.2f} (goal <= {goal})"
         )
+        if f"{kind}/default-launcher" in results:
+            b = statistics.median(w for w, _ in results[f"{kind}/default-launcher"])
+            print(
+                f"{kind}: with Dagster's default launcher {b:.0f} s: x{b / c:.2f} the CLI; the warm launcher"
+                f" x{d / b:.2f} of it"
+            )
 
 
 if __name__ == "__main__":

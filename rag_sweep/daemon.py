@@ -10,6 +10,8 @@ backfills, which can set a larger tick.
 
 These intervals are module constants of Dagster's daemon (read at each loop), not public settings: a
 Dagster upgrade that renames them is caught by `shorten_loops` below and by the deployment tests.
+
+It also starts the warm run launcher's fork server (rag_sweep/run_launcher.py) while the daemon starts.
 """
 
 from __future__ import annotations
@@ -35,12 +37,28 @@ def shorten_loops(tick: float) -> None:
         setattr(module, name, tick)
 
 
+def warm_run_workers() -> None:
+    """With the instance's launcher the warm one (rag_sweep/run_launcher.py), its fork server imports the
+    libraries while the daemon starts, so the first run waits no longer than the rest."""
+    import dagster as dg
+
+    from rag_sweep.run_launcher import WarmRunLauncher
+
+    try:
+        with dg.DagsterInstance.get() as instance:
+            if isinstance(instance.run_launcher, WarmRunLauncher):
+                instance.run_launcher.start_fork_server()
+    except Exception:  # no instance here: the daemon itself says what is wrong
+        return
+
+
 def main() -> int:
     try:
         tick = daemon_tick_s()
     except ValueError as e:  # a bad setting: one line, before the daemon starts
         raise SystemExit(f"rag-sweep-daemon: {e}") from None
     shorten_loops(tick)
+    warm_run_workers()
     from dagster._daemon.cli import main as dagster_daemon
 
     sys.argv[0] = "dagster-daemon"
