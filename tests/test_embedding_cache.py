@@ -50,9 +50,12 @@ def test_a_damaged_cache_part_is_set_aside_and_its_texts_embedded_again(tmp_path
     assert part.with_suffix(".damaged").exists() and not part.exists()
 
 
-def test_a_local_model_replaced_under_the_same_path_is_another_model(tmp_path, slice_data):
+def test_a_local_model_replaced_under_the_same_path_is_another_model(tmp_path, slice_data, monkeypatch):
     """Replaced weights under one folder: new vectors (not the cache's), a new embeddings fingerprint."""
     import shutil
+
+    # the model's ONNX exports (one per weights) go to this test's folder, not the user's cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     from sentence_transformers import SentenceTransformer
 
