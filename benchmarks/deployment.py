@@ -74,6 +74,9 @@ def _role(cmdline: str) -> str | None:
         # a code server starts each run's worker with multiprocessing's spawn (dagster/_grpc/server.py)
         ("spawn_main", "run workers"),
         ("execute_run", "run workers"),
+        # the daemon's fork server of warm run workers (rag_sweep/run_launcher.py); its command line holds
+        # the daemon's main path too
+        ("forkserver", "fork server"),
         ("api grpc", "code servers (sensors, schedules)"),
         ("dagster-webserver", "webserver"),
         ("daemon", "daemon"),
@@ -93,10 +96,12 @@ class CpuByRole:
     def __init__(self, sessions: set[int], every: float = 0.5):
         self.sessions, self.every = sessions, every
         self.seen: dict[int, tuple[str, float, float]] = {}  # pid -> role, CPU now, CPU when first seen
+        self._first = True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self) -> None:
+        procs = {}  # pid -> parent pid, session, CPU seconds, command line
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -106,12 +111,22 @@ class CpuByRole:
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            session, cpu = int(fields[3]), (int(fields[11]) + int(fields[12])) / TICK
-            role = _role(cmdline)
+            procs[int(entry.name)] = (
+                int(fields[1]),
+                int(fields[3]),
+                (int(fields[11]) + int(fields[12])) / TICK,
+                cmdline,
+            )
+        for pid, (ppid, session, cpu, cmdline) in procs.items():
+            parent = procs.get(ppid, (0, 0, 0.0, ""))[3]
+            # a warm run worker is forked from the fork server (its own session, the server's command line)
+            role = "run workers" if "forkserver" in parent else _role(cmdline)
             # PostgreSQL is shared with the CLI's side (idle then)
-            if role and (session in self.sessions or role == "PostgreSQL"):
-                start = self.seen.get(int(entry.name), (role, cpu, cpu))[2]
-                self.seen[int(entry.name)] = (role, cpu, start)
+            if role and (session in self.sessions or role in ("PostgreSQL", "run workers", "fork server")):
+                # a process started since the first sample counts from its start
+                start = self.seen.get(pid, (role, cpu, cpu if self._first else 0.0))[2]
+                self.seen[pid] = (role, cpu, start)
+        self._first = False
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):

@@ -122,7 +122,7 @@ def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.Ru
     return dg.RunRequest(run_key=f"holdout:{board_id}:{step}{suffix}", tags=tags, **request)
 
 
-def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 5):
+def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 2):
     @dg.sensor(
         name=f"{plan.prefix}__holdout_driver",
         jobs=list(jobs.values()),
