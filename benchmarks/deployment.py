@@ -14,8 +14,10 @@ the CLI on the same machine, alternating, each into a fresh data dir and instanc
 Prints each wall time, the Dagster runs each made, and the ratio deployment / CLI (goals: <= 1.5 for the
 grid, <= 2 for the search). `--cpu`: the CPU seconds each side spent, the deployment's by process (the
 webserver, the daemon, the code servers that evaluate its sensors, the run workers, PostgreSQL), sampled
-from /proc every half second: where the cores went that the stages' work did not get. `--timeline`: each
-run's wait and run time; `--steps`: with each run, the seconds to its first step and each step's.
+from /proc every half second: where the cores went that the stages' work did not get; and the whole
+machine's busy CPU seconds and processes started, which a sampler misses when they are short-lived.
+`--timeline`: each run's wait and run time; `--steps`: with each run, the seconds to its first step and
+each step's.
 `--default-launcher`: a third side, the deployment with Dagster's default run launcher (a fresh process per
 run, started by the code server) in place of deploy/dagster.yaml's warm one (rag_sweep/run_launcher.py).
 """
@@ -133,6 +135,7 @@ class CpuByRole:
             self._sample()
 
     def __enter__(self):
+        self.machine = machine_counters()
         self._sample()
         self._thread.start()
         return self
@@ -141,6 +144,7 @@ class CpuByRole:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self.machine = tuple(b - a for a, b in zip(self.machine, machine_counters(), strict=True))
 
     def totals(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -148,6 +152,23 @@ class CpuByRole:
             # a process seen at the first sample counts from there (PostgreSQL's start is not this run's)
             out[role] = out.get(role, 0.0) + cpu - start
         return out
+
+
+def machine_counters() -> tuple[float, int]:
+    """The whole machine's busy CPU seconds and processes started since boot (/proc/stat): what a sampler of
+    processes misses, such as a PostgreSQL backend per short connection."""
+    busy, started = 0.0, 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        parts = line.split()
+        if parts[0] == "cpu":  # user nice system idle iowait irq softirq steal: all but idle and iowait
+            busy = (sum(map(int, parts[1:4])) + sum(map(int, parts[6:9]))) / TICK
+        elif parts[0] == "processes":
+            started = int(parts[1])
+    return busy, started
+
+
+def show_machine(where: str, counters: tuple[float, int]) -> None:
+    print(f"    machine during {where}: {counters[0]:.0f} CPU-s busy, {counters[1]} processes started")
 
 
 def show_cpu(where: str, wall: float, totals: dict[str, float]) -> None:
@@ -163,7 +184,7 @@ def cli(
     spec: Path, data: Path, show: bool = False, cpu: bool = False, steps: bool = False
 ) -> tuple[float, int]:
     t0, epoch = time.perf_counter(), time.time()
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used, machine = resource.getrusage(resource.RUSAGE_CHILDREN), machine_counters()
     out = subprocess.run(
         [str(PY), "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
         capture_output=True,
@@ -177,6 +198,7 @@ def cli(
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         spent = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
         show_cpu("cli", wall, {"rag-sweep run": spent})
+        show_machine("the cli", tuple(b - a for a, b in zip(machine, machine_counters(), strict=True)))
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
         if show:
             timeline(instance, epoch, steps)
@@ -222,6 +244,7 @@ def on_deployment(
             timeline(instance, t0, steps)
         if cpu:
             show_cpu("deployment", wall, sampler.totals())
+            show_machine("the deployment", sampler.machine)
         return wall, instance.get_runs_count()
 
 
