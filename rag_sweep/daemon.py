@@ -21,6 +21,13 @@ import sys
 from resources.environment import daemon_tick_s
 
 
+def _require(module, name: str) -> None:
+    """What this wrapper replaces in Dagster's daemon is not public API: a Dagster that moved it is refused,
+    in one line, rather than run slow unnoticed."""
+    if not hasattr(module, name):
+        raise SystemExit(f"rag-sweep-daemon: {module.__name__}.{name} is gone; this Dagster is not supported")
+
+
 def shorten_loops(tick: float) -> None:
     """Every daemon loop of this process waits `tick` seconds between iterations (less the iteration's time)."""
     from dagster._daemon import asset_daemon, controller, sensor
@@ -30,10 +37,7 @@ def shorten_loops(tick: float) -> None:
         (sensor, "MIN_INTERVAL_LOOP_TIME"),  # the sensor daemon's
         (asset_daemon, "MIN_INTERVAL_LOOP_SECONDS"),  # the automation (asset) daemon's
     ):
-        if not hasattr(module, name):  # a Dagster that moved it: say so rather than run slow unnoticed
-            raise SystemExit(
-                f"rag-sweep-daemon: {module.__name__}.{name} is gone; this Dagster is not supported"
-            )
+        _require(module, name)
         setattr(module, name, tick)
 
 
@@ -47,10 +51,7 @@ def pool_connections() -> None:
 
     from dagster._daemon import cli as daemon_cli
 
-    if not hasattr(daemon_cli, "get_instance_for_cli"):
-        raise SystemExit(
-            "rag-sweep-daemon: dagster._daemon.cli.get_instance_for_cli is gone; this Dagster is not supported"
-        )
+    _require(daemon_cli, "get_instance_for_cli")
     opened = daemon_cli.get_instance_for_cli
 
     @contextmanager
