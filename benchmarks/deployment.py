@@ -122,7 +122,7 @@ class CpuByRole:
         for pid, (ppid, session, cpu, cmdline) in procs.items():
             parent = procs.get(ppid, (0, 0, 0.0, ""))[3]
             # a warm run worker is forked from the fork server (its own session, the server's command line)
-            role = "run workers" if "forkserver" in parent else _role(cmdline)
+            role = "run workers" if _role(parent) == "fork server" else _role(cmdline)
             # PostgreSQL is shared with the CLI's side (idle then)
             if role and (session in self.sessions or role in ("PostgreSQL", "run workers", "fork server")):
                 # a process started since the first sample counts from its start
@@ -144,7 +144,7 @@ class CpuByRole:
         self._stop.set()
         self._thread.join()
         self._sample()
-        self.machine = tuple(b - a for a, b in zip(self.machine, machine_counters(), strict=True))
+        self.machine = machine_since(self.machine)
 
     def totals(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -165,6 +165,12 @@ def machine_counters() -> tuple[float, int]:
         elif parts[0] == "processes":
             started = int(parts[1])
     return busy, started
+
+
+def machine_since(before: tuple[float, int]) -> tuple[float, int]:
+    """The machine's busy CPU seconds and processes started since `before` (machine_counters)."""
+    busy, started = machine_counters()
+    return busy - before[0], started - before[1]
 
 
 def show_machine(where: str, counters: tuple[float, int]) -> None:
@@ -198,7 +204,7 @@ def cli(
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         spent = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
         show_cpu("cli", wall, {"rag-sweep run": spent})
-        show_machine("the cli", tuple(b - a for a, b in zip(machine, machine_counters(), strict=True)))
+        show_machine("the cli", machine_since(machine))
     with dg.DagsterInstance.from_config(str(data / "dagster_home")) as instance:
         if show:
             timeline(instance, epoch, steps)
