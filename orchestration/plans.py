@@ -1,18 +1,14 @@
-"""A sweep's plan from its file and the deployment's environment, built in this one place; and the
-definitions a runner materializes it with (its assets and the shared resources)."""
+"""A sweep's plan from its file and the deployment's environment, built in this one place, and as a document
+another machine resolves the same plan from. Dagster-free: the CLI answers an unchanged rerun with it
+without importing Dagster (runner/up_to_date.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-
-from rag_assets.stage_asset import asset_key
-from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig, Sweep, component_used, load_sweep
-from resources import build_resources
 from resources.environment import default_data_dir, deployment_store, llm_api_base
 
 
@@ -76,11 +72,4 @@ def plan_from_document(doc: Any) -> Plan:
         raise ValueError(f"not a valid rag-sweep plan: {e}") from None
 
 
-def runner_definitions(plan: Plan, data_dir: str, resources: dict | None = None) -> dg.Definitions:
-    """The sweep's assets with the shared resources (`resources` overrides some): what a step needs."""
-    return dg.Definitions(
-        assets=stage_assets(plan), resources={**build_resources(data_dir), **(resources or {})}
-    )
-
-
-__all__ = ["asset_key", "load_plan", "plan_document", "plan_from_document", "runner_definitions"]
+__all__ = ["load_plan", "plan_document", "plan_from_document"]

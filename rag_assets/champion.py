@@ -8,7 +8,7 @@ import shlex
 import dagster as dg
 import polars as pl
 
-from rag_assets.leaderboard import leaderboard_path, read_decision
+from rag_assets.board_files import leaderboard_path, read_decision
 from rag_assets.stage_asset import FOLLOWS_INPUTS, asset_key
 from rag_core.decision.holdout import unsupported_claim
 from rag_core.planning.plan import Plan

@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_assets.board_files import leaderboard_path
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision.drift import findings
 from rag_core.decision.holdout import SELECTION, finalists, holdout_ids, holdout_share, is_holdout_key
@@ -31,7 +32,7 @@ from rag_core.decision.recommendation import Constraints, bootstrap_scores, deci
 from rag_core.decision.report import missed_questions, query_scores, ship_report
 from rag_core.metrics import undefined_reasons
 from resources.artifacts import Artifact
-from resources.storage import atomic_write_bytes, atomic_write_parquet, data_root, modified, read_parquet
+from resources.storage import atomic_write_bytes, atomic_write_parquet, modified, read_parquet
 
 # The Dagster table: the short label for the key (the full keys are the `config_keys` metadata), the
 # score with its interval and tier as the CLI shows them, then the display metrics.
@@ -93,15 +94,6 @@ def question_tables(board: pl.DataFrame, per_query: dict, qa: pl.DataFrame, deci
             missed = missed.with_columns(pl.col("other_config").replace_strict(label, default=None))
             out["missed_by_recommended"] = _table(missed.drop("query_id"))
     return out
-
-
-def leaderboard_path(data_dir, sweep_name: str) -> Path:
-    return data_root(data_dir) / "leaderboards" / f"{sweep_name}.parquet"
-
-
-def read_decision(data_dir, sweep_name: str) -> dict:
-    """The recommendation the last leaderboard of a sweep made (see rag_core.decision.recommendation.decide)."""
-    return json.loads(leaderboard_path(data_dir, sweep_name).with_suffix(".decision.json").read_text())
 
 
 def publish_board(

@@ -26,8 +26,6 @@ import traceback
 import warnings
 from pathlib import Path
 
-from dagster._core.errors import DagsterExecutionInterruptedError
-
 from rag_assets.qa_generation import estimate_line, generate_qa_command
 from rag_core.common.registry import PluginError
 from rag_core.data.datasets import DatasetError, DataWarning
@@ -49,7 +47,8 @@ from rag_sweep.printing import (  # noqa: F401
 from resources import environment  # first: the process defaults (rag_assets imports it first too)
 from resources.devices import DeviceUnavailable
 from resources.storage import check_new_file
-from runner import CheckFailed, DataDirError, StepFailed, bill, load_data, load_plan, run_sweep
+from runner.errors import CheckFailed, DataDirError, StepFailed
+from runner.up_to_date import remembered
 from shipping import ExportWarning
 
 
@@ -75,12 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         return _main(argv)
-    except (KeyboardInterrupt, DagsterExecutionInterruptedError):  # after the run: printing its board
-        _interrupted()
     except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
         return 0
+    except BaseException as e:  # after the run: printing its board
+        if not _interrupt(e):
+            raise
+        _interrupted()
+
+
+def _interrupt(e: BaseException) -> bool:
+    """Ctrl-C, or Dagster's word for it inside a run (Dagster is imported only by a run that computes)."""
+    errors = sys.modules.get("dagster._core.errors")
+    return isinstance(e, KeyboardInterrupt) or (
+        errors is not None and isinstance(e, errors.DagsterExecutionInterruptedError)
+    )
 
 
 def _main(argv: list[str] | None) -> int:
@@ -155,9 +164,14 @@ def _main(argv: list[str] | None) -> int:
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
-        run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
-    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
-        _interrupted()
+        # an unchanged rerun: answered from the last run's record, without importing Dagster
+        run = None if args.force else remembered(args.spec, args.data_dir, args.store)
+        if run is not None:
+            print("every partition is up to date: nothing to compute", file=sys.stderr)
+        else:
+            from runner.sweep import run_sweep
+
+            run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
     except (
         SpecError,
         DatasetError,
@@ -191,6 +205,9 @@ def _interrupted() -> None:
 
 
 def _validate(spec: str) -> int:
+    from orchestration.plans import load_plan
+    from runner.estimate import load_data
+
     plan = load_plan(spec)
     corpus, qa = load_data(plan.sweep)
     if qa is None:
@@ -210,6 +227,8 @@ def _validate(spec: str) -> int:
 
 
 def _plan(args) -> int:
+    from runner.estimate import bill
+
     plan, estimate = bill(args.spec, args.data_dir, args.store)
     search = plan.sweep.search
     adaptive = (

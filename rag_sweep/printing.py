@@ -9,13 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rag_assets.leaderboard import leaderboard_path, read_decision
+from rag_assets.board_files import leaderboard_path, read_decision
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
 from resources import environment
 from resources.environment import batch_size
+from runner.up_to_date import Remembered, Shipping, shipping_facts
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
 
@@ -133,33 +134,32 @@ def _print_export(label: str, key: str, out: Path, fingerprint: str) -> None:
     )
 
 
-def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
+def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> None:
     """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
     supports it (`unsupported`: why it does not)."""
-    from shipping.registry import ALIAS, champion_of
+    from shipping.registry import ALIAS
 
-    if not tracking.enabled:
+    if not shipping.enabled:
         return
-    version = champion_of(tracking, sweep)
     if unsupported:
         print(f"\nNo champion registered: {unsupported}")
-        if version is not None:
+        if shipping.champion is not None:
+            version, key = shipping.champion
             print(
-                f"  models:/{sweep}@{ALIAS} is still version {version.version} "
-                f"({version.tags.get('config_key')}), from an earlier leaderboard"
+                f"  models:/{sweep}@{ALIAS} is still version {version} ({key}), from an earlier leaderboard"
             )
         return
-    if version is None:
+    if shipping.champion is None:
         return
-    uri, store = f"models:/{sweep}@{ALIAS}", tracking.resolved_uri()
+    (version, key), uri, store = shipping.champion, f"models:/{sweep}@{ALIAS}", shipping.resolved_uri
     # a tracking URI with a password is never printed: the commands read it from $MLFLOW_TRACKING_URI, as
     # they do when pasted in the shell that ran the sweep
-    secret = tracking.display_uri() != store
+    secret = shipping.display_uri != store
     load = "os.environ['MLFLOW_TRACKING_URI']" if secret else repr(store)
     print(
-        f"\nShip the winner ({uri}, version {version.version}: {version.tags.get('config_key')}):\n"
+        f"\nShip the winner ({uri}, version {version}: {key}):\n"
         + (
-            f"  (the tracking URI {tracking.display_uri()} holds a password: the commands read it from "
+            f"  (the tracking URI {shipping.display_uri} holds a password: the commands read it from "
             "$MLFLOW_TRACKING_URI; set it in the shell they run in)\n"
             if secret
             else ""
@@ -172,11 +172,13 @@ def _print_champion(tracking, sweep: str, unsupported: str | None) -> None:
     )
 
 
-def _print_explore(tracking, sweep: str, spec: Path, data: Path, home: Path | str, store_name: str) -> None:
+def _print_explore(
+    shipping: Shipping, sweep: str, spec: Path, data: Path, home: Path | str, store_name: str
+) -> None:
     """The shell lines that open the Dagster UI and the MLflow UI on this run, every value quoted."""
     q = shlex.quote
-    runs_url = tracking.ranked_runs_url(sweep) or "http://127.0.0.1:5000"
-    store = tracking.display_uri()  # a server's password is never printed (the browser asks for it)
+    runs_url = shipping.runs_url or "http://127.0.0.1:5000"
+    store = shipping.display_uri  # a server's password is never printed (the browser asks for it)
     mlflow = (
         f"LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri {q(store)}   (then open "
         if store.startswith("sqlite:")
@@ -207,11 +209,16 @@ def _print_run(run, args, seconds: float) -> int:
     _print_recommendation(data, sweep.name)
     if args.output:
         _write(board, args.output)
-    tracking = run.defs.resources["tracking"]
+    # an unchanged rerun answered from its record holds what the last run read from MLflow
+    shipping = (
+        run.shipping
+        if isinstance(run, Remembered)
+        else shipping_facts(run.defs.resources["tracking"], sweep.name)
+    )
     home = environment.dagster_home() or data / "dagster_home"
-    _print_explore(tracking, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
+    _print_explore(shipping, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
     unsupported = unsupported_claim(read_decision(data, sweep.name))
-    _print_champion(tracking, sweep.name, unsupported)
+    _print_champion(shipping, sweep.name, unsupported)
     if run.champion_kept:
         print(f"error: the champion was not replaced: {run.champion_kept}", file=sys.stderr)
         return 1

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestration.plans import asset_key, load_plan
+from orchestration.plans import load_plan
+from rag_assets.stage_asset import asset_key
 from rag_core.decision.gate import GateResult, GateSettings, gate
 from rag_core.decision.gate_report import reports
 from rag_core.planning.plan import Plan
@@ -118,7 +119,7 @@ def _registry_of(data: Path):
 
 
 def _recommendation_of(path: Path, store: str | None, data: Path) -> Baseline:
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
     from rag_core.decision.holdout import unsupported_claim
 
     other = load_plan(path, store, data)

@@ -24,7 +24,7 @@ from dagster._core.errors import (
     DagsterExecutionStepExecutionError,
 )
 
-from orchestration.plans import asset_key
+from rag_assets.stage_asset import asset_key
 from rag_core.planning.batches import steps_in
 from runner.errors import CheckFailed, StepFailed
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import dagster as dg
 from tqdm import tqdm
 
-from orchestration.plans import asset_key, load_plan, runner_definitions
+from orchestration.plans import load_plan
 from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
 from orchestration.todo import (
     completed,
@@ -25,14 +25,16 @@ from orchestration.todo import (
     steps,
     unobserved,
 )
+from rag_assets.board_files import leaderboard_path
 from rag_assets.champion import CHAMPION, champion_due
-from rag_assets.leaderboard import leaderboard_path
 from rag_assets.search_chain import CHAIN
-from rag_assets.stage_asset import FORCE_TAG
+from rag_assets.stage_asset import FORCE_TAG, asset_key
+from rag_assets.sweep_assets import stage_assets
 from rag_core.common.fingerprint import file_hash
 from rag_core.common.progress import listening
 from rag_core.planning.batches import batch_reads, batches, steps_in
 from rag_core.planning.step_graph import StepGraph
+from resources import build_resources
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from resources.devices import resolve_device
 from resources.environment import (
@@ -62,6 +64,7 @@ from runner.step_runs import (
     batch_label,
     run_on_fleet,
 )
+from runner.up_to_date import input_files, record, recordable, shipping_facts
 
 # MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -124,6 +127,7 @@ def run_sweep(
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):
+        inputs_at_start = input_files(plan)
         claim_prefix(data, plan.sweep.name, plan.prefix)
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
@@ -142,8 +146,11 @@ def run_sweep(
                 str(data), publish_plan(plan, str(data)), instance, tags, verbose, plan
             )
 
+        launched = []  # the steps run: none in an unchanged rerun
+
         def materialize(stage: str, key=None, extra_tags: dict | None = None) -> None:
             """A step, or a batch (`key` a tuple of partition keys: one run for them all)."""
+            launched.append((stage, key))
             local = (
                 isinstance(stage, tuple) or stage in SNAPSHOTS
             )  # the input snapshots read this machine's files
@@ -216,11 +223,41 @@ def run_sweep(
                     materialize(CHAMPION)
                 except CheckFailed as e:  # the recommendation is worse than the champion: it stays
                     kept = str(e)
+            tracking = defs.resources["tracking"]
+            # nothing left to do, known from this run's checks or asked again after its work: a rerun
+            # answers from the record while nothing it read changes (runner/up_to_date.py)
+            if (
+                plan is not None
+                and kept is None
+                and not resources
+                and recordable(plan, data)
+                and (not launched or nothing_due(plan, instance, data, stores, tracking, sources))
+            ):
+                record(plan, data, shipping_facts(tracking, plan.sweep.name), inputs_at_start)
         if plan is not None:
             board = read_parquet(leaderboard_path(data, plan.sweep.name))
             return SweepRun(board, defs, instance, plan, data, search, kept)
     # the optimized configs join the plan: their steps run, and the leaderboard ranks them with the rest
     return run_sweep(spec, data_dir, False, verbose, progress, resources, store)
+
+
+def runner_definitions(plan, data_dir: str, resources: dict | None = None) -> dg.Definitions:
+    """The sweep's assets with the shared resources (`resources` overrides some): what a step needs."""
+    return dg.Definitions(
+        assets=stage_assets(plan), resources={**build_resources(data_dir), **(resources or {})}
+    )
+
+
+def nothing_due(plan, instance, data: Path, stores, tracking, sources) -> bool:
+    """What an unchanged rerun would find now: the input files as observed and snapshotted, no step, no
+    holdout step and no champion to register."""
+    return (
+        not unobserved(instance, sources)
+        and not stale_snapshots(plan, instance, data)
+        and not steps(plan, instance, data, False, stores, tracking)
+        and not (plan.holdout and holdout_steps(plan, instance, data, False, False, stores))
+        and not champion_due(plan, data, tracking)
+    )
 
 
 def record_observation(instance, source) -> None:
@@ -261,7 +298,7 @@ def run_holdout(held: list, plan, materialize, bar) -> None:
 def optimize_prompts(plan, instance, data: Path, materialize) -> bool:
     """Materialize the prompt optimizations the sweep asks for (`optimize.configs`: named, or chosen
     from the leaderboard's decision) that are not complete; True when one ran."""
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
     from rag_assets.prompt_optimization import OPTIMIZATION, optimization_due
 
     inputs = {s: latest_fingerprint(instance, asset_key(plan, s), None) for s in ("corpus", "qa_set")}

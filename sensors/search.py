@@ -17,7 +17,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from orchestration.plans import asset_key
 from orchestration.search import (
     SEARCH_TAG,
     RungStep,
@@ -32,6 +31,7 @@ from rag_assets.champion import CHAMPION
 from rag_assets.holdout_chain import HOLDOUT, chain_tags, first_stage
 from rag_assets.search_chain import CHAIN, search_chain_job
 from rag_assets.search_chain import chain_tags as search_chain_tags
+from rag_assets.stage_asset import asset_key
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir

@@ -80,7 +80,7 @@ def _latest_check(run) -> dg.AssetCheckEvaluation:
 def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     slice_data, tmp_path, monkeypatch, capsys
 ):
-    from rag_assets.leaderboard import leaderboard_path
+    from rag_assets.board_files import leaderboard_path
     from runner import run_sweep
     from tests.conftest import write_sweep
     from tests.openai_stub import OpenAIStub, TurnsWrong

@@ -144,7 +144,7 @@ def test_the_champion_stays_when_a_new_recommendation_is_worse_than_it(slice_dat
         gate={"metric_margins": {"recall_at_k": 0.05}},
     )
     run = run_sweep(str(spec), str(data), progress=False)
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
 
     assert read_decision(data, "gated")["recommended"].endswith("k1__extractive")
     assert run.champion_kept and "recall_at_k: worse by more than 0.05" in run.champion_kept

@@ -46,7 +46,7 @@ def labels_file(path, flips: set[int]):
 def test_a_judge_below_the_kappa_floor_is_reported_not_weighted(small_slice, tmp_path, monkeypatch):
     from sklearn.metrics import cohen_kappa_score
 
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
     from runner import run_sweep
 
     agree, disagree = tmp_path / "agree.jsonl", tmp_path / "disagree.jsonl"

@@ -378,7 +378,7 @@ def test_concurrent_calls_start_within_the_providers_quota_and_the_wait_is_not_l
 def test_no_holdout_question_reaches_a_selection_step_of_a_halving_search(slice_data, tmp_path, monkeypatch):
     """Halving over two generators on the selection split: every call for a holdout question comes after
     the last call of the search and the leaderboard, and only for the finalist (6 holdout questions of 20)."""
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
     from rag_core.decision.holdout import holdout_ids
 
     qa = pl.read_parquet(slice_data["qa"])

@@ -14,6 +14,7 @@ import pytest
 
 from rag_assets.champion import serve_line
 from rag_sweep import cli
+from runner.up_to_date import Shipping, shipping_facts
 
 ODD = "my data $x 'q'"  # a space, a variable that must not expand, a quote
 
@@ -41,17 +42,16 @@ def _champion(capsys, store: str) -> str:
         resolved_uri=lambda: store,
         display_uri=lambda: store,
         remembered=lambda question, ask: ask(),  # nothing remembered: the registry is asked
+        ranked_runs_url=lambda sweep: None,
     )
-    cli._print_champion(tracking, "ship", None)
+    cli._print_champion(shipping_facts(tracking, "ship"), "ship", None)
     return capsys.readouterr().out
 
 
 def _explore(capsys, data: Path) -> str:
     store = f"sqlite:///{data / 'mlflow.db'}"
-    tracking = SimpleNamespace(
-        ranked_runs_url=lambda sweep: None, resolved_uri=lambda: store, display_uri=lambda: store
-    )
-    cli._print_explore(tracking, "ship", data / "ship.yaml", data, data / "dagster_home", "lancedb")
+    shipping = Shipping(True, None, store, store, None)
+    cli._print_explore(shipping, "ship", data / "ship.yaml", data, data / "dagster_home", "lancedb")
     return capsys.readouterr().out
 
 

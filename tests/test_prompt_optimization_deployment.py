@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_assets.leaderboard import leaderboard_path
+from rag_assets.board_files import leaderboard_path
 from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import OpenAIStub

@@ -246,18 +246,22 @@ class _Tracking:
     def remembered(self, question, ask):  # nothing remembered: the registry is asked
         return ask()
 
+    def ranked_runs_url(self, experiment):
+        return None
+
 
 def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(capsys):
     from rag_sweep.cli import _print_champion
+    from runner.up_to_date import shipping_facts
 
-    _print_champion(_Tracking(URI), "sweep", None)
+    _print_champion(shipping_facts(_Tracking(URI), "sweep"), "sweep", None)
     out = capsys.readouterr().out
     assert PASSWORD not in out
     assert "mlflow.set_tracking_uri(os.environ['MLFLOW_TRACKING_URI'])" in out
     assert 'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" mlflow models serve -m models:/sweep@champion' in out
     assert "http://user:***@127.0.0.1:1 holds a password" in out
     _print_champion(
-        _Tracking("http://127.0.0.1:5000"), "sweep", None
+        shipping_facts(_Tracking("http://127.0.0.1:5000"), "sweep"), "sweep", None
     )  # no password: the URI itself, as before
     out = capsys.readouterr().out
     assert "mlflow.set_tracking_uri('http://127.0.0.1:5000')" in out and "holds a password" not in out

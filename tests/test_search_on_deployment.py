@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
-from rag_assets.leaderboard import read_decision
+from rag_assets.board_files import read_decision
 from rag_sweep.run_launcher import WORKER_TAG
 from runner import run_sweep
 from tests.conftest import write_sweep

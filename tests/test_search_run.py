@@ -67,7 +67,7 @@ def test_halving_drops_a_worse_config_early_stops_at_its_budget_and_resumes(
     import polars as pl
     from mlflow import MlflowClient
 
-    from rag_assets.leaderboard import read_decision
+    from rag_assets.board_files import read_decision
     from tests.openai_stub import GoldAnswers, OpenAIStub
 
     qa = pl.read_parquet(slice_data["qa"])

@@ -296,7 +296,7 @@ def test_forced_rerun_plans_every_partition(sweep_run):
 
 
 def test_the_leaderboard_recommends_a_config_and_writes_the_ship_report(sweep_run):
-    from rag_assets.leaderboard import leaderboard_path, read_decision
+    from rag_assets.board_files import leaderboard_path, read_decision
 
     board, plan, data, instance = (
         sweep_run["board"],
@@ -335,7 +335,7 @@ def test_the_ship_report_renders_in_a_real_browser(sweep_run, tmp_path):
 
     from playwright.sync_api import sync_playwright
 
-    from rag_assets.leaderboard import leaderboard_path, read_decision
+    from rag_assets.board_files import leaderboard_path, read_decision
 
     browser_bin = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium")
     assert browser_bin, "no chromium: run scripts/ensure_servers.sh"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rag_assets.leaderboard import leaderboard_path, read_decision
+from rag_assets.board_files import leaderboard_path, read_decision
 from rag_core.planning.spec import SpecError
 from rag_sweep.printing import _print_export
 from resources import environment
