@@ -26,8 +26,7 @@ LIBRARIES = (
     "dagster_postgres",
     "polars",
     "pyarrow",
-    "mlflow",
-    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_store",  # MLflow with the SQL store the runs log to
     "lancedb",
     "onnxruntime",
     "tokenizers",

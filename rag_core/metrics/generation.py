@@ -91,10 +91,12 @@ def rouge_l(answer: str, golds: Sequence[str], language: str | None = None) -> f
     rouge-score imports NLTK, ~2 s of every process that scores. A named language reads its answer tokens
     (rouge-score's tokenizer keeps [a-z0-9] only, so a Chinese answer had no token at all)."""
     pred = _rouge_tokens(answer, language)
+    if not pred:  # no token to match: 0 against every gold
+        return 0.0
     best = 0.0
     for gold in golds:
         ref = _rouge_tokens(gold, language)
-        if not ref or not pred:
+        if not ref:
             continue
         lcs = _lcs_length(ref, pred)
         precision, recall = lcs / len(pred), lcs / len(ref)
