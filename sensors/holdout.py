@@ -16,6 +16,9 @@ does the same for its own leaderboard (sensors/search.py).
 
 from __future__ import annotations
 
+import json
+import time
+
 import dagster as dg
 
 from orchestration.todo import holdout_steps, new_finalists
@@ -122,6 +125,9 @@ def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.Ru
     return dg.RunRequest(run_key=f"holdout:{board_id}:{step}{suffix}", tags=tags, **request)
 
 
+RECHECK_S = 30.0  # an idle driver asks again at least this often (as the search's driver does)
+
+
 def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 2):
     @dg.sensor(
         name=f"{plan.prefix}__holdout_driver",
@@ -132,14 +138,24 @@ def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval
         "the confirmation (the champion follows it).",
     )
     def _driver(context: dg.SensorEvaluationContext):
+        # while the instance has stored no event (no run started or ended, nothing materialized) the answer
+        # is the last one: said again without asking (~30 queries, each a new connection on PostgreSQL),
+        # and asked again at least every RECHECK_S (an artifact deleted from the data dir is no event)
+        events = context.instance.event_log_storage.get_maximum_record_id()
+        last = json.loads(context.cursor) if context.cursor else {}
+        if last.get("events") == events and time.time() - last.get("at", 0.0) < RECHECK_S:
+            return dg.SkipReason(last["skipped"])
         if busy := sweep_busy(context.instance, plan):
-            return dg.SkipReason(f"waiting for {busy}")
-        data = data_root(data_dir or default_data_dir())
-        found, added = next_holdout_request(
-            plan, context.instance, data, VectorStores.from_env(str(data)), jobs
-        )
+            found, added = f"waiting for {busy}", []
+        else:
+            data = data_root(data_dir or default_data_dir())
+            found, added = next_holdout_request(
+                plan, context.instance, data, VectorStores.from_env(str(data)), jobs
+            )
         if not isinstance(found, dg.RunRequest):
+            context.update_cursor(json.dumps({"events": events, "at": time.time(), "skipped": found}))
             return dg.SkipReason(found)
+        context.update_cursor(None)
         # Dagster adds the partitions before it launches the run
         new = [dg.AddDynamicPartitionsRequest(plan.finalists_partitions, added)] if added else []
         return dg.SensorResult(run_requests=[found], dynamic_partitions_requests=new)

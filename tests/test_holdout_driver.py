@@ -13,7 +13,15 @@ from orchestration.plans import load_plan
 from rag_assets.holdout_chain import holdout_chain_job
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import LOGIC
-from sensors.holdout import HOLDOUT_TAG, MAX_ATTEMPTS, STEP_TAG, holdout_jobs, next_holdout_request
+from sensors.holdout import (
+    HOLDOUT_TAG,
+    MAX_ATTEMPTS,
+    RECHECK_S,
+    STEP_TAG,
+    holdout_driver,
+    holdout_jobs,
+    next_holdout_request,
+)
 from tests.conftest import write_sweep
 
 
@@ -66,3 +74,51 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
             f"holdout:{board}:holdout",
             *(f"holdout:{board}:holdout:attempt{n}" for n in (2, 3)),
         ]
+
+
+def test_an_idle_driver_asks_nothing_until_an_event_is_stored_or_its_recheck_is_due(
+    slice_data, tmp_path, monkeypatch
+):
+    """On PostgreSQL each of the ~30 queries of a tick is a new connection (a new server process): while no
+    event is stored, the driver says its last skip again, and asks again at least every RECHECK_S."""
+    import sensors.holdout as driver_module
+
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        name="idle",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": [2, 3]},
+        decision={"holdout": 0.3},
+    )
+    data = tmp_path / "data"
+    plan = load_plan(spec, data_dir=data)
+    (data / "leaderboards").mkdir(parents=True)
+    (data / "leaderboards" / "idle.decision.json").write_text(
+        json.dumps({"finalists": [plan.config_keys[0]]})
+    )
+    jobs = holdout_jobs(plan, holdout_chain_job(plan, LOGIC))
+    sensor = holdout_driver(plan, jobs, str(data))
+    asked = []
+    real = driver_module.next_holdout_request
+    monkeypatch.setattr(driver_module, "next_holdout_request", lambda *a: asked.append(1) or real(*a))
+    now = [1000.0]
+    monkeypatch.setattr(driver_module.time, "time", lambda: now[0])
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "other")))
+        cursor = None
+
+        def tick():
+            nonlocal cursor
+            result = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor))
+            cursor = result.cursor
+            return result
+
+        assert tick().skip_message == "no leaderboard yet" and len(asked) == 1
+        now[0] += RECHECK_S / 2
+        assert tick().skip_message == "no leaderboard yet" and len(asked) == 1  # nothing stored: not asked
+        now[0] += RECHECK_S / 2
+        assert tick().skip_message == "no leaderboard yet" and len(asked) == 2  # due again
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "leaderboard")))
+        requested = tick()  # an event: asked at once, and the finalist's holdout requested
+        assert len(asked) == 3 and [r.job_name for r in requested.run_requests] == ["idle__holdout"]
