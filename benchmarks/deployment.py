@@ -1,7 +1,7 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
     .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline
-        [--steps]] [--cpu] [--default-launcher]
+        [--steps]] [--cpu] [--idle SECONDS] [--default-launcher]
 
 A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
 run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
@@ -18,6 +18,8 @@ from /proc every half second: where the cores went that the stages' work did not
 machine's busy CPU seconds and processes started, which a sampler misses when they are short-lived.
 `--timeline`: each run's wait and run time; `--steps`: with each run, the seconds to its first step and
 each step's.
+`--idle S`: then the deployment with nothing to do for S seconds (its sensors and daemon loops alone): the
+machine's busy CPU seconds and processes started (a PostgreSQL backend per new connection).
 `--default-launcher`: a third side, the deployment with Dagster's default run launcher (a fresh process per
 run, started by the code server) in place of deploy/dagster.yaml's warm one (rag_sweep/run_launcher.py).
 """
@@ -226,6 +228,7 @@ def on_deployment(
     cpu: bool = False,
     steps: bool = False,
     instance_yaml: str = "",
+    idle: float = 0.0,
 ) -> tuple[float, int]:
     plan = yaml.safe_load(spec.read_text())
     prefix = plan["name"].replace("-", "_")
@@ -251,6 +254,15 @@ def on_deployment(
         if cpu:
             show_cpu("deployment", wall, sampler.totals())
             show_machine("the deployment", sampler.machine)
+        if idle:  # the deployment with nothing to do: its sensors and daemon loops alone
+            time.sleep(10)  # the champion's run ends
+            before = machine_counters()
+            time.sleep(idle)
+            busy, started = machine_since(before)
+            print(
+                f"    machine while the deployment idles {idle:.0f} s after the champion: {busy:.1f} CPU-s busy, "
+                f"{started} processes started ({started / idle:.1f} a second)"
+            )
         return wall, instance.get_runs_count()
 
 
@@ -302,6 +314,9 @@ def main() -> None:
     ap.add_argument("--steps", action="store_true", help="with --timeline: each run's steps, timed")
     ap.add_argument("--cpu", action="store_true", help="print the CPU each side spent, by process")
     ap.add_argument(
+        "--idle", type=float, default=0.0, help="then the deployment idle this many seconds: its churn alone"
+    )
+    ap.add_argument(
         "--default-launcher", action="store_true", help="also the deployment with Dagster's default launcher"
     )
     args = ap.parse_args()
@@ -331,6 +346,7 @@ def main() -> None:
                                 cpu=args.cpu,
                                 steps=args.steps,
                                 instance_yaml=DEFAULT_LAUNCHER if where == "default-launcher" else "",
+                                idle=args.idle,
                             )
                         results.setdefault(f"{kind}/{where}", []).append(got)
                         print(
