@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _stamp(db: Path) -> list | None:
+def store_state(db: Path) -> list | None:
     """The store's identity and state: path, device, inode, size and mtime of the file and of its WAL."""
     parts: list = [str(db.resolve())]
     for path in (db, db.with_name(db.name + "-wal")):
@@ -50,12 +50,12 @@ class StoreAnswers:
     def get(self, question: str, ask: Callable[[], Any]) -> Any:
         """The store's answer to `question`: remembered, or `ask()`ed (and remembered when the store did not
         change while it was asked)."""
-        before = _stamp(self.db)
+        before = store_state(self.db)
         memo = self._read()
         if before is not None and memo.get("stamp") == before and question in memo["answers"]:
             return memo["answers"][question]
         answer = ask()
-        after = _stamp(self.db)
+        after = store_state(self.db)
         if after is not None and after == before:
             answers = memo["answers"] if memo.get("stamp") == after else {}
             self._write({"stamp": after, "answers": {**answers, question: answer}})

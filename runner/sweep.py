@@ -218,12 +218,12 @@ def run_sweep(
                     plan = None  # run again below, outside this run's lock
             # the recommendation, shipped to the model registry when it is not the champion already
             kept = None
-            if plan is not None and champion_due(plan, data, defs.resources["tracking"]):
+            tracking = defs.resources["tracking"]
+            if plan is not None and champion_due(plan, data, tracking):
                 try:
                     materialize(CHAMPION)
                 except CheckFailed as e:  # the recommendation is worse than the champion: it stays
                     kept = str(e)
-            tracking = defs.resources["tracking"]
             # nothing left to do, known from this run's checks or asked again after its work: a rerun
             # answers from the record while nothing it read changes (runner/up_to_date.py)
             if (

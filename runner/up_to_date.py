@@ -25,9 +25,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from orchestration.plans import load_plan, plan_document
+from rag_assets.board_files import leaderboard_path
 from rag_core.components.stores import keeps_files
-from resources.environment import dagster_home, executor, mlflow_tracking_uri, mlflow_ui_url
-from resources.storage import atomic_write_bytes, data_root, is_remote
+from resources.environment import (
+    dagster_home,
+    default_data_dir,
+    executor,
+    mlflow_tracking_uri,
+    mlflow_ui_url,
+)
+from resources.storage import atomic_write_bytes, data_root, is_remote, read_parquet
+from resources.store_answers import store_state
 from runner.lock import exclusive
 
 RECORD = ".rag-sweep.up-to-date.json"
@@ -114,10 +122,10 @@ def stamp(plan, data: Path) -> str:
     store = _local_store(data)
     context = {
         "plan": plan_document(plan),
-        "tracking": [mlflow_tracking_uri(), mlflow_ui_url(), str(store.resolve())],
+        "tracking": [mlflow_tracking_uri(), mlflow_ui_url()],
         "inputs": input_files(plan),
-        # a store outside the data dir, with its WAL (stamped below when inside)
-        "store": [_file(store), _file(store.with_name(store.name + "-wal"))],
+        # a store outside the data dir too (its path, file and WAL, as its answers' memo stamps it)
+        "store": store_state(store),
     }
     h.update(json.dumps(context, sort_keys=True, default=str).encode())
     files = []
@@ -145,8 +153,6 @@ def record(plan, data: Path, shipping: Shipping, inputs_at_start: dict) -> None:
 def remembered(spec: str, data_dir: str | None, store: str | None) -> Remembered | None:
     """The result of an unchanged rerun of `spec` on the data dir, when a run recorded that nothing was due
     and nothing it read has changed since; else None (the run asks Dagster)."""
-    from resources.environment import default_data_dir
-
     data = data_root(data_dir or default_data_dir())
     if is_remote(data) or not (data / RECORD).exists():
         return None
@@ -160,9 +166,6 @@ def remembered(spec: str, data_dir: str | None, store: str | None) -> Remembered
             return None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("stamp") != stamp(plan, data):
             return None
-        from rag_assets.board_files import leaderboard_path
-        from resources.storage import read_parquet
-
         enabled, runs_url, display_uri, resolved_uri, champion = doc["shipping"]
         shipping = Shipping(
             enabled, runs_url, display_uri, resolved_uri, tuple(champion) if champion else None
