@@ -3,7 +3,19 @@
 
 from __future__ import annotations
 
+import time
+
 import dagster as dg
+
+# A driver sensor (the search's, the holdout's) that has nothing new to go on says its last answer again,
+# and asks everything again at least this often, in case something changed that it does not watch.
+RECHECK_S = 30.0
+
+
+def seen_lately(last: dict, key: str, value) -> bool:
+    """Whether a driver's cursor `last` (its JSON, with `at`: when) recorded `value` under `key` less than
+    RECHECK_S ago."""
+    return last.get(key) == value and time.time() - last.get("at", 0.0) < RECHECK_S
 
 
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:

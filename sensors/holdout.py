@@ -29,6 +29,7 @@ from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores
+from sensors import seen_lately
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -125,9 +126,6 @@ def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.Ru
     return dg.RunRequest(run_key=f"holdout:{board_id}:{step}{suffix}", tags=tags, **request)
 
 
-RECHECK_S = 30.0  # an idle driver asks again at least this often (as the search's driver does)
-
-
 def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval_s: int = 2):
     @dg.sensor(
         name=f"{plan.prefix}__holdout_driver",
@@ -143,7 +141,7 @@ def holdout_driver(plan: Plan, jobs: dict, data_dir: str | None = None, interval
         # and asked again at least every RECHECK_S (an artifact deleted from the data dir is no event)
         events = context.instance.event_log_storage.get_maximum_record_id()
         last = json.loads(context.cursor) if context.cursor else {}
-        if last.get("events") == events and time.time() - last.get("at", 0.0) < RECHECK_S:
+        if seen_lately(last, "events", events):
             return dg.SkipReason(last["skipped"])
         if busy := sweep_busy(context.instance, plan):
             found, added = f"waiting for {busy}", []

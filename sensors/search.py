@@ -37,6 +37,7 @@ from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores
+from sensors import seen_lately
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -157,7 +158,7 @@ def search_driver(
         # not replayed at every tick (the replay reads every rung's completeness), only every RECHECK_S
         seen, live = _runs_seen(context.instance, state)
         last = json.loads(context.cursor) if context.cursor else {}
-        if live and last.get("seen") == seen and time.time() - last.get("at", 0.0) < RECHECK_S:
+        if live and seen_lately(last, "seen", seen):
             return dg.SkipReason(f"search {state.id}: waiting for {live} run(s)")
         context.update_cursor(json.dumps({"seen": seen, "at": time.time()}))
         requests, waiting, why, added = next_requests(plan, data, context.instance, state, jobs)
@@ -178,9 +179,6 @@ def search_driver(
         )
 
     return _driver
-
-
-RECHECK_S = 30.0  # a waiting search is replayed at least this often, in case something else changed
 
 
 def _runs_seen(instance, state: SearchState) -> tuple[str, int]:

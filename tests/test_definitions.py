@@ -335,7 +335,7 @@ def test_the_search_driver_replays_a_waiting_search_only_when_one_of_its_runs_ch
     or RECHECK_S passed."""
     from orchestration.search import SEARCH_TAG, SearchState
     from rag_core.planning.spec import sweep_from_dict
-    from sensors import search
+    from sensors import RECHECK_S, search
 
     plan = Plan.resolve(sweep_from_dict(yaml_sweep(search={"strategy": "halving"}), tmp_path / "s.yaml"))
     state = SearchState(SearchState.file(tmp_path, plan.sweep.name), "s1", 0.0)
@@ -357,7 +357,7 @@ def test_the_search_driver_replays_a_waiting_search_only_when_one_of_its_runs_ch
         assert len(replays) == 1 and "waiting for 1 run(s)" in first.skip_message
         again, kept = tick(cursor)
         assert len(replays) == 1 and "waiting for 1 run(s)" in again.skip_message and kept == cursor
-        stale = json.dumps({**json.loads(cursor), "at": json.loads(cursor)["at"] - search.RECHECK_S})
+        stale = json.dumps({**json.loads(cursor), "at": json.loads(cursor)["at"] - RECHECK_S})
         tick(stale)
         assert len(replays) == 2  # replayed after RECHECK_S, whatever changed
         instance.report_run_failed(run)

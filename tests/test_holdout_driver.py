@@ -13,10 +13,10 @@ from orchestration.plans import load_plan
 from rag_assets.holdout_chain import holdout_chain_job
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import LOGIC
+from sensors import RECHECK_S
 from sensors.holdout import (
     HOLDOUT_TAG,
     MAX_ATTEMPTS,
-    RECHECK_S,
     STEP_TAG,
     holdout_driver,
     holdout_jobs,
@@ -25,11 +25,13 @@ from sensors.holdout import (
 from tests.conftest import write_sweep
 
 
-def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_path):
+def _held(slice_data, tmp_path, name: str):
+    """A 2-config sweep with a holdout whose last leaderboard decision names its first config a finalist:
+    (the plan, the data dir, the holdout's jobs)."""
     spec = write_sweep(
         tmp_path / "s.yaml",
         slice_data,
-        name="held",
+        name=name,
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
         retrieval={"mode": "bm25", "top_k": [2, 3]},
         decision={"holdout": 0.3},
@@ -37,9 +39,14 @@ def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_pat
     data = tmp_path / "data"
     plan = load_plan(spec, data_dir=data)
     (data / "leaderboards").mkdir(parents=True)
+    decision = {"finalists": [plan.config_keys[0]]}
+    (data / "leaderboards" / f"{name}.decision.json").write_text(json.dumps(decision))
+    return plan, data, holdout_jobs(plan, holdout_chain_job(plan, LOGIC))
+
+
+def test_a_failed_holdout_run_is_asked_again_up_to_the_limit(slice_data, tmp_path):
+    plan, data, jobs = _held(slice_data, tmp_path, "held")
     finalist = plan.config_keys[0]
-    (data / "leaderboards" / "held.decision.json").write_text(json.dumps({"finalists": [finalist]}))
-    jobs = holdout_jobs(plan, holdout_chain_job(plan, LOGIC))
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key(plan, "leaderboard")))
         first, added = next_holdout_request(plan, instance, data, None, jobs)
@@ -83,21 +90,7 @@ def test_an_idle_driver_asks_nothing_until_an_event_is_stored_or_its_recheck_is_
     event is stored, the driver says its last skip again, and asks again at least every RECHECK_S."""
     import sensors.holdout as driver_module
 
-    spec = write_sweep(
-        tmp_path / "s.yaml",
-        slice_data,
-        name="idle",
-        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
-        retrieval={"mode": "bm25", "top_k": [2, 3]},
-        decision={"holdout": 0.3},
-    )
-    data = tmp_path / "data"
-    plan = load_plan(spec, data_dir=data)
-    (data / "leaderboards").mkdir(parents=True)
-    (data / "leaderboards" / "idle.decision.json").write_text(
-        json.dumps({"finalists": [plan.config_keys[0]]})
-    )
-    jobs = holdout_jobs(plan, holdout_chain_job(plan, LOGIC))
+    plan, data, jobs = _held(slice_data, tmp_path, "idle")
     sensor = holdout_driver(plan, jobs, str(data))
     asked = []
     real = driver_module.next_holdout_request
