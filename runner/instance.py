@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import dagster as dg
 
 from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
-from resources.storage import is_remote
+from resources.storage import atomic_write_bytes, is_remote
 from runner.errors import DataDirError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +64,34 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
         )
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    config = home / "dagster.yaml"
+    if config.exists():
+        text = config.read_text()
+    else:  # the repo's settings; a new instance gets the one-file event log, one Dagster made keeps its own
+        text = (PROJECT_ROOT / "dagster.yaml").read_text()
+        if not (home / "history").exists():
+            text += EVENT_LOG_MARK
+    if EVENT_LOG_MARK in text:  # its path follows the data dir when that moves
+        text = text.split(EVENT_LOG_MARK)[0] + event_log_config(home)
+    if not config.exists() or config.read_text() != text:
+        atomic_write_bytes(config, text.encode())
     return dg.DagsterInstance.from_config(str(home))
+
+
+# The event log of an instance `rag-sweep run` creates is one SQLite file: Dagster's default gives each run
+# a database of its own, created and migrated as the run starts (~0.1 s a run, and a sweep makes 12 to 20).
+# `dagster dev` on this home reads the same file. An instance made before this keeps its layout.
+EVENT_LOG_MARK = "# rag-sweep run: this instance's event log"
+
+
+def event_log_config(home: Path) -> str:
+    return f"""{EVENT_LOG_MARK}, in one SQLite file (the path follows the data dir: rewritten when it moves)
+event_log_storage:
+  module: dagster._core.storage.event_log
+  class: ConsolidatedSqliteEventLogStorage
+  config:
+    base_dir: {json.dumps(str(home.resolve() / "history"))}
+"""
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,94 @@
+"""The Dagster instance `rag-sweep run` creates in its data dir, and the command's exit.
+
+A new instance keeps its event log in one SQLite file (no database per run), whose path follows the data
+dir when it moves; an instance Dagster laid out before keeps its layout. The `rag-sweep` command exits
+without the interpreter's teardown but with what that teardown is for: threads joined, atexit handlers run,
+output flushed, the exit code kept.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage, SqliteEventLogStorage
+
+from runner.instance import local_instance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _observe(instance: dg.DagsterInstance, name: str) -> None:
+    instance.report_runless_asset_event(dg.AssetObservation(dg.AssetKey(name)))
+
+
+def _observed(instance: dg.DagsterInstance, name: str) -> int:
+    return len(
+        instance.fetch_observations(dg.AssetKey(name), limit=100).records  # every one recorded so far
+    )
+
+
+def test_a_new_instance_has_one_event_log_file_that_follows_its_data_dir(tmp_path):
+    data = tmp_path / "data"
+    with local_instance(data) as instance:
+        assert isinstance(instance.event_log_storage, ConsolidatedSqliteEventLogStorage)
+        _observe(instance, "corpus")
+    home = data / "dagster_home"
+    assert (home / "history" / "event_log.db").exists()
+    assert not (home / "history" / "runs").exists()  # no database per run
+    config = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert config["event_log_storage"]["config"]["base_dir"] == str(home.resolve() / "history")
+    assert config["concurrency"]["pools"]["default_limit"] == 2  # the repo's settings are kept
+
+    moved = tmp_path / "moved"
+    data.rename(moved)
+    with local_instance(moved) as instance:
+        assert _observed(instance, "corpus") == 1  # what was recorded before the move
+        _observe(instance, "corpus")
+        assert _observed(instance, "corpus") == 2
+    config = yaml.safe_load((moved / "dagster_home" / "dagster.yaml").read_text())
+    assert config["event_log_storage"]["config"]["base_dir"] == str(
+        moved.resolve() / "dagster_home" / "history"
+    )
+    assert not data.exists()  # nothing was written where the data dir was
+
+
+def test_an_instance_dagster_laid_out_keeps_its_layout(tmp_path):
+    data = tmp_path / "data"
+    home = data / "dagster_home"
+    home.mkdir(parents=True)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        _observe(instance, "corpus")  # Dagster's default: history/runs/*.db
+    with local_instance(data) as instance:
+        assert type(instance.event_log_storage) is SqliteEventLogStorage
+        assert _observed(instance, "corpus") == 1
+    assert "event_log_storage" not in yaml.safe_load((home / "dagster.yaml").read_text())
+
+
+def test_the_command_exits_with_its_code_after_its_threads_and_atexit_handlers(tmp_path):
+    """`console` on a `main` that leaves a thread writing and an atexit handler: both happen, and the
+    code is the process's."""
+    out = tmp_path / "out.txt"
+    script = f"""
+import atexit, threading, time
+import rag_sweep.cli as cli
+
+def main():
+    def late():
+        time.sleep(0.5)
+        open({str(out)!r}, "a").write("thread\\n")
+    threading.Thread(target=late).start()
+    atexit.register(lambda: open({str(out)!r}, "a").write("atexit\\n"))
+    print("printed", end="")  # unflushed: no newline, stdout a pipe
+    return 3
+
+cli.main = main
+cli.console()
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == "printed"
+    assert out.read_text() == "thread\natexit\n"
