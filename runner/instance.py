@@ -67,30 +67,37 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
     config = home / "dagster.yaml"
     if config.exists():
         text = config.read_text()
-    else:  # the repo's settings; a new instance gets the one-file event log, one Dagster made keeps its own
+    else:  # the repo's settings; a new instance gets the storage below, one Dagster made keeps its own
         text = (PROJECT_ROOT / "dagster.yaml").read_text()
         if not (home / "history").exists():
-            text += EVENT_LOG_MARK
-    if EVENT_LOG_MARK in text:  # its path follows the data dir when that moves
-        text = text.split(EVENT_LOG_MARK)[0] + event_log_config(home)
+            text += STORAGE_MARK
+    if STORAGE_MARK in text:  # its path follows the data dir when that moves
+        text = text.split(STORAGE_MARK)[0] + storage_config(home)
     if not config.exists() or config.read_text() != text:
         atomic_write_bytes(config, text.encode())
     return dg.DagsterInstance.from_config(str(home))
 
 
-# The event log of an instance `rag-sweep run` creates is one SQLite file: Dagster's default gives each run
-# a database of its own, created and migrated as the run starts (~0.1 s a run, and a sweep makes 12 to 20).
-# `dagster dev` on this home reads the same file. An instance made before this keeps its layout.
-EVENT_LOG_MARK = "# rag-sweep run: this instance's event log"
+# The storage of an instance `rag-sweep run` creates keeps its SQLite connections, and its event log is one
+# file (runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
+# run a database of its own, created and migrated as the run starts. `dagster dev` on this home reads the
+# same files. An instance made before this keeps its layout.
+STORAGE_MARK = "# rag-sweep run: this instance's storage"
 
 
-def event_log_config(home: Path) -> str:
-    return f"""{EVENT_LOG_MARK}, in one SQLite file (the path follows the data dir: rewritten when it moves)
-event_log_storage:
-  module: dagster._core.storage.event_log
-  class: ConsolidatedSqliteEventLogStorage
+def storage_config(home: Path) -> str:
+    history = json.dumps(str(home.resolve() / "history"))
+    return f"""{STORAGE_MARK} (the paths follow the data dir: rewritten when it moves)
+run_storage:
+  module: runner.instance_storage
+  class: PooledSqliteRunStorage
   config:
-    base_dir: {json.dumps(str(home.resolve() / "history"))}
+    base_dir: {history}
+event_log_storage:
+  module: runner.instance_storage
+  class: PooledSqliteEventLogStorage
+  config:
+    base_dir: {history}
 """
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
-from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage, SqliteEventLogStorage
+from dagster._core.storage.event_log import SqliteEventLogStorage
 
 from runner.instance import local_instance
+from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,8 @@ def _observed(instance: dg.DagsterInstance, name: str) -> int:
 def test_a_new_instance_has_one_event_log_file_that_follows_its_data_dir(tmp_path):
     data = tmp_path / "data"
     with local_instance(data) as instance:
-        assert isinstance(instance.event_log_storage, ConsolidatedSqliteEventLogStorage)
+        assert isinstance(instance.event_log_storage, PooledSqliteEventLogStorage)
+        assert isinstance(instance.run_storage, PooledSqliteRunStorage)
         _observe(instance, "corpus")
     home = data / "dagster_home"
     assert (home / "history" / "event_log.db").exists()
