@@ -47,6 +47,8 @@ def word_pattern() -> re.Pattern:
 
 def fold(s: str) -> str:
     """Accent-insensitive lowercase form used for lexical matching (not for SQuAD scores)."""
+    if s.isascii():  # nothing to decompose or drop: most text, at a tenth of the cost
+        return s.lower()
     return "".join(c for c in unicodedata.normalize("NFKD", s.lower()) if not unicodedata.combining(c))
 
 

@@ -29,25 +29,23 @@ def extractive_answer(question: str, contexts: Sequence[str]) -> str:
         return ""
     q_words = set(_content_words(question))
     if _YES_NO.match(question.strip()):
-        return (
-            "yes" if q_words and all(any(w in _content_words(c) for c in contexts) for w in q_words) else "no"
-        )
+        in_context = set().union(*(_content_words(c) for c in contexts))
+        return "yes" if q_words and q_words <= in_context else "no"
     sentences = [(ci, s) for ci, c in enumerate(contexts) for s in _SENTENCE.split(c) if s.strip()]
+    words = [set(_content_words(s)) for _, s in sentences]  # once per sentence: df and score read them
     n = len(sentences)
     df: dict[str, int] = {}
-    for _, s in sentences:
-        for w in set(_content_words(s)):
+    for ws in words:
+        for w in ws:
             df[w] = df.get(w, 0) + 1
 
-    def score(item: tuple[int, str]) -> tuple[float, int]:
-        ci, s = item
-        words = set(_content_words(s))
+    def score(i: int) -> tuple[float, int]:
         # summed in sorted order: a float sum in set order depends on the hash seed and flips ties
-        overlap = sum(math.log(1 + n / df[w]) for w in sorted(words & q_words))
-        return (overlap, -ci)
+        overlap = sum(math.log(1 + n / df[w]) for w in sorted(words[i] & q_words))
+        return (overlap, -sentences[i][0])
 
-    _, best = max(sentences, key=score)  # ties: the first sentence (max keeps the first maximum)
-    return _novel_span(best, q_words)
+    best = max(range(n), key=score)  # ties: the first sentence (max keeps the first maximum)
+    return _novel_span(sentences[best][1], q_words)
 
 
 def _novel_span(sentence: str, q_words: set[str]) -> str:
