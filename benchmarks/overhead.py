@@ -77,6 +77,11 @@ from runner import run_sweep
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent}}))
+try:  # the exit `rag-sweep` makes (a tree before it: the interpreter's own)
+    from rag_sweep.cli import exit_now
+except ImportError:
+    sys.exit(0)
+exit_now(0)
 """
 
 

@@ -87,11 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The `rag-sweep` command: `main`, then the exit. Python's own exit, after a run that loaded Dagster,
-    MLflow and LanceDB, spends 1-2.5 s tearing their modules down one by one; this exit does what of it
-    matters (waits for the threads that are not daemons, runs the atexit handlers, flushes the output) and
-    then ends the process. Tests call `main`, which returns."""
-    code = main()
+    """The `rag-sweep` command: `main`, then `exit_now`. Tests call `main`, which returns."""
+    exit_now(main())
+
+
+def exit_now(code: int | None) -> None:
+    """End the process as Python's own exit would, less its teardown: after a run that loaded Dagster,
+    MLflow and LanceDB, that spends 1-2.5 s freeing their modules one by one. What of it matters is done
+    first: the threads that are not daemons joined, the atexit handlers run, the output flushed."""
     threading._shutdown()  # what the interpreter does first at exit: join the non-daemon threads
     atexit._run_exitfuncs()  # logging, multiprocessing's children, MLflow's async loggers
     try:
