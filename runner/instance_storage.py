@@ -42,10 +42,20 @@ class _KeptEngine:
         with self._engine().connect() as conn, conn.begin():
             yield conn
 
-    def _close_engine(self) -> None:
+    def release(self) -> None:
+        """Close the kept connections (the next query opens new ones). The last connection to close folds
+        SQLite's WAL into the database file and removes it: the files then stay as they are until a write."""
         if self._pooled is not None and self._pooled[0] == os.getpid():
-            self._pooled[1].dispose()  # its connections closed: SQLite folds the WAL into the file
+            self._pooled[1].dispose()
         self._pooled = None
+
+
+def release_connections(instance) -> None:
+    """`release` the instance's storages that keep connections (what the up-to-date record stamps must not
+    change when this process exits or another one reads the instance)."""
+    for storage in (instance.run_storage, instance.event_log_storage):
+        if isinstance(storage, _KeptEngine):
+            storage.release()
 
 
 class PooledSqliteEventLogStorage(_KeptEngine, ConsolidatedSqliteEventLogStorage):
@@ -62,7 +72,7 @@ class PooledSqliteEventLogStorage(_KeptEngine, ConsolidatedSqliteEventLogStorage
 
     def dispose(self):
         super().dispose()
-        self._close_engine()
+        self.release()
 
 
 class PooledSqliteRunStorage(_KeptEngine, SqliteRunStorage):
@@ -75,4 +85,4 @@ class PooledSqliteRunStorage(_KeptEngine, SqliteRunStorage):
 
     def dispose(self):
         super().dispose()
-        self._close_engine()
+        self.release()

@@ -17,7 +17,7 @@ import yaml
 from dagster._core.storage.event_log import SqliteEventLogStorage
 
 from runner.instance import local_instance
-from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
+from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage, release_connections
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,3 +94,26 @@ cli.console()
     assert r.returncode == 3, r.stderr
     assert r.stdout == "printed"
     assert out.read_text() == "thread\natexit\n"
+
+
+def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_path):
+    """What the up-to-date record stamps (runner/up_to_date.py): after `release_connections`, another
+    instance opening, reading and closing the files changes none of them."""
+    data = tmp_path / "data"
+    instance = local_instance(data)
+    _observe(instance, "corpus")
+    release_connections(instance)
+    history = data / "dagster_home" / "history"
+
+    def files() -> dict:
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(history.iterdir())}
+
+    before = files()
+    assert not any(name.endswith("-wal") for name in before)  # folded into the database files
+    reader = (
+        "import sys, dagster as dg; from runner.instance import local_instance\n"
+        f"with local_instance(__import__('pathlib').Path({str(data)!r})) as i:\n"
+        "    sys.exit(len(i.fetch_observations(dg.AssetKey('corpus'), limit=9).records) != 1)"
+    )
+    subprocess.run([sys.executable, "-c", reader], check=True, cwd=ROOT, timeout=120)
+    assert files() == before
