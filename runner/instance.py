@@ -65,15 +65,15 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if config.exists():
-        text = config.read_text()
-    else:  # the repo's settings; a new instance gets the storage below, one Dagster made keeps its own
+    written = config.read_text() if config.exists() else None
+    text = written
+    if text is None:  # the repo's settings; a new instance gets the storage below, Dagster's keeps its own
         text = (PROJECT_ROOT / "dagster.yaml").read_text()
         if not (home / "history").exists():
             text += STORAGE_MARK
     if STORAGE_MARK in text:  # its path follows the data dir when that moves
         text = text.split(STORAGE_MARK)[0] + storage_config(home)
-    if not config.exists() or config.read_text() != text:
+    if text != written:
         atomic_write_bytes(config, text.encode())
     return dg.DagsterInstance.from_config(str(home))
 

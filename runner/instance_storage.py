@@ -49,6 +49,10 @@ class _KeptEngine:
             self._pooled[1].dispose()
         self._pooled = None
 
+    def dispose(self):
+        super().dispose()  # the Dagster storage's own (this class comes first in the subclasses' bases)
+        self.release()
+
 
 def release_connections(instance) -> None:
     """`release` the instance's storages that keep connections (what the up-to-date record stamps must not
@@ -70,10 +74,6 @@ class PooledSqliteEventLogStorage(_KeptEngine, ConsolidatedSqliteEventLogStorage
         with self._engine().connect() as conn:
             return bool(conn.dialect.has_table(conn, table_name))
 
-    def dispose(self):
-        super().dispose()
-        self.release()
-
 
 class PooledSqliteRunStorage(_KeptEngine, SqliteRunStorage):
     @classmethod
@@ -82,7 +82,3 @@ class PooledSqliteRunStorage(_KeptEngine, SqliteRunStorage):
 
     def connect(self):
         return self._transaction()
-
-    def dispose(self):
-        super().dispose()
-        self.release()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import dagster as dg
 import yaml
@@ -18,8 +17,7 @@ from dagster._core.storage.event_log import SqliteEventLogStorage
 
 from runner.instance import local_instance
 from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage, release_connections
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def _observe(instance: dg.DagsterInstance, name: str) -> None:
