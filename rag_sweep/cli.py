@@ -8,6 +8,7 @@
     rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
     rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR]
     rag-sweep gate SPEC --against models:/NAME@champion|CONFIG|OTHER.yaml [--margin X] [--junit PATH]
+    rag-sweep warm [--idle-minutes M] [--stop]
 
 The input files are observed and snapshotted, then the plan's partitions run, a stage's due partitions in
 one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
@@ -35,6 +36,7 @@ from rag_core.planning.extension_points import plugins_line
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
+from rag_sweep import warm_process
 from rag_sweep.commands import calibrate_judge, components, gate, gc, import_labels, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
@@ -159,6 +161,7 @@ def _main(argv: list[str] | None) -> int:
     calibrate_judge.add_parser(sub)
     import_labels.add_parser(sub)
     components.add_parser(sub)
+    warm_process.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -182,6 +185,8 @@ def _main(argv: list[str] | None) -> int:
             return components.run(args)
         if args.command == "import-labels":
             return import_labels.run(args)
+        if args.command == "warm":
+            return warm_process.command(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()

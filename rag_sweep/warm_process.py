@@ -1,0 +1,553 @@
+"""A warm `rag-sweep`: a background process that has imported the libraries once, from which each command
+of the same environment is forked.
+
+A `rag-sweep` command spends ~6 s on two cores importing before it does anything (MLflow 2 s, LanceDB 1.2 s,
+Dagster and the project's definitions 1.8 s, SciPy 1 s), more than the work of a small sweep. `rag-sweep warm`
+starts a process that imports them and waits on a Unix socket; a later `rag-sweep` in the same environment
+sends it its arguments, working directory and terminal (its stdin, stdout and stderr, passed as file
+descriptors), and the warm process forks a child that runs the command as a new process would: the same
+output on the same terminal, the same exit status, Ctrl-C forwarded. It is the CLI's counterpart of the
+deployment's warm run workers (`rag_sweep/run_launcher.py`).
+
+A command is forked only where a new process would import the same thing:
+- the same interpreter, `sys.path` and environment (the variables a shell sets per command aside: those are
+  the caller's in the child), which name the warm process's socket;
+- no file it imported changed since, and no package was installed or removed: a warm process that finds
+  one did answers "stale" and exits, and the command runs on its own (checked for each command: ~30 ms).
+
+Nothing starts it implicitly: `rag-sweep warm` starts it and says so, it exits after `--idle-minutes` without
+a command (30), and `rag-sweep warm --stop` stops it; `RAG_SWEEP_WARM=0` makes a command ignore it. Its socket
+lies in a folder only its user can open, and it serves only its own user (the peer's credentials).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import selectors
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from pathlib import Path
+
+from rag_sweep import STARTING_ENVIRONMENT
+
+# set by a shell for each command, or by the terminal: the caller's values go to the child, not into the key
+PER_COMMAND = ("PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES")
+LIBRARIES = ("rag_sweep.run_worker_preload", "scipy.stats", "sacrebleu", "rag_sweep.cli", "runner.sweep")
+DEFAULT_IDLE_MINUTES = 30.0
+READY_TIMEOUT_S = 300.0
+MAX_MESSAGE = 1 << 20
+
+
+def _search_path() -> list[str]:
+    return [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+
+
+def key(env: dict[str, str] | None = None, path: list[str] | None = None) -> str:
+    """What a forked command must share with the warm process: interpreter, import path, environment."""
+    env = STARTING_ENVIRONMENT if env is None else env
+    kept = sorted((k, v) for k, v in env.items() if k not in PER_COMMAND)
+    text = json.dumps([sys.executable, _search_path() if path is None else path, kept])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def folder(create: bool = True) -> Path:
+    """The sockets' folder: `$RAG_SWEEP_WARM_DIR`, else `$XDG_RUNTIME_DIR/rag-sweep` or a per-user one in
+    the temporary folder; created 0700 (by `rag-sweep warm` only: FileNotFoundError otherwise), and refused
+    (no warm process) where it is a link, another user owns it or others can open it."""
+    named = os.environ.get("RAG_SWEEP_WARM_DIR")
+    if named:
+        base = Path(named)
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        base = Path(os.environ["XDG_RUNTIME_DIR"]) / "rag-sweep"
+    else:
+        import tempfile
+
+        base = Path(tempfile.gettempdir()) / f"rag-sweep-{os.getuid()}"
+    if create:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(
+            f"{base}: a link, owned by another user or open to others; no warm process uses it"
+        )
+    return base
+
+
+def _paths(k: str, create: bool = True) -> tuple[Path, Path, Path]:
+    base = folder(create)
+    return base / f"{k}.sock", base / f"{k}.lock", base / f"{k}.log"
+
+
+def _send(conn: socket.socket, **message) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _lines(conn: socket.socket):
+    buffer = b""
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield json.loads(line)
+
+
+# ---- the command's side -------------------------------------------------------------------------------------
+
+
+def forward(argv: list[str]) -> int | None:
+    """Run `rag-sweep ARGV` in the warm process of this environment: its exit status, or None where there is
+    none to use (then the command runs in this process)."""
+    if os.environ.get("RAG_SWEEP_WARM", "1") == "0":
+        return None
+    try:
+        sock_path, _, _ = _paths(key(), create=False)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(str(sock_path))
+    except OSError:  # none started, one that ended, or no folder to use
+        return None
+    request = {
+        "argv": argv,
+        "argv0": sys.argv[0],
+        "cwd": os.getcwd(),
+        "umask": _umask(),
+        "env": {k: os.environ[k] for k in PER_COMMAND if k in os.environ},
+    }
+    with conn:
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        child = None
+        pending = []
+
+        def relay(signum, frame):  # Ctrl-C, a terminal closed, a kill: the command's process gets it
+            if child:
+                os.kill(child, signum)
+            else:
+                pending.append(signum)
+
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, relay)
+        for message in _lines(conn):
+            if "stale" in message:
+                print(
+                    f"rag-sweep: the warm process is older than {message['stale']}: it stopped; this command "
+                    "runs on its own (`rag-sweep warm` starts a new one)",
+                    file=sys.stderr,
+                )
+                return None
+            if "pid" in message:
+                child = message["pid"]
+                for signum in pending:
+                    os.kill(child, signum)
+            if "exit" in message:
+                return message["exit"]
+    if child is None:  # it stopped before taking the command: nothing ran
+        return None
+    print(
+        "rag-sweep: the warm process ended before the command did; its exit status is unknown",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---- `rag-sweep warm` ---------------------------------------------------------------------------------------
+
+
+def add_parser(sub) -> None:
+    warm = sub.add_parser(
+        "warm",
+        help="start a background process that has imported the libraries: later commands fork from it",
+    )
+    warm.add_argument(
+        "--idle-minutes",
+        type=float,
+        default=DEFAULT_IDLE_MINUTES,
+        help=f"exit after this long without a command (default {DEFAULT_IDLE_MINUTES:g})",
+    )
+    warm.add_argument("--preload", action="append", default=[], help="also import this module (repeatable)")
+    warm.add_argument("--stop", action="store_true", help="stop this user's warm processes")
+
+
+def command(args) -> int:
+    if args.stop:
+        stopped = stop_all()
+        print(
+            f"stopped {len(stopped)} warm process{'es' if len(stopped) != 1 else ''}"
+            + (f": {', '.join(map(str, stopped))}" if stopped else "")
+        )
+        return 0
+    if args.idle_minutes <= 0:
+        print("error: --idle-minutes must be positive", file=sys.stderr)
+        return 2
+    try:
+        pid, started = start(args.idle_minutes, args.preload)
+    except PermissionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if pid is None:
+        return 1
+    print(
+        f"warm process {pid} {'started' if started else 'already running'}: rag-sweep commands from this "
+        f"environment fork from it; it exits after {args.idle_minutes:g} idle minutes (rag-sweep warm --stop)"
+    )
+    return 0
+
+
+def running(k: str | None = None) -> int | None:
+    """The pid of this environment's warm process, if one answers."""
+    try:
+        sock_path, _, _ = _paths(k or key())
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(10)
+            conn.connect(str(sock_path))
+            _send(conn, ping=True)
+            for message in _lines(conn):
+                return message.get("server")
+    except OSError:
+        return None
+    return None
+
+
+def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -> tuple[int | None, bool]:
+    """Start this environment's warm process and wait until it answers: (its pid, whether it is new)."""
+    import subprocess
+
+    k = key()
+    if (pid := running(k)) is not None:
+        return pid, False
+    sock_path, _, log_path = _paths(k)
+    code = (
+        "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+        "from rag_sweep.warm_process import serve; serve(sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4]))"
+    )
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                code,
+                json.dumps(_search_path()),
+                k,
+                str(idle_minutes),
+                json.dumps(list(preload)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=STARTING_ENVIRONMENT,  # what names it, as the commands that fork from it started
+            start_new_session=True,  # not in the terminal's process group: Ctrl-C there is a command's
+            cwd="/",
+        )
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if (pid := running(k)) is not None:
+            if pid != proc.pid:  # another `rag-sweep warm` won the race: this one would wait on its lock
+                proc.kill()
+            return pid, pid == proc.pid
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").splitlines()[-15:]
+            print(f"error: the warm process exited ({proc.returncode}); {log_path}:", file=sys.stderr)
+            print("\n".join(tail), file=sys.stderr)
+            return None, False
+        time.sleep(0.2)
+    proc.kill()
+    print(f"error: the warm process did not answer in {READY_TIMEOUT_S:g} s; see {log_path}", file=sys.stderr)
+    return None, False
+
+
+def stop_all() -> list[int]:
+    """SIGTERM to every warm process of this user (each ends once its running commands have)."""
+    stopped = []
+    try:
+        locks = list(folder(create=False).glob("*.lock"))
+    except OSError:
+        return []
+    for lock in locks:
+        try:
+            pid = int(lock.read_text() or 0)
+        except (OSError, ValueError):
+            continue
+        if pid and _holds_lock(lock):
+            try:
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(pid)
+            except ProcessLookupError:
+                pass
+    return stopped
+
+
+def _holds_lock(lock: Path) -> bool:
+    """Whether a live warm process holds this lock file (its pid in it is then its own)."""
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+# ---- the warm process ---------------------------------------------------------------------------------------
+
+
+def _imported_files() -> dict[str, tuple[int, int]]:
+    """Every file a loaded module came from, and the folders packages are installed in (installing or
+    removing one changes its mtime; not the project's own folder, which a run's default data dir changes):
+    (mtime, size) now."""
+    installed = {p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
+    paths = {getattr(m, "__file__", None) for m in list(sys.modules.values())} | installed
+    state = {}
+    for p in paths:
+        if p and isinstance(p, str):
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            state[p] = (st.st_mtime_ns, st.st_size)
+    return state
+
+
+def _changed(before: dict[str, tuple[int, int]]) -> str | None:
+    for p, seen in before.items():
+        try:
+            st = os.stat(p)
+        except OSError:
+            return p
+        if (st.st_mtime_ns, st.st_size) != seen:
+            return p
+    return None
+
+
+def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
+    """The warm process: import, then fork a child per command until idle for `idle_minutes`."""
+    import importlib
+    import threading
+
+    sock_path, lock_path, _ = _paths(k)
+    lock = open(lock_path, "a+")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a stale one still ending its commands: this one waits for it
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+
+    t0 = time.monotonic()
+    for name in (*LIBRARIES, *preload):
+        importlib.import_module(name)
+    files = _imported_files()
+    # a fork copies only the forking thread, and another thread's locks would stay held in the child; LanceDB's
+    # event loop is the exception: LanceDB starts a new one in a forked child
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if set(others) - {"LanceDBBackgroundEventLoop"}:
+        raise SystemExit(f"a library started a thread while imported: {others}; no warm process")
+    print(
+        f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: imported in {time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
+
+    sock_path.unlink(missing_ok=True)  # left by a warm process that was killed: the lock is ours now
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    listener.listen(16)
+    listener.setblocking(False)
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    stopping = []
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "signal")
+    children: dict[int, tuple[socket.socket, list[str], float]] = {}
+    idle_s = idle_minutes * 60
+    last = time.monotonic()
+
+    def fork(conn: socket.socket, request: dict, fds: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:
+            kept = [listener.fileno(), selector.fileno(), wake_r, wake_w, lock.fileno(), conn.fileno()]
+            _child(request, fds, kept + [c.fileno() for c, _, _ in children.values()])
+        for fd in fds:
+            os.close(fd)
+        children[pid] = (conn, request["argv"], time.monotonic())
+        selector.register(conn, selectors.EVENT_READ, ("client", pid))
+        _send(conn, pid=pid)
+
+    try:
+        while True:
+            if stopping and listener.fileno() != -1:  # no new command; the running ones end first
+                selector.unregister(listener)
+                listener.close()
+                sock_path.unlink(missing_ok=True)
+            if stopping and not children:
+                break
+            timeout = None if children else max(0.0, idle_s - (time.monotonic() - last))
+            if timeout == 0.0:
+                break
+            for item, _ in selector.select(timeout):
+                if item.data == "accept":
+                    try:
+                        conn, _ = listener.accept()
+                    except BlockingIOError:
+                        continue
+                    conn.setblocking(True)
+                    last = time.monotonic()
+                    request, fds = _receive(conn)
+                    changed = None if request is None else _changed(files)
+                    if request is None:
+                        conn.close()
+                    elif changed is not None:
+                        for fd in fds:
+                            os.close(fd)
+                        _send(conn, stale=changed)
+                        conn.close()
+                        stopping.append(True)
+                        print(f"{time.strftime('%H:%M:%S')} stale: {changed} changed", flush=True)
+                    elif request.get("ping"):
+                        _send(conn, server=os.getpid())
+                        conn.close()
+                    else:
+                        fork(conn, request, fds)
+                elif item.data == "signal":
+                    os.read(wake_r, 4096)
+                    _reap(children, selector)
+                    last = time.monotonic()
+                else:  # the command's side closed before its child ended (killed): the child gets SIGINT
+                    _, pid = item.data
+                    selector.unregister(item.fileobj)
+                    if pid in children:
+                        try:
+                            os.kill(pid, signal.SIGINT)
+                        except ProcessLookupError:
+                            pass
+            _reap(children, selector)
+    finally:
+        listener.close()
+        sock_path.unlink(missing_ok=True)
+        print(f"{time.strftime('%H:%M:%S')} exit", flush=True)
+
+
+def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    """One request: a JSON line, with the caller's stdin, stdout and stderr on the first message."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    conn.settimeout(10)
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        while not data.endswith(b"\n") and data and len(data) < MAX_MESSAGE:
+            more = conn.recv(65536)
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None, []
+    conn.settimeout(None)
+    if uid != os.getuid():  # the folder is the user's own; this is the second lock
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    try:
+        return json.loads(data), fds
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+
+
+def _reap(children: dict, selector: selectors.BaseSelector) -> None:
+    from resources.environment import redact  # a URL's password in an argument stays out of the log
+
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid not in children:
+            continue
+        conn, argv, started = children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        code = 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        print(  # before the exit status: a caller that reads the log finds it
+            f"{time.strftime('%H:%M:%S')} pid {pid}: rag-sweep {redact(' '.join(argv))} -> {code} "
+            f"({time.monotonic() - started:.1f} s)",
+            flush=True,
+        )
+        try:
+            _send(conn, exit=code)
+        except OSError:
+            pass
+        conn.close()
+
+
+def _child(request: dict, fds: list[int], server_fds: list[int]) -> None:
+    """In the forked child: become the command's process (its terminal, folder, variables), then run it."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in server_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdout.reconfigure(line_buffering=os.isatty(1))
+        sys.stderr.reconfigure(line_buffering=True)
+        os.chdir(request["cwd"])
+        os.umask(request["umask"])
+        for name in PER_COMMAND:
+            if name in request["env"]:
+                os.environ[name] = request["env"][name]
+            else:
+                os.environ.pop(name, None)
+        sys.argv = [request["argv0"], *request["argv"]]
+        from rag_sweep.cli import exit_now, main
+
+        try:
+            code = main(request["argv"])
+        except SystemExit as e:  # argparse's --help and its usage errors
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        exit_now(code)
+    except KeyboardInterrupt:  # before the command's own handler: the shell's status for SIGINT
+        os._exit(130)
+    except BaseException:
+        import traceback
+
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+    os._exit(code if isinstance(code, int) and code else 1)
