@@ -15,6 +15,7 @@ from rag_core.data.qa.generation import generation_params
 from rag_core.decision.drift import compare
 from rag_core.decision.holdout import is_holdout_key
 from rag_core.evaluation.evaluate import (
+    chunk_quality,
     evaluate,
     judge,
     language_slices,
@@ -36,6 +37,9 @@ PLOTTED_METRICS = (
 )
 
 
+_QUALITY: dict[tuple, dict[str, float]] = {}
+
+
 class Evaluations(StageLogic):
     description = "Retrieval, generation, latency and cost metrics of one config (see docs/metrics.md)."
     resources = ("embedder", "llm", "tracking")
@@ -48,17 +52,30 @@ class Evaluations(StageLogic):
         c, sweep = run.config, run.plan.sweep
         embedder, llm = run.resources.embedder, run.llm
         qa, ret, ans = run.read("qa_set"), run.read("rerankings"), run.read("answers")
-        model = c.embedding.model
+        model, chunks = c.embedding.model, run.read("chunksets")
+
+        def embed(texts: list[str]):
+            return embedder.embed(model, texts)[0]
+
+        def token_counts(texts: list[str]) -> list[int]:
+            return embedder.token_counts(model, texts)
+
+        max_tokens = embedder.max_tokens(model)
+        # the chunkset's metrics, once per chunkset, model and QA set in this process (keyed by content)
+        shared = (run.inputs["chunksets"].fp, run.inputs["qa_set"].fp, model, max_tokens)
+        if shared not in _QUALITY:
+            _QUALITY[shared] = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
         per_query, metrics = evaluate(
             c,
             qa,
             ret,
             ans,
-            run.read("chunksets"),
-            embed=lambda texts: embedder.embed(model, texts)[0],
+            chunks,
+            embed=embed,
             chunk_vectors=chunk_vectors(run.read("embeddings")),
-            token_counts=lambda texts: embedder.token_counts(model, texts),
-            max_tokens=embedder.max_tokens(model),
+            token_counts=token_counts,
+            max_tokens=max_tokens,
+            quality=_QUALITY[shared],
             judged=(lambda answers: judge(llm, sweep.judge_model, qa, ret, answers, sweep.judge.prompt))
             if sweep.judge_model
             else None,

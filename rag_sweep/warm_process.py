@@ -40,6 +40,8 @@ from rag_sweep import STARTING_ENVIRONMENT
 # set by a shell for each command, or by the terminal: the caller's values go to the child, not into the key
 PER_COMMAND = ("PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES")
 LIBRARIES = ("rag_sweep.run_worker_preload", "scipy.stats", "sacrebleu", "rag_sweep.cli", "runner.sweep")
+# what a command computes once per process on first use, a pure function of the interpreter: done before the fork
+WARM_UP = ("rag_core.common.text:marks",)
 DEFAULT_IDLE_MINUTES = 30.0
 READY_TIMEOUT_S = 300.0
 MAX_MESSAGE = 1 << 20
@@ -348,6 +350,9 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
     t0 = time.monotonic()
     for name in (*LIBRARIES, *preload):
         importlib.import_module(name)
+    for name in WARM_UP:
+        module, function = name.split(":")
+        getattr(importlib.import_module(module), function)()
     files = _imported_files()
     # a fork copies only the forking thread, and another thread's locks would stay held in the child; LanceDB's
     # event loop is the exception: LanceDB starts a new one in a forked child

@@ -18,6 +18,7 @@ STOPWORDS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1 << 14)  # answers and retrieved texts are normalized again for every config
 def normalize_answer(s: str) -> str:
     """SQuAD v1.1 normalization: lowercase, remove punctuation, drop articles, collapse whitespace."""
     s = s.lower()

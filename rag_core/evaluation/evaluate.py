@@ -53,6 +53,26 @@ def stage_costs(ret: pl.DataFrame, ans: pl.DataFrame, judge_usage: dict) -> dict
     return out
 
 
+def chunk_quality(
+    chunks: pl.DataFrame,
+    qa: pl.DataFrame,
+    embed: Callable[[list[str]], np.ndarray],
+    token_counts: Callable[[list[str]], list[int]],
+    max_tokens: int | None,
+) -> dict[str, float]:
+    """The chunkset's own metrics on a QA set: the same for every config that shares the chunkset, the
+    embedding model and the QA set."""
+    cohesion, separation = chunk_cohesion_separation(chunks, embed)
+    return {
+        "chunk_count": float(chunks.height),
+        "chunk_chars_mean": float(chunks["text"].str.len_chars().mean()),
+        **length_stats(token_counts(chunks["index_text"].to_list()), max_tokens),
+        "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
+        "chunk_cohesion": cohesion,
+        "chunk_separation": separation,
+    }
+
+
 def chunk_cohesion_separation(chunks: pl.DataFrame, embed) -> tuple[float, float]:
     """Cohesion and separation (rag_core/metrics/chunking.py) on the chunkset's first COHESION_SAMPLE
     chunks, so that its cost is bounded by the sample, whatever the corpus's or one document's size."""
@@ -148,11 +168,13 @@ def evaluate(
     max_tokens: int | None,
     judged: Callable[[pl.DataFrame], tuple[dict, dict]] | None,
     language: str | None = None,
+    quality: dict[str, float] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, float | None]]:
     """(per-query metrics, summary): metric means (None where no query defines one) with their 95% bootstrap intervals, chunk quality
     (with the share of chunks longer than the embedder's `max_tokens`), per-stage usage and fallback counts. `judged(answers)` is the judge's (scores, usage) when a judge is set.
     Several answers per question (`sample`, a random generator): each is scored, and a question's metrics
-    are their means (`n_samples`); the per-sample rows are `per_sample_metrics(per_query)`."""
+    are their means (`n_samples`); the per-sample rows are `per_sample_metrics(per_query)`. `quality`:
+    `chunk_quality` of these chunks and QA set where the caller has it already (it is the chunkset's)."""
     samples = answers["sample"].unique().sort().to_list() if "sample" in answers.columns else [0]
     frames, judge_usage = [], dict(NO_USAGE)
     for i in samples:
@@ -180,14 +202,10 @@ def evaluate(
             if metrics[m] is not None
             else (None, None)  # undefined for every query: no interval either
         )
-    cohesion, separation = chunk_cohesion_separation(chunks, embed)
+    if quality is None:
+        quality = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
     metrics |= {
-        "chunk_count": float(chunks.height),
-        "chunk_chars_mean": float(chunks["text"].str.len_chars().mean()),
-        **length_stats(token_counts(chunks["index_text"].to_list()), max_tokens),
-        "answer_coverage": answer_coverage(chunks["text"].to_list(), qa["answers"].to_list()),
-        "chunk_cohesion": cohesion,
-        "chunk_separation": separation,
+        **quality,
         **stage_costs(reranked, answers, judge_usage),
         "n_samples": float(len(samples)),
         "generation_prompt_tokens": float(answers["prompt_tokens"].sum()),

@@ -9,6 +9,7 @@ appear in the context. It is a baseline: cheap, deterministic and honest about w
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -20,8 +21,9 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had)\b", re.IGNORECASE)
 
 
-def _content_words(text: str) -> list[str]:
-    return [w for w in word_pattern().findall(fold(text)) if w not in STOPWORDS]
+@functools.lru_cache(maxsize=1 << 15)  # a chunk's sentences come back for every config that retrieves it
+def _content_words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in word_pattern().findall(fold(text)) if w not in STOPWORDS)
 
 
 def extractive_answer(question: str, contexts: Sequence[str]) -> str:
