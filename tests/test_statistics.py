@@ -84,6 +84,17 @@ def test_the_bootstrap_interval_is_scipys():
     assert np.percentile(stats.resample_means(v, idx), 2.5) == pytest.approx(theirs.low, abs=1e-12)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(scores, min_size=1, max_size=6), st.integers(1, 40), st.integers(0, 10**6))
+def test_several_metrics_intervals_in_one_call_are_each_ones_own(rows, n, seed):
+    """`bootstrap_cis` (one scipy call for a config's metrics) gives each row what `bootstrap_ci` gives it
+    alone (the same resamples), constant and undefined rows among them."""
+    rows = [np.resize(np.asarray(r, dtype=float), n) for r in rows]
+    together = stats.bootstrap_cis(rows, seed=seed)
+    alone = [stats.bootstrap_ci(r, seed=seed) for r in rows]
+    assert np.asarray(together) == pytest.approx(np.asarray(alone), abs=1e-12)  # float rounding apart
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=9))
 def test_holm_is_the_one_computed_before(p):

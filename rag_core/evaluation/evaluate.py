@@ -15,7 +15,7 @@ from rag_core.generation.generate import format_context
 from rag_core.metrics import evaluate_queries, metric_columns, percentile, summarize
 from rag_core.metrics.chunking import answer_coverage, cohesion_separation, length_stats
 from rag_core.metrics.judge import JUDGE_PROMPT, judge_prompt, parse_verdict
-from rag_core.metrics.stats import bootstrap_ci
+from rag_core.metrics.stats import bootstrap_cis
 from rag_core.planning.spec import RagConfig
 from rag_core.retrieval.hops import loop_counts
 
@@ -196,12 +196,17 @@ def evaluate(
         frames.append(scored.with_columns(pl.lit(i, pl.Int64).alias("sample")))
     per_query = frames[0].drop("sample") if len(frames) == 1 else mean_over_samples(pl.concat(frames))
     metrics = summarize(per_query)
-    for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
-        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = (
-            bootstrap_ci(per_query[m].fill_null(float("nan")).to_numpy())
-            if metrics[m] is not None
-            else (None, None)  # undefined for every query: no interval either
+    defined = [m for m in metric_columns(per_query) if metrics[m] is not None]
+    intervals = dict(
+        zip(
+            defined,
+            bootstrap_cis([per_query[m].fill_null(float("nan")).to_numpy() for m in defined]),
+            strict=True,
         )
+    )
+    for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
+        # undefined for every query: no interval either
+        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = intervals.get(m, (None, None))
     if quality is None:
         quality = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
     metrics |= {

@@ -1,6 +1,7 @@
 """Every statistic the product decides with, in one module, on scipy and statsmodels.
 
-- Uncertainty over queries: `bootstrap_ci` is `scipy.stats.bootstrap` (percentile, 2,000 resamples, seeded);
+- Uncertainty over queries: `bootstrap_ci` is `scipy.stats.bootstrap` (percentile, 2,000 resamples, seeded;
+  `bootstrap_cis`: several metrics' in one call, each the same);
   `resample_indices` draws the very resamples it draws (`rng.integers(0, n, (B, n))`), shared by every config
   of a leaderboard (rag_core/decision/recommendation.py: paired, so tiers, front and recommendation agree),
   and `bootstrap_p` is the two-sided p-value of such paired differences.
@@ -45,23 +46,43 @@ def resample_indices(n: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
 
 def bootstrap_ci(values, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean over queries (NaN: undefined, skipped)."""
+    return bootstrap_cis([values], n_boot, seed, level)[0]
+
+
+def bootstrap_cis(
+    rows, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
+) -> list[tuple[float, float]]:
+    """`bootstrap_ci` of each row (one metric's per-query values; rows of one length), in one call of
+    `scipy.stats.bootstrap` along the last axis: it draws one set of resamples for every row, the very ones
+    each row's own call would draw with this seed, so each interval is that call's."""
     from scipy import stats
 
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return (0.0, 0.0)
-    if v.size == 1 or np.all(v == v[0]) or np.all(np.isnan(v)):  # every resample alike: no spread to show
-        return (float(nan_mean(v)),) * 2
-    result = stats.bootstrap(
-        (v,),
-        nan_mean,
-        n_resamples=n_boot,
-        vectorized=True,
-        method="percentile",
-        confidence_level=level,
-        rng=np.random.default_rng(seed),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    rows = [np.asarray(v, dtype=np.float64) for v in rows]
+    out: list[tuple[float, float] | None] = [None] * len(rows)
+    spread = []
+    for i, v in enumerate(rows):
+        if v.size == 0:
+            out[i] = (0.0, 0.0)
+        elif v.size == 1 or np.all(v == v[0]) or np.all(np.isnan(v)):  # every resample alike: no spread
+            out[i] = (float(nan_mean(v)),) * 2
+        else:
+            spread.append(i)
+    if spread:
+        result = stats.bootstrap(
+            (np.stack([rows[i] for i in spread]),),
+            nan_mean,
+            n_resamples=n_boot,
+            vectorized=True,
+            axis=-1,
+            method="percentile",
+            confidence_level=level,
+            rng=np.random.default_rng(seed),
+        )
+        lows = np.atleast_1d(result.confidence_interval.low)
+        highs = np.atleast_1d(result.confidence_interval.high)
+        for j, i in enumerate(spread):
+            out[i] = (float(lows[j]), float(highs[j]))
+    return out
 
 
 def bootstrap_p(diffs: np.ndarray) -> float:
