@@ -127,7 +127,10 @@ def forward(argv: list[str]) -> int | None:
         "env": {k: os.environ[k] for k in PER_COMMAND if k in os.environ},
     }
     with conn:
-        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        try:
+            socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        except OSError:  # a stdin, stdout or stderr this process was started without: nothing to pass
+            return None
         child = None
         pending = []
 
