@@ -58,7 +58,10 @@ def dagster_runs(data: Path) -> int:
 def cold(tree: Path, data: Path) -> dict:
     before, t0 = children_cpu(), time.perf_counter()
     code = INSTRUMENTED_RUN.format(
-        root=str(tree), spec=str(tree / "examples/sweeps/example.yaml"), data=str(data)
+        root=str(tree),
+        benchmarks=str(ROOT / "benchmarks"),
+        spec=str(tree / "examples/sweeps/example.yaml"),
+        data=str(data),
     )
     out = subprocess.run([str(PY), "-c", code], check=True, capture_output=True, text=True, env=env_for(tree))
     wall = time.perf_counter() - t0

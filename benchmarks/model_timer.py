@@ -1,6 +1,6 @@
-"""Imported first by a benchmark's run (or preloaded by a warm process: `rag-sweep warm --preload
-model_timer`): times the embedding model's calls, as benchmarks/overhead.py's instrumented run does, and
-appends {"cpu": CPU seconds, "texts": n} to the file `$RAG_BENCH_MODEL_CPU` names when the process exits."""
+"""Imported first by a benchmark's run (benchmarks/overhead.py's instrumented run, or a warm process:
+`rag-sweep warm --preload model_timer`): times the embedding model's calls into `spent` ({"cpu": CPU
+seconds, "texts": n}), and appends `spent` to the file `$RAG_BENCH_MODEL_CPU` names when the process exits."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
 PY = ROOT / ".venv" / "bin" / "python"
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 
@@ -57,22 +58,13 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-# The CLI's own entry point in a new process, with every model call timed inside it: the model's CPU over
-# every text the run embeds (chunks, questions, the answers' sentences for the metrics), same batches.
+# The CLI's own entry point in a new process, with every model call timed inside it (benchmarks/model_timer.py:
+# the tree's own EmbeddingService patched): the model's CPU over every text the run embeds (chunks,
+# questions, the answers' sentences for the metrics), same batches.
 INSTRUMENTED_RUN = """
-import json, resource, sys, time
-sys.path.insert(0, {root!r})
-from resources.embedders import EmbeddingService
-spent = {{"cpu": 0.0, "texts": 0}}
-original = EmbeddingService._model_embed
-def timed(self, model, texts, *args, **kwargs):
-    t0 = time.process_time()
-    try:
-        return original(self, model, texts, *args, **kwargs)
-    finally:
-        spent["cpu"] += time.process_time() - t0
-        spent["texts"] += len(texts)
-EmbeddingService._model_embed = timed
+import json, resource, sys
+sys.path[:0] = [{root!r}, {benchmarks!r}]
+from model_timer import spent
 from runner import run_sweep
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
@@ -89,7 +81,9 @@ def sweep_cpu(data: Path) -> tuple[float, float, int]:
     """A cold run's CPU seconds (its process and the processes it waited for), the model's share of them
     and the texts it embedded."""
     before = children_cpu()
-    code = INSTRUMENTED_RUN.format(root=str(ROOT), spec=str(EXAMPLE), data=str(data))
+    code = INSTRUMENTED_RUN.format(
+        root=str(ROOT), benchmarks=str(BENCHMARKS), spec=str(EXAMPLE), data=str(data)
+    )
     out = subprocess.run([str(PY), "-c", code], check=True, capture_output=True, text=True)
     spent = json.loads(out.stdout.strip().splitlines()[-1])
     return children_cpu() - before, spent["cpu"], spent["texts"]
