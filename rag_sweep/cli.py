@@ -74,10 +74,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         _default_show_warning(message, category, filename, lineno, file, line)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, start_warm: bool = False) -> int:
+    """`rag-sweep ARGV`; `start_warm`: a run that imports Dagster and the libraries leaves a warm process
+    behind for the next command (the `rag-sweep` command only, rag_sweep/console.py)."""
     warnings.showwarning = _show_warning
     try:
-        return _main(argv)
+        return _main(argv, start_warm)
     except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
@@ -88,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         _interrupted()
 
 
-def console() -> None:
+def console(start_warm: bool = False) -> None:
     """The `rag-sweep` command: `main`, then `exit_now`. Tests call `main`, which returns."""
-    exit_now(main())
+    exit_now(main(start_warm=True) if start_warm else main())
 
 
 def exit_now(code: int | None) -> None:
@@ -115,7 +117,7 @@ def _interrupt(e: BaseException) -> bool:
     )
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, start_warm: bool = False) -> int:
     parser = argparse.ArgumentParser(
         prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -195,6 +197,14 @@ def _main(argv: list[str] | None) -> int:
         if run is not None:
             print("every partition is up to date: nothing to compute", file=sys.stderr)
         else:
+            if start_warm and warm_process.starts_one() and (pid := warm_process.start_from_here()):
+                print(
+                    f"rag-sweep: warm process {pid} started: the next commands in this environment fork "
+                    f"from it instead of importing the libraries again; it exits after "
+                    f"{warm_process.DEFAULT_IDLE_MINUTES:g} idle minutes (`rag-sweep warm --stop`; "
+                    "RAG_SWEEP_WARM=0 starts none)",
+                    file=sys.stderr,
+                )
             from runner.sweep import run_sweep
 
             run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)

@@ -18,4 +18,4 @@ def main() -> None:
             os._exit(code)
     from rag_sweep.cli import console
 
-    console()
+    console(start_warm=argv[:1] == ["run"])

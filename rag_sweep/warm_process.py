@@ -15,14 +15,19 @@ A command is forked only where a new process would import the same thing:
 - no file it imported changed since, and no package was installed or removed: a warm process that finds
   one did answers "stale" and exits, and the command runs on its own (checked for each command: ~30 ms).
 
-Nothing starts it implicitly: `rag-sweep warm` starts it and says so, it exits after `--idle-minutes` without
-a command (30), and `rag-sweep warm --stop` stops it; `RAG_SWEEP_WARM=0` makes a command ignore it. Its socket
-lies in a folder only its user can open, and it serves only its own user (the peer's credentials).
+Two things start one, and each says so: `rag-sweep warm`, and a `rag-sweep run` that found none to use and
+imports Dagster and the libraries itself: it forks the warm process from itself once those are imported
+(`start_from_here`: what they cost is paid once, by a command that needs them anyway); the warm process
+imports the rest (litellm) only when that run has ended, not beside it. Not where `$CI` is set, nor with
+`RAG_SWEEP_WARM=0`, which also makes a command ignore a running one. It exits after `--idle-minutes`
+without a command (30), and `rag-sweep warm --stop` stops it. Its socket lies in a folder only its user can
+open, and it serves only its own user (the peer's credentials).
 """
 
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -33,13 +38,27 @@ import stat
 import struct
 import sys
 import time
+import warnings
 from pathlib import Path
 
-from rag_sweep import STARTING_ENVIRONMENT
+from rag_sweep import STARTING_ENVIRONMENT, STARTING_FDS
 
 # set by a shell for each command, or by the terminal: the caller's values go to the child, not into the key
 PER_COMMAND = ("PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES")
 LIBRARIES = ("rag_sweep.run_worker_preload", "scipy.stats", "sacrebleu", "rag_sweep.cli", "runner.sweep")
+# of those, what every run imports (a warm process forked from a run imports them first: the run would import
+# them anyway; the rest, litellm for one, ~3.5 s, it imports once the run has ended)
+RUN_LIBRARIES = (
+    "runner.sweep",
+    "dagster",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "lancedb",
+    "onnxruntime",
+    "tokenizers",
+    "matplotlib.pyplot",
+    "scipy.stats",
+    "sacrebleu",
+)
 # what a command computes once per process on first use, from the interpreter and the installed packages
 # (which a warm process watches): done before the fork. The combining marks (the reader's and the metrics'
 # word pattern, 0.2 s) and MLflow's map of installed packages (~1 s, read when it saves the champion's model)
@@ -146,9 +165,11 @@ def forward(argv: list[str]) -> int | None:
             if "stale" in message:
                 print(
                     f"rag-sweep: the warm process is older than {message['stale']}: it stopped; this command "
-                    "runs on its own (`rag-sweep warm` starts a new one)",
+                    "runs on its own (the next run or `rag-sweep warm` starts a new one)",
                     file=sys.stderr,
                 )
+                return None
+            if "declined" in message:  # it cannot fork safely: it stops
                 return None
             if "pid" in message:
                 child = message["pid"]
@@ -276,6 +297,106 @@ def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -
     return None, False
 
 
+def starts_one() -> bool:
+    """Whether a command that found no warm process to use starts one: `RAG_SWEEP_WARM=1` yes, `0` no;
+    unset, yes except where `$CI` is set (a machine that runs a command once and goes away)."""
+    named = os.environ.get("RAG_SWEEP_WARM")
+    if named is not None:
+        return named != "0"
+    return not os.environ.get("CI")
+
+
+def start_from_here(idle_minutes: float = DEFAULT_IDLE_MINUTES) -> int | None:
+    """From a command running on its own, about to import what a run needs: import it (LIBRARIES, what
+    `rag-sweep warm` imports) and fork this environment's warm process from this process, so that the
+    imports are paid once, by a command that needs them anyway, and the next command forks from them. Its
+    pid, or None where none was started: one already starts or serves, the folder is refused, or a thread
+    runs that a fork would not copy."""
+    import importlib
+
+    try:
+        k = key()
+        _, lock_path, log_path = _paths(k)
+    except OSError:  # a folder refused or not writable: the command runs as before
+        return None
+    for name in RUN_LIBRARIES:
+        importlib.import_module(name)
+    if _other_threads():
+        return None
+    # LanceDB warns in a forked child; the warm process's own children are quiet too (run_worker_preload)
+    warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
+    lock = open(lock_path, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another command starts one, or one still ends its commands
+        lock.close()
+        return None
+    caller = os.getpid()
+    sys.stdout.flush()  # what this command printed so far is not printed again by the warm process
+    sys.stderr.flush()
+    told_r, told_w = os.pipe()
+    gc.freeze()  # the collector leaves the imported objects' pages alone: fewer copied on write, both sides
+    first = os.fork()
+    if first == 0:  # not a child of the command: a process of its own session, reparented when this exits
+        code = 1
+        try:
+            os.close(told_r)
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+            os.write(told_w, str(os.getpid()).encode())
+            os.close(told_w)
+            _detach(log_path, lock.fileno())
+            _write_pid(lock)
+            files = _imported_files()
+            print(
+                f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: forked from the command {caller}",
+                flush=True,
+            )
+            _serve(k, lock, files, idle_minutes, caller=caller)
+            code = 0
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(told_w)
+    os.waitpid(first, 0)
+    with os.fdopen(told_r, "rb") as told:
+        pid = told.read().decode()
+    lock.close()  # the warm process holds it now
+    return int(pid) if pid else None
+
+
+def _detach(log_path: Path, lock_fd: int) -> None:
+    """In a warm process forked from a command: no terminal, the log for its output, its own folder, none
+    of the caller's other open files (a caller that reads the command's output waits for all of them)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    for fd in STARTING_FDS - {lock_fd}:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:  # its name in `top` and `ps -e` (its command line stays the command's)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, b"rag-sweep-warm", 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+    sys.path[:] = _search_path()  # absolute: the folder changes next
+    os.chdir("/")
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def stop_all() -> list[int]:
     """SIGTERM to every warm process of this user (each ends once its running commands have)."""
     stopped = []
@@ -340,20 +461,40 @@ def _changed(before: dict[str, tuple[int, int]]) -> str | None:
 
 
 def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
-    """The warm process: import, then fork a child per command until idle for `idle_minutes`."""
+    """The warm process `rag-sweep warm` starts: import, then fork a child per command until idle for
+    `idle_minutes`."""
     import importlib
-    import threading
 
-    sock_path, lock_path, _ = _paths(k)
+    _, lock_path, _ = _paths(k)
     lock = open(lock_path, "a+")
     fcntl.flock(lock, fcntl.LOCK_EX)  # a stale one still ending its commands: this one waits for it
+    _write_pid(lock)
+
+    t0 = time.monotonic()
+    for name in (*LIBRARIES, *preload):
+        importlib.import_module(name)
+    _warm_up()
+    files = _imported_files()
+    if others := _other_threads():
+        raise SystemExit(f"a library started a thread while imported: {others}; no warm process")
+    print(
+        f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: imported in {time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
+    _serve(k, lock, files, idle_minutes)
+
+
+def _write_pid(lock) -> None:
     lock.seek(0)
     lock.truncate()
     lock.write(str(os.getpid()))
     lock.flush()
 
-    t0 = time.monotonic()
-    for name in (*LIBRARIES, *preload):
+
+def _warm_up(imports: tuple[str, ...] = ()) -> None:
+    import importlib
+
+    for name in imports:
         importlib.import_module(name)
     for name in WARM_UP:
         module, function = name.split(":")
@@ -361,17 +502,22 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
             getattr(importlib.import_module(module), function)()
         except (ImportError, AttributeError) as e:  # another version of the library: computed in the command
             print(f"not warmed up: {name} ({e})", flush=True)
-    files = _imported_files()
-    # a fork copies only the forking thread, and another thread's locks would stay held in the child; LanceDB's
-    # event loop is the exception: LanceDB starts a new one in a forked child
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    if set(others) - {"LanceDBBackgroundEventLoop"}:
-        raise SystemExit(f"a library started a thread while imported: {others}; no warm process")
-    print(
-        f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: imported in {time.monotonic() - t0:.1f} s",
-        flush=True,
-    )
 
+
+def _other_threads() -> list[str]:
+    """Threads a fork would not copy while they may hold a lock the child needs; LanceDB's event loop is the
+    exception: LanceDB starts a new one in a forked child."""
+    import threading
+
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    return others if set(others) - {"LanceDBBackgroundEventLoop"} else []
+
+
+def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = None) -> None:
+    """Listen on the socket and fork a child per command until idle for `idle_minutes` (or SIGTERM). With
+    `caller` (a warm process forked from that command), the rest of the imports and the warm-up wait until
+    the caller has ended or a command arrives: they are not paid for beside the caller's own work."""
+    sock_path, _, _ = _paths(k)
     sock_path.unlink(missing_ok=True)  # left by a warm process that was killed: the lock is ours now
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(sock_path))
@@ -389,14 +535,57 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "signal")
+    warmed = caller is None
     children: dict[int, tuple[socket.socket, list[str], float]] = {}
     idle_s = idle_minutes * 60
     last = time.monotonic()
 
+    def warm_up() -> bool:
+        """The imports and the warm-up left for after the caller (once); False where a library started a
+        thread: then this warm process forks nothing and stops."""
+        nonlocal warmed, files
+        if not warmed:
+            warmed = True
+            t0 = time.monotonic()
+            _warm_up(LIBRARIES)
+            files = {**_imported_files(), **files}  # what the warm-up imported, as it is now
+            if others := _other_threads():
+                print(f"a library started a thread while imported: {others}; stopping", flush=True)
+                stopping.append(True)
+            else:
+                print(
+                    f"{time.strftime('%H:%M:%S')} imported the rest in {time.monotonic() - t0:.1f} s",
+                    flush=True,
+                )
+        return not stopping
+
+    watched = []  # the caller's pidfd while it runs
+    if caller is not None:
+        try:
+            watched.append(os.pidfd_open(caller))
+            selector.register(watched[0], selectors.EVENT_READ, "caller")
+        except (OSError, AttributeError):  # no pidfd (Linux < 5.3): now
+            warm_up()
+
     def fork(conn: socket.socket, request: dict, fds: list[int]) -> None:
+        if not warm_up():
+            for fd in fds:
+                os.close(fd)
+            _send(conn, declined=True)
+            conn.close()
+            return
+        gc.freeze()  # the child's collector leaves the warm process's objects' pages alone (not copied)
         pid = os.fork()
         if pid == 0:
-            kept = [listener.fileno(), selector.fileno(), wake_r, wake_w, lock.fileno(), conn.fileno()]
+            kept = [
+                listener.fileno(),
+                selector.fileno(),
+                wake_r,
+                wake_w,
+                lock.fileno(),
+                conn.fileno(),
+                *watched,
+            ]
             _child(request, fds, kept + [c.fileno() for c, _, _ in children.values()])
         for fd in fds:
             os.close(fd)
@@ -439,6 +628,10 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
                         conn.close()
                     else:
                         fork(conn, request, fds)
+                elif item.data == "caller":  # the command it was forked from ended
+                    selector.unregister(item.fileobj)
+                    os.close(watched.pop())
+                    warm_up()
                 elif item.data == "signal":
                     os.read(wake_r, 4096)
                     _reap(children, selector)

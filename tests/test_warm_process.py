@@ -5,6 +5,7 @@ runs it on its own."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from rag_sweep.warm_process import PER_COMMAND, key
-from tests.conftest import ROOT, write_sweep
+from rag_sweep.warm_process import PER_COMMAND, key, starts_one
+from tests.conftest import ROOT, TIMED, assert_same_board, write_sweep
 
 RAG_SWEEP = Path(sys.executable).with_name("rag-sweep")
 EXAMPLE_SPEC = ROOT / "examples" / "sweeps" / "example.yaml"
@@ -178,4 +180,55 @@ def test_a_folder_others_can_open_is_refused(tmp_path):
         alone = _command("validate", EXAMPLE_SPEC, env=_env(folder))  # a command ignores it
         assert alone.returncode == 0 and "12 configs" in alone.stdout
     finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_run_starts_one_unless_told_not_to_or_under_ci(monkeypatch):
+    monkeypatch.delenv("RAG_SWEEP_WARM", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    assert starts_one()
+    monkeypatch.setenv("CI", "true")  # a machine that runs a command once
+    assert not starts_one()
+    monkeypatch.setenv("RAG_SWEEP_WARM", "1")
+    assert starts_one()
+    monkeypatch.setenv("RAG_SWEEP_WARM", "0")
+    monkeypatch.delenv("CI")
+    assert not starts_one()
+
+
+def test_a_run_on_its_own_leaves_a_warm_process_that_the_next_run_forks_from(small_slice, tmp_path):
+    """With no warm process, `rag-sweep run` forks one from itself once it has imported the libraries; it
+    keeps none of the command's pipes (the caller gets its output's end as the command exits), and the next
+    run in the environment is forked from it and gives the same leaderboard."""
+    folder = Path(tempfile.mkdtemp(prefix="warm", dir="/tmp"))
+    env = _env(folder, RAG_SWEEP_WARM="1")
+    spec = write_sweep(
+        tmp_path / "small.yaml",
+        small_slice,
+        chunking={"method": "recursive", "chunk_size": 384, "chunk_overlap": 48},
+        retrieval={"mode": "vector", "top_k": 3},
+    )
+    pid = None
+    try:
+        first = _command("run", spec, "--data-dir", tmp_path / "first", env=env)
+        assert first.returncode == 0, first.stderr
+        started = re.search(r"warm process (\d+) started", first.stderr)
+        assert started, first.stderr
+        pid = int(started.group(1))
+        os.kill(pid, 0)  # alive after the command ended
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "rag-sweep-warm"
+        assert not _served(folder)
+        second = _command("run", spec, "--data-dir", tmp_path / "second", env=env)
+        assert second.returncode == 0, second.stderr
+        assert "warm process" not in second.stderr and "Leaderboard of sweep slice" in second.stdout
+        served = _served(folder)
+        assert len(served) == 1 and "second -> 0" in served[0], served
+        boards = [
+            pl.read_parquet(tmp_path / d / "leaderboards" / "slice.parquet") for d in ("first", "second")
+        ]
+        assert_same_board(*boards, skip=TIMED)
+    finally:
+        _command("warm", "--stop", env=env)
+        if pid is not None:
+            assert _ended(pid, 60)
         shutil.rmtree(folder, ignore_errors=True)
