@@ -197,6 +197,7 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
         if run is not None:
             print("every partition is up to date: nothing to compute", file=sys.stderr)
         else:
+            warm_process.import_for_run()
             if start_warm and warm_process.starts_one() and (pid := warm_process.start_from_here()):
                 print(
                     f"rag-sweep: warm process {pid} started: the next commands in this environment fork "
