@@ -139,6 +139,26 @@ def test_lancedb_tells_a_published_index_by_its_folder_and_a_lost_one_by_its_abs
     assert store.info("Rag_old")["count"] == 3 and counted == [record["physical"]]  # LanceDB counts it
 
 
+def test_lancedb_reads_a_builds_schema_once_and_searches_as_lancedb_does(tmp_path):
+    """The store's open table answers its schema from the first read (LanceDB's query builders ask for it
+    several times a search); its hits are LanceDB's own for the same table and query."""
+    import lancedb
+
+    store = LanceDBStore(uri=str(tmp_path / "lance"))
+    store.upsert("Rag_schema", ROWS, VECS)
+    hits = store.vector_search("Rag_schema", VECS[2], 3)
+    words = store.keyword_search("Rag_schema", "stock market", 3)
+    physical = store.info("Rag_schema")["build"]
+    table = store._table(physical)
+    assert table.schema is table.schema  # read once, kept
+    plain = lancedb.connect(str(tmp_path / "lance")).open_table(physical)
+    assert plain.schema is not plain.schema and plain.schema == table.schema  # LanceDB's reads it each time
+    raw = plain.search(VECS[2].astype(np.float32), vector_column_name="vector").distance_type("cosine")
+    assert [r["chunk_id"] for r in raw.limit(3).to_list()] == [h.chunk_id for h in hits]
+    raw_words = plain.search("stock market", query_type="fts").limit(3).to_list()
+    assert [r["chunk_id"] for r in raw_words] == [h.chunk_id for h in words]
+
+
 def test_filters_in_the_seeds_format(store):
     """Every filter returns exactly the rows the reference semantics select, in all three search modes."""
     name = "Rag_filters_" + store.backend
