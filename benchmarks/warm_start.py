@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -34,15 +33,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("DAGSTER_HOME", None)  # each data dir's own SQLite instance
 os.environ.pop("CI", None)  # as on a user's machine
 
+from overhead import children_cpu  # noqa: E402
 from rerun_and_toy import toy_sweep  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 RAG_SWEEP = Path(sys.executable).with_name("rag-sweep")
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def process_cpu(pid: int) -> float:

@@ -308,8 +308,8 @@ def starts_one() -> bool:
 
 def import_for_run() -> None:
     """What every run imports (RUN_LIBRARIES), imported now, then frozen (`gc.freeze`): the cyclic garbage
-    collector no longer walks the libraries' millions of objects at each full collection (~5 CPU-s of the
-    example's cold run), and a process forked from this one copies fewer pages on write."""
+    collector no longer walks the libraries' millions of objects at each full collection, and a process
+    forked from this one copies fewer pages on write (measured: within the noise of a cold run)."""
     import importlib
 
     for name in RUN_LIBRARIES:
@@ -318,17 +318,16 @@ def import_for_run() -> None:
 
 
 def start_from_here(idle_minutes: float = DEFAULT_IDLE_MINUTES) -> int | None:
-    """From a command running on its own, about to run: fork this environment's warm process from this
-    process once it has imported what every run imports (`import_for_run`), so that the imports are paid
-    once, by a command that needs them anyway, and the next command forks from them. Its pid, or None where
-    none was started: one already starts or serves, the folder is refused, or a thread runs that a fork
-    would not copy."""
+    """From a command running on its own, about to run, after `import_for_run` (what every run imports,
+    frozen): fork this environment's warm process from this process, so that the imports are paid once, by a
+    command that needs them anyway, and the next command forks from them. Its pid, or None where none was
+    started: one already starts or serves, the folder is refused, or a thread runs that a fork would not
+    copy."""
     try:
         k = key()
         _, lock_path, log_path = _paths(k)
     except OSError:  # a folder refused or not writable: the command runs as before
         return None
-    import_for_run()
     if _other_threads():
         return None
     # LanceDB warns in a forked child; the warm process's own children are quiet too (run_worker_preload)
@@ -343,7 +342,6 @@ def start_from_here(idle_minutes: float = DEFAULT_IDLE_MINUTES) -> int | None:
     sys.stdout.flush()  # what this command printed so far is not printed again by the warm process
     sys.stderr.flush()
     told_r, told_w = os.pipe()
-    gc.freeze()  # the collector leaves the imported objects' pages alone: fewer copied on write, both sides
     first = os.fork()
     if first == 0:  # not a child of the command: a process of its own session, reparented when this exits
         code = 1
