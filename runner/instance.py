@@ -80,14 +80,21 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
 
 # The storage of an instance `rag-sweep run` creates keeps its SQLite connections, and its event log is one
 # file (runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
-# run a database of its own, created and migrated as the run starts. `dagster dev` on this home reads the
-# same files. An instance made before this keeps its layout.
+# run a database of its own, created and migrated as the run starts. Its compute logs are Dagster's local
+# ones, mirrored to the terminal without a watcher process per stream (runner/compute_logs.py). `dagster dev`
+# on this home reads the same files. An instance made before this keeps its layout.
 STORAGE_MARK = "# rag-sweep run: this instance's storage"
 
 
 def storage_config(home: Path) -> str:
     history = json.dumps(str(home.resolve() / "history"))
+    logs = json.dumps(str(home.resolve() / "storage"))  # where Dagster's default keeps them
     return f"""{STORAGE_MARK} (the paths follow the data dir: rewritten when it moves)
+compute_logs:
+  module: runner.compute_logs
+  class: TailedComputeLogManager
+  config:
+    base_dir: {logs}
 run_storage:
   module: runner.instance_storage
   class: PooledSqliteRunStorage

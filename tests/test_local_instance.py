@@ -8,8 +8,12 @@ output flushed, the exit code kept.
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import dagster as dg
 import yaml
@@ -115,3 +119,76 @@ def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_p
     )
     subprocess.run([sys.executable, "-c", reader], check=True, cwd=ROOT, timeout=120)
     assert files() == before
+
+
+def test_a_steps_output_reaches_the_terminal_and_the_ui_through_one_tail_per_stream(tmp_path):
+    """The instance's compute logs (runner/compute_logs.py): what a step prints, on stdout and stderr, is in
+    the files the UI reads and on the command's own output; the processes it starts for that are two tails
+    the kernel ends with it, no watcher interpreter beside each."""
+    data = tmp_path / "data"
+    script = f"""
+import json, subprocess, sys
+from pathlib import Path
+started = []
+popen = subprocess.Popen.__init__
+def recorded(self, args, *rest, **kwargs):
+    started.append([str(a) for a in args])
+    popen(self, args, *rest, **kwargs)
+subprocess.Popen.__init__ = recorded
+import dagster as dg
+from runner.instance import local_instance
+
+@dg.asset
+def talks():
+    print("said on stdout", flush=True)
+    print("said on stderr", file=sys.stderr, flush=True)
+
+with local_instance(Path({str(data)!r})) as instance:
+    assert type(instance.compute_log_manager).__name__ == "TailedComputeLogManager"
+    assert dg.materialize([talks], instance=instance).success
+print("started " + json.dumps(started), flush=True)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "said on stdout" in r.stdout and "said on stderr" in r.stdout + r.stderr
+    started = json.loads(r.stdout.split("started ", 1)[1])
+    tails = [a for a in started if "tail" in a]
+    assert len(tails) == 2 and all(a[:3] == ["setpriv", "--pdeathsig", "TERM"] for a in tails), started
+    assert not [a for a in started if "watch_orphans" in " ".join(a)]
+    logs = data / "dagster_home" / "storage"
+    assert "said on stdout" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.out"))
+    assert "said on stderr" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.err"))
+
+
+def test_the_mirrors_tail_ends_when_the_process_is_killed_mid_step(tmp_path):
+    """What Dagster's watcher process was for: a command killed while a step's output is captured leaves no
+    tail running, also while its parent has not reaped it yet (it reads the command's output to its end
+    first, and the tails hold that output open)."""
+    pids = tmp_path / "tails.txt"
+    script = f"""
+import os, signal
+from pathlib import Path
+from runner.instance import local_instance
+
+instance = local_instance(Path({str(tmp_path / "data")!r}))
+with instance.compute_log_manager.capture_logs(["run", "step"]):
+    children = Path(f"/proc/self/task/{{os.getpid()}}/children").read_text().split()
+    Path({str(pids)!r}).write_text(" ".join(children))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    tails = [int(p) for p in pids.read_text().split()]
+    assert len(tails) == 2
+
+    def running(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"  # a zombie has ended (its parent, init here, reaps it when it does)
+
+    deadline = time.monotonic() + 10
+    while any(map(running, tails)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(running, tails))

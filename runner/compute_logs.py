@@ -1,0 +1,73 @@
+"""The compute logs of the Dagster instance `rag-sweep run` creates: Dagster's local ones (the files the UI
+shows as a step's stdout and stderr), mirrored to the terminal by one process per stream, not two.
+
+Dagster's LocalComputeLogManager mirrors each captured stream with `tail -F` and starts a Python process
+beside each tail, only to kill the tail should this process die first: four processes a run, the two
+interpreters ~30 ms of CPU each. Here the kernel ends the tail instead: util-linux's `setpriv --pdeathsig`
+starts it with a parent-death signal. (Not tail's own `--pid`: a killed process whose parent has not yet
+reaped it still counts as alive, so a parent that reads the killed command's output to its end, as
+`subprocess.run` does, would wait on the tail forever.) Where setpriv cannot, Dagster's own mirror is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
+
+from dagster._core.execution.compute_logs import mirror_stream_to_file, redirect_to_file
+from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
+from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
+from dagster._utils import ensure_file, touch_file
+
+
+@functools.cache
+def _ends_with_this_process() -> list[str] | None:
+    """The command that starts a process the kernel ends (SIGTERM) when this one dies, or None."""
+    try:
+        out = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return ["setpriv", "--pdeathsig", "TERM", "--"] if "--pdeathsig" in out else None
+
+
+@contextmanager
+def _mirrored(stream, path: str) -> Generator[None, None, None]:
+    """`stream`'s output (the file descriptor: a library's C code too) into `path`, and `path` followed onto
+    what `stream` was, by a tail that the kernel ends should this process die first."""
+    if (ends := _ends_with_this_process()) is None:
+        with mirror_stream_to_file(stream, path):
+            yield
+        return
+    ensure_file(path)
+    try:
+        out = stream if isinstance(stream.fileno(), int) else None
+    except (OSError, ValueError, AttributeError):  # a test runner's stream without a descriptor
+        out = None
+    # started from the thread that captures, which outlives the capture (the signal follows that thread)
+    tail = subprocess.Popen([*ends, "tail", "-F", "-c", "+0", path], stdout=out)
+    try:
+        with redirect_to_file(stream, path):
+            yield
+    finally:
+        # as Dagster's mirror does: what the tail has not printed yet is in the file (the UI's), not lost
+        tail.terminate()
+        tail.communicate(timeout=30)
+
+
+class TailedComputeLogManager(LocalComputeLogManager):
+    """LocalComputeLogManager (the same files, read by `dagster dev` as its own), its mirror a tail the kernel ends."""
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> TailedComputeLogManager:
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:
+        out = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
+        err = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
+        with _mirrored(sys.stdout, out), _mirrored(sys.stderr, err):
+            yield CapturedLogContext(log_key)
+        touch_file(self.complete_artifact_path(log_key))  # the capture is complete (as Dagster marks it)
