@@ -228,9 +228,11 @@ def command(args) -> int:
         return 2
     if pid is None:
         return 1
+    preloaded = f"; it has imported {', '.join(args.preload)} too" if args.preload else ""
     print(
         f"warm process {pid} {'started' if started else 'already running'}: rag-sweep commands from this "
-        f"environment fork from it; it exits after {args.idle_minutes:g} idle minutes (rag-sweep warm --stop)"
+        f"environment fork from it; it exits after {args.idle_minutes:g} idle minutes{preloaded} "
+        "(rag-sweep warm --stop)"
     )
     return 0
 
@@ -251,12 +253,14 @@ def running(k: str | None = None) -> int | None:
 
 
 def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -> tuple[int | None, bool]:
-    """Start this environment's warm process and wait until it answers: (its pid, whether it is new)."""
+    """Start this environment's warm process and wait until it answers: (its pid, whether it is new). One
+    that already runs takes these settings: it exits after `idle_minutes` idle from now on and imports
+    `preload` too (None, with the error printed, where it cannot)."""
     import subprocess
 
     k = key()
-    if (pid := running(k)) is not None:
-        return pid, False
+    if running(k) is not None:
+        return _settle(k, idle_minutes, preload), False
     sock_path, _, log_path = _paths(k)
     code = (
         "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -295,6 +299,30 @@ def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -
     proc.kill()
     print(f"error: the warm process did not answer in {READY_TIMEOUT_S:g} s; see {log_path}", file=sys.stderr)
     return None, False
+
+
+def _settle(k: str, idle_minutes: float, preload: list[str]) -> int | None:
+    """Ask the running warm process to take these settings: its pid, or None (the error printed)."""
+    sock_path, _, _ = _paths(k)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(READY_TIMEOUT_S)  # it may import the modules first
+            conn.connect(str(sock_path))
+            _send(conn, ping=True, settings={"idle_minutes": idle_minutes, "preload": list(preload)})
+            reply = next(iter(_lines(conn)), {})
+    except OSError as e:
+        print(f"error: the warm process did not answer ({e})", file=sys.stderr)
+        return None
+    if reply.get("settled") is None:  # one that cannot take settings, or stopped since: it kept its own
+        print(
+            "error: the warm process did not take the settings; rag-sweep warm --stop, then again",
+            file=sys.stderr,
+        )
+        return None
+    if error := reply["settled"]:
+        print(f"error: the warm process {reply.get('server')}: {error}", file=sys.stderr)
+        return None
+    return reply.get("server")
 
 
 def starts_one() -> bool:
@@ -487,7 +515,7 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
         f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: imported in {time.monotonic() - t0:.1f} s",
         flush=True,
     )
-    _serve(k, lock, files, idle_minutes)
+    _serve(k, lock, files, idle_minutes, preloaded=set(preload))
 
 
 def _write_pid(lock) -> None:
@@ -519,7 +547,9 @@ def _other_threads() -> list[str]:
     return others if set(others) - {"LanceDBBackgroundEventLoop"} else []
 
 
-def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = None) -> None:
+def _serve(
+    k: str, lock, files: dict, idle_minutes: float, caller: int | None = None, preloaded: set | None = None
+) -> None:
     """Listen on the socket and fork a child per command until idle for `idle_minutes` (or SIGTERM). With
     `caller` (a warm process forked from that command), the rest of the imports and the warm-up wait until
     the caller has ended or a command arrives: they are not paid for beside the caller's own work."""
@@ -572,6 +602,33 @@ def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = 
             selector.register(watched[0], selectors.EVENT_READ, "caller")
         except (OSError, AttributeError):  # no pidfd (Linux < 5.3): now
             warm_up()
+
+    preloaded = set(preloaded or ())
+
+    def settle(asked: dict) -> str:
+        """A later `rag-sweep warm`'s settings: its idle minutes from now on, its modules imported too. The
+        error, or ""."""
+        nonlocal idle_s, files
+        import importlib
+
+        idle_s = float(asked["idle_minutes"]) * 60
+        new = [name for name in asked.get("preload", []) if name not in preloaded]
+        if not new:
+            return ""
+        if not warm_up():
+            return "a library started a thread while imported; it stops"
+        for name in new:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # the command's mistake: this process serves on
+                return f"--preload {name}: {type(e).__name__}: {e}"
+            preloaded.add(name)
+        files = {**_imported_files(), **files}
+        if others := _other_threads():
+            stopping.append(True)
+            return f"--preload {', '.join(new)} started a thread ({others}); it stops"
+        print(f"{time.strftime('%H:%M:%S')} imported {', '.join(new)} too", flush=True)
+        return ""
 
     def fork(conn: socket.socket, request: dict, fds: list[int]) -> None:
         if not warm_up():
@@ -630,7 +687,8 @@ def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = 
                         stopping.append(True)
                         print(f"{time.strftime('%H:%M:%S')} stale: {changed} changed", flush=True)
                     elif request.get("ping"):
-                        _send(conn, server=os.getpid())
+                        settled = {"settled": settle(request["settings"])} if "settings" in request else {}
+                        _send(conn, server=os.getpid(), **settled)
                         conn.close()
                     else:
                         fork(conn, request, fds)

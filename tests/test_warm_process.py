@@ -101,6 +101,31 @@ def test_a_command_runs_in_a_child_of_the_warm_process_as_in_its_own(warm):
     assert not any("hunter22" in line for line in served)  # the log keeps no password
 
 
+def test_a_later_warm_command_gives_the_running_one_its_imports(warm):
+    """`rag-sweep warm --preload M` where one already runs: that one imports M too (what its message says
+    is then true); a module that cannot be imported is the command's error, and the process serves on."""
+    folder, env, pid = warm
+    again = _command("warm", "--idle-minutes", "20", "--preload", "imaplib", env=env)
+    assert _pid(again) == pid and "already running" in again.stdout and "imaplib" in again.stdout
+    assert any("imported imaplib too" in log.read_text() for log in folder.glob("*.log"))
+    wrong = _command("warm", "--idle-minutes", "20", "--preload", "no_such_module_at_all", env=env)
+    assert wrong.returncode == 1 and "no_such_module_at_all" in wrong.stderr, wrong.stderr
+    assert _pid(_command("warm", "--idle-minutes", "20", env=env)) == pid
+
+
+def test_a_later_warm_command_sets_the_running_ones_idle_minutes(tmp_path):
+    folder = Path(tempfile.mkdtemp(prefix="warm", dir="/tmp"))
+    env = _env(folder)
+    try:
+        pid = _pid(_command("warm", "--idle-minutes", "20", env=env))
+        shorter = _command("warm", "--idle-minutes", "0.05", env=env)
+        assert _pid(shorter) == pid and "after 0.05 idle minutes" in shorter.stdout
+        assert _ended(pid, 60)  # 3 s idle, not 20 minutes
+    finally:
+        _command("warm", "--stop", env=env)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_another_environment_runs_on_its_own(warm):
     folder, env, _ = warm
     before = len(_served(folder))
