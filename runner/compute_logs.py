@@ -25,12 +25,14 @@ from dagster._utils import ensure_file, touch_file
 
 @functools.cache
 def _ends_with_this_process() -> list[str] | None:
-    """The command that starts a process the kernel ends (SIGTERM) when this one dies, or None."""
+    """The command that starts a process the kernel ends (SIGTERM) when this one dies, or None: tried once
+    (an older setpriv has no --pdeathsig; a sandbox may refuse it)."""
+    prefix = ["setpriv", "--pdeathsig", "TERM", "--"]
     try:
-        out = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, timeout=10).stdout
+        tried = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return ["setpriv", "--pdeathsig", "TERM", "--"] if "--pdeathsig" in out else None
+    return prefix if tried.returncode == 0 else None
 
 
 @contextmanager

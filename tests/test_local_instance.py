@@ -9,6 +9,8 @@ output flushed, the exit code kept.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,11 +123,9 @@ def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_p
     assert files() == before
 
 
-def test_a_steps_output_reaches_the_terminal_and_the_ui_through_one_tail_per_stream(tmp_path):
-    """The instance's compute logs (runner/compute_logs.py): what a step prints, on stdout and stderr, is in
-    the files the UI reads and on the command's own output; the processes it starts for that are two tails
-    the kernel ends with it, no watcher interpreter beside each."""
-    data = tmp_path / "data"
+def _talking_step(data: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """A run of one asset that prints on stdout and stderr, in a process of its own on the CLI's instance:
+    the process, and the processes it started."""
     script = f"""
 import json, subprocess, sys
 from pathlib import Path
@@ -148,16 +148,35 @@ with local_instance(Path({str(data)!r})) as instance:
     assert dg.materialize([talks], instance=instance).success
 print("started " + json.dumps(started), flush=True)
 """
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env
+    )
     assert r.returncode == 0, r.stderr
-    assert "said on stdout" in r.stdout and "said on stderr" in r.stdout + r.stderr
-    started = json.loads(r.stdout.split("started ", 1)[1])
+    assert "said on stdout" in r.stdout and "said on stderr" in r.stdout + r.stderr  # the mirror
+    logs = data / "dagster_home" / "storage"  # the files the UI reads
+    assert "said on stdout" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.out"))
+    assert "said on stderr" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.err"))
+    return r, json.loads(r.stdout.split("started ", 1)[1])
+
+
+def test_a_steps_output_reaches_the_terminal_and_the_ui_through_one_tail_per_stream(tmp_path):
+    """The instance's compute logs (runner/compute_logs.py): what a step prints, on stdout and stderr, is in
+    the files the UI reads and on the command's own output; the processes it starts for that are two tails
+    the kernel ends with it, no watcher interpreter beside each."""
+    _, started = _talking_step(tmp_path / "data")
     tails = [a for a in started if "tail" in a]
     assert len(tails) == 2 and all(a[:3] == ["setpriv", "--pdeathsig", "TERM"] for a in tails), started
     assert not [a for a in started if "watch_orphans" in " ".join(a)]
-    logs = data / "dagster_home" / "storage"
-    assert "said on stdout" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.out"))
-    assert "said on stderr" in "".join(p.read_text() for p in logs.glob("*/compute_logs/*.err"))
+
+
+def test_without_setpriv_a_steps_output_is_mirrored_as_dagster_does(tmp_path):
+    """Where setpriv cannot be run (not on the PATH here), Dagster's own mirror: a tail and its watcher."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tail").symlink_to(shutil.which("tail"))
+    _, started = _talking_step(tmp_path / "data", env={**os.environ, "PATH": str(bin_dir)})
+    assert not [a for a in started if "setpriv" in a and "tail" in a]  # tried (the probe), not used
+    assert len([a for a in started if "watch_orphans" in " ".join(a)]) == 2, started
 
 
 def test_the_mirrors_tail_ends_when_the_process_is_killed_mid_step(tmp_path):
