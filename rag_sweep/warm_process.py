@@ -203,7 +203,7 @@ def add_parser(sub) -> None:
     warm.add_argument(
         "--idle-minutes",
         type=float,
-        default=DEFAULT_IDLE_MINUTES,
+        default=None,  # one already running keeps its own unless this is given
         help=f"exit after this long without a command (default {DEFAULT_IDLE_MINUTES:g})",
     )
     warm.add_argument("--preload", action="append", default=[], help="also import this module (repeatable)")
@@ -218,11 +218,11 @@ def command(args) -> int:
             + (f": {', '.join(map(str, stopped))}" if stopped else "")
         )
         return 0
-    if args.idle_minutes <= 0:
+    if args.idle_minutes is not None and args.idle_minutes <= 0:
         print("error: --idle-minutes must be positive", file=sys.stderr)
         return 2
     try:
-        pid, started = start(args.idle_minutes, args.preload)
+        pid, started, idle_minutes = start(args.idle_minutes, args.preload)
     except PermissionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -231,7 +231,7 @@ def command(args) -> int:
     preloaded = f"; it has imported {', '.join(args.preload)} too" if args.preload else ""
     print(
         f"warm process {pid} {'started' if started else 'already running'}: rag-sweep commands from this "
-        f"environment fork from it; it exits after {args.idle_minutes:g} idle minutes{preloaded} "
+        f"environment fork from it; it exits after {idle_minutes:g} idle minutes{preloaded} "
         "(rag-sweep warm --stop)"
     )
     return 0
@@ -252,15 +252,22 @@ def running(k: str | None = None) -> int | None:
     return None
 
 
-def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -> tuple[int | None, bool]:
-    """Start this environment's warm process and wait until it answers: (its pid, whether it is new). One
-    that already runs takes these settings: it exits after `idle_minutes` idle from now on and imports
-    `preload` too (None, with the error printed, where it cannot)."""
+def start(idle_minutes: float | None = None, preload: list[str] = ()) -> tuple[int | None, bool, float]:
+    """Start this environment's warm process and wait until it answers: (its pid, whether it is new, the
+    idle minutes it exits after). One that already runs takes these settings: `idle_minutes` (when given)
+    from now on, and `preload` imported too; the pid is None, the error printed, where it cannot."""
     import subprocess
 
     k = key()
-    if running(k) is not None:
-        return _settle(k, idle_minutes, preload), False
+    reply = _settle(k, idle_minutes, preload)
+    if reply is not None:  # one runs, and answered
+        if (error := reply.get("settled")) is None:  # too old to take settings (a stale one says stale)
+            error = "it cannot take settings; rag-sweep warm --stop, then again"
+        if error:
+            print(f"error: the warm process {reply['server']}: {error}", file=sys.stderr)
+            return None, False, 0.0
+        return reply["server"], False, reply["idle_minutes"]
+    idle_minutes = DEFAULT_IDLE_MINUTES if idle_minutes is None else idle_minutes
     sock_path, _, log_path = _paths(k)
     code = (
         "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -289,40 +296,32 @@ def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, preload: list[str] = ()) -
         if (pid := running(k)) is not None:
             if pid != proc.pid:  # another `rag-sweep warm` won the race: this one would wait on its lock
                 proc.kill()
-            return pid, pid == proc.pid
+            return pid, pid == proc.pid, idle_minutes
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace").splitlines()[-15:]
             print(f"error: the warm process exited ({proc.returncode}); {log_path}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
-            return None, False
+            return None, False, idle_minutes
         time.sleep(0.2)
     proc.kill()
     print(f"error: the warm process did not answer in {READY_TIMEOUT_S:g} s; see {log_path}", file=sys.stderr)
-    return None, False
+    return None, False, idle_minutes
 
 
-def _settle(k: str, idle_minutes: float, preload: list[str]) -> int | None:
-    """Ask the running warm process to take these settings: its pid, or None (the error printed)."""
+def _settle(k: str, idle_minutes: float | None, preload: list[str]) -> dict | None:
+    """The running warm process's answer to these settings ({"server": pid, "settled": the error or "",
+    "idle_minutes": what it has now}), or None where none runs (or one is stale, or stopping)."""
     sock_path, _, _ = _paths(k)
+    settings = {"preload": list(preload), **({"idle_minutes": idle_minutes} if idle_minutes else {})}
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(READY_TIMEOUT_S)  # it may import the modules first
             conn.connect(str(sock_path))
-            _send(conn, ping=True, settings={"idle_minutes": idle_minutes, "preload": list(preload)})
+            _send(conn, ping=True, settings=settings)
             reply = next(iter(_lines(conn)), {})
-    except OSError as e:
-        print(f"error: the warm process did not answer ({e})", file=sys.stderr)
+    except OSError:
         return None
-    if reply.get("settled") is None:  # one that cannot take settings, or stopped since: it kept its own
-        print(
-            "error: the warm process did not take the settings; rag-sweep warm --stop, then again",
-            file=sys.stderr,
-        )
-        return None
-    if error := reply["settled"]:
-        print(f"error: the warm process {reply.get('server')}: {error}", file=sys.stderr)
-        return None
-    return reply.get("server")
+    return reply if reply.get("server") else None
 
 
 def starts_one() -> bool:
@@ -515,7 +514,7 @@ def serve(k: str, idle_minutes: float, preload: list[str]) -> None:
         f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: imported in {time.monotonic() - t0:.1f} s",
         flush=True,
     )
-    _serve(k, lock, files, idle_minutes, preloaded=set(preload))
+    _serve(k, lock, files, idle_minutes)
 
 
 def _write_pid(lock) -> None:
@@ -547,9 +546,7 @@ def _other_threads() -> list[str]:
     return others if set(others) - {"LanceDBBackgroundEventLoop"} else []
 
 
-def _serve(
-    k: str, lock, files: dict, idle_minutes: float, caller: int | None = None, preloaded: set | None = None
-) -> None:
+def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = None) -> None:
     """Listen on the socket and fork a child per command until idle for `idle_minutes` (or SIGTERM). With
     `caller` (a warm process forked from that command), the rest of the imports and the warm-up wait until
     the caller has ended or a command arrives: they are not paid for beside the caller's own work."""
@@ -603,31 +600,33 @@ def _serve(
         except (OSError, AttributeError):  # no pidfd (Linux < 5.3): now
             warm_up()
 
-    preloaded = set(preloaded or ())
-
     def settle(asked: dict) -> str:
-        """A later `rag-sweep warm`'s settings: its idle minutes from now on, its modules imported too. The
-        error, or ""."""
+        """A later `rag-sweep warm`'s settings: its modules imported too, then its idle minutes from now on
+        (where given). The error, or ""."""
         nonlocal idle_s, files
         import importlib
 
-        idle_s = float(asked["idle_minutes"]) * 60
-        new = [name for name in asked.get("preload", []) if name not in preloaded]
-        if not new:
-            return ""
-        if not warm_up():
+        new = [name for name in asked.get("preload", []) if name not in sys.modules]
+        if new and not warm_up():
             return "a library started a thread while imported; it stops"
+        error = ""
         for name in new:
             try:
                 importlib.import_module(name)
             except Exception as e:  # the command's mistake: this process serves on
-                return f"--preload {name}: {type(e).__name__}: {e}"
-            preloaded.add(name)
-        files = {**_imported_files(), **files}
-        if others := _other_threads():
-            stopping.append(True)
-            return f"--preload {', '.join(new)} started a thread ({others}); it stops"
-        print(f"{time.strftime('%H:%M:%S')} imported {', '.join(new)} too", flush=True)
+                error = f"--preload {name}: {type(e).__name__}: {e}"
+                break
+        if new:  # what was imported, a failed module's own imports too, is watched from now on
+            files = {**_imported_files(), **files}
+            if others := _other_threads():
+                stopping.append(True)
+                return f"--preload {', '.join(new)} started a thread ({others}); it stops"
+        if error:
+            return error
+        if new:
+            print(f"{time.strftime('%H:%M:%S')} imported {', '.join(new)} too", flush=True)
+        if asked.get("idle_minutes"):
+            idle_s = float(asked["idle_minutes"]) * 60
         return ""
 
     def fork(conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -654,7 +653,10 @@ def _serve(
             os.close(fd)
         children[pid] = (conn, request["argv"], time.monotonic())
         selector.register(conn, selectors.EVENT_READ, ("client", pid))
-        _send(conn, pid=pid)
+        try:
+            _send(conn, pid=pid)
+        except OSError:  # the command's side is gone: its child gets SIGINT once the selector sees it
+            pass
 
     try:
         while True:
@@ -688,7 +690,10 @@ def _serve(
                         print(f"{time.strftime('%H:%M:%S')} stale: {changed} changed", flush=True)
                     elif request.get("ping"):
                         settled = {"settled": settle(request["settings"])} if "settings" in request else {}
-                        _send(conn, server=os.getpid(), **settled)
+                        try:  # the asking command may have gone meanwhile (an import can take seconds)
+                            _send(conn, server=os.getpid(), idle_minutes=idle_s / 60, **settled)
+                        except OSError:
+                            pass
                         conn.close()
                     else:
                         fork(conn, request, fds)

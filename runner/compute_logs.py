@@ -3,7 +3,7 @@ shows as a step's stdout and stderr), mirrored to the terminal by one process pe
 
 Dagster's LocalComputeLogManager mirrors each captured stream with `tail -F` and starts a Python process
 beside each tail, only to kill the tail should this process die first: four processes a run, the two
-interpreters ~30 ms of CPU each. Here the kernel ends the tail instead: util-linux's `setpriv --pdeathsig`
+interpreters ~17 ms of CPU each (`benchmarks/compute_logs.py`). Here the kernel ends the tail instead: util-linux's `setpriv --pdeathsig`
 starts it with a parent-death signal. (Not tail's own `--pid`: a killed process whose parent has not yet
 reaped it still counts as alive, so a parent that reads the killed command's output to its end, as
 `subprocess.run` does, would wait on the tail forever.) Where setpriv cannot, Dagster's own mirror is used.
@@ -12,12 +12,14 @@ reaped it still counts as alive, so a parent that reads the killed command's out
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 
-from dagster._core.execution.compute_logs import mirror_stream_to_file, redirect_to_file
+from dagster._core.execution.compute_logs import _fileno, mirror_stream_to_file, redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._utils import ensure_file, touch_file
@@ -44,19 +46,34 @@ def _mirrored(stream, path: str) -> Generator[None, None, None]:
             yield
         return
     ensure_file(path)
-    try:
-        out = stream if isinstance(stream.fileno(), int) else None
-    except (OSError, ValueError, AttributeError):  # a test runner's stream without a descriptor
-        out = None
+    out = stream if _fileno(stream) else None  # a test runner's stream without a descriptor: inherited
     # started from the thread that captures, which outlives the capture (the signal follows that thread)
     tail = subprocess.Popen([*ends, "tail", "-F", "-c", "+0", path], stdout=out)
     try:
         with redirect_to_file(stream, path):
             yield
     finally:
-        # as Dagster's mirror does: what the tail has not printed yet is in the file (the UI's), not lost
+        _caught_up(tail.pid, path)
+        time.sleep(float(os.getenv("DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH", "0")))  # as Dagster's mirror
         tail.terminate()
         tail.communicate(timeout=30)
+
+
+def _caught_up(pid: int, path: str, within_s: float = 0.5) -> None:
+    """Wait, at most `within_s`, until the tail `pid` has read `path` to its end: the step's last lines reach
+    the terminal before the tail is stopped (the file, which the UI reads, has them either way)."""
+    target, size = os.path.realpath(path), os.path.getsize(path)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                        if int(info.read().split()[1]) >= size:  # "pos: <offset>"
+                            return
+        except (OSError, ValueError, IndexError):  # no /proc, or the tail ended: nothing to wait for
+            return
+        time.sleep(0.01)
 
 
 class TailedComputeLogManager(LocalComputeLogManager):

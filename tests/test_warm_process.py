@@ -4,10 +4,12 @@ runs it on its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -113,14 +115,41 @@ def test_a_later_warm_command_gives_the_running_one_its_imports(warm):
     assert _pid(_command("warm", "--idle-minutes", "20", env=env)) == pid
 
 
-def test_a_later_warm_command_sets_the_running_ones_idle_minutes(tmp_path):
+def test_a_later_warm_command_sets_the_running_ones_idle_minutes():
+    """Given, `--idle-minutes` applies from now on; not given, the running process keeps its own."""
     folder = Path(tempfile.mkdtemp(prefix="warm", dir="/tmp"))
     env = _env(folder)
     try:
         pid = _pid(_command("warm", "--idle-minutes", "20", env=env))
+        plain = _command("warm", env=env)
+        assert _pid(plain) == pid and "after 20 idle minutes" in plain.stdout
         shorter = _command("warm", "--idle-minutes", "0.05", env=env)
         assert _pid(shorter) == pid and "after 0.05 idle minutes" in shorter.stdout
         assert _ended(pid, 60)  # 3 s idle, not 20 minutes
+    finally:
+        _command("warm", "--stop", env=env)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_command_that_leaves_while_its_modules_import_leaves_the_warm_process_serving(tmp_path):
+    """The answer to a later `rag-sweep warm` comes after its --preload imports; a command gone by then
+    (Ctrl-C) must not take the warm process, and the commands forked from it, down with it."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(2)\n")
+    folder = Path(tempfile.mkdtemp(prefix="warm", dir="/tmp"))
+    env = _env(folder, PYTHONPATH=str(tmp_path))
+    try:
+        pid = _pid(_command("warm", "--idle-minutes", "20", env=env))
+        (sock,) = folder.glob("*.sock")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:  # asks, then leaves at once
+            conn.connect(str(sock))
+            conn.sendall(
+                json.dumps({"ping": True, "settings": {"preload": ["slow_to_import"]}}).encode() + b"\n"
+            )
+        time.sleep(4)
+        assert not _ended(pid, 0.1)
+        again = _command("warm", env=env)
+        assert _pid(again) == pid, again.stderr
+        assert any("imported slow_to_import too" in log.read_text() for log in folder.glob("*.log"))
     finally:
         _command("warm", "--stop", env=env)
         shutil.rmtree(folder, ignore_errors=True)
