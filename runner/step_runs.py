@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +25,7 @@ from dagster._core.errors import (
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.batches import steps_in
 from runner.errors import CheckFailed, StepFailed
+from runner.interrupts import interrupts_kept
 
 # Steps a fleet run keeps in flight: the broker queues them until a worker is free, so this only bounds
 # the threads (and database connections) this process spends waiting on them.
@@ -34,43 +33,6 @@ IN_FLIGHT = 16
 # Without `verbose` Dagster's console stays silent: warnings are returned one per line after each step, and a
 # failed step raised as one line (file, row, field), its traceback kept for --verbose.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-
-
-class _InterruptsSeen(dict):
-    """Dagster's record of a deferred SIGINT (`dagster._utils.interrupts._received_interrupt`), remembering
-    that one came even after Dagster clears it."""
-
-    seen = False
-
-    def __setitem__(self, key, value) -> None:
-        if key == "received" and value:
-            self.seen = True
-        super().__setitem__(key, value)
-
-
-def _interrupts_seen() -> _InterruptsSeen:
-    from dagster._utils import interrupts
-
-    if not isinstance(interrupts._received_interrupt, _InterruptsSeen):
-        interrupts._received_interrupt = _InterruptsSeen(interrupts._received_interrupt)
-    return interrupts._received_interrupt
-
-
-@contextmanager
-def interrupts_kept() -> Iterator[None]:
-    """Around a Dagster run in this process: a Ctrl-C is raised (KeyboardInterrupt), wherever it landed.
-    Dagster defers a SIGINT that arrives outside a step's code (while it stores events, starts or ends the
-    run) to its next checkpoint; the in-process executor has none after the last step, and the deferred
-    interrupt is dropped when the run ends, so the run succeeded and the sweep went on (Ctrl-C while the
-    champion was registered ended `rag-sweep run` with exit 0)."""
-    seen = _interrupts_seen()
-    seen.seen = False
-    try:
-        yield
-    finally:
-        if seen.seen:
-            seen.seen = False
-            raise KeyboardInterrupt
 
 
 def _warnings(instance, run_id: str, where: str) -> list[str]:

@@ -57,6 +57,7 @@ from runner.instance import (
     require_fleet,
 )
 from runner.instance_storage import release_connections
+from runner.interrupts import watch_interrupts
 from runner.lock import claim_prefix, exclusive
 from runner.progress_bars import WorkBars, steps_bar
 from runner.step_runs import (
@@ -112,6 +113,7 @@ def run_sweep(
     the fleet's workers, which build their resources from their own environment (no overrides).
     `plan`: this plan instead of the spec's (a gate's: the spec's configs and its baseline);
     `evaluations_only`: every config evaluated, nothing ranked, confirmed or registered (its `board` is None)."""
+    watch_interrupts()  # a Ctrl-C from now on is raised at the latest when the next Dagster run ends
     data = data_root(data_dir or default_data_dir())
     plan = plan or load_plan(spec, store, data)
     if evaluations_only and plan.sweep.search.adaptive:
