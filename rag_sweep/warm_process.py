@@ -237,19 +237,22 @@ def command(args) -> int:
     return 0
 
 
+def _ask(k: str, timeout_s: float, **message) -> dict:
+    """This environment's warm process's first answer to `message`, or {} where none answers."""
+    try:
+        sock_path, _, _ = _paths(k)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(str(sock_path))
+            _send(conn, **message)
+            return next(iter(_lines(conn)), {})
+    except OSError:
+        return {}
+
+
 def running(k: str | None = None) -> int | None:
     """The pid of this environment's warm process, if one answers."""
-    try:
-        sock_path, _, _ = _paths(k or key())
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(10)
-            conn.connect(str(sock_path))
-            _send(conn, ping=True)
-            for message in _lines(conn):
-                return message.get("server")
-    except OSError:
-        return None
-    return None
+    return _ask(k or key(), 10, ping=True).get("server")
 
 
 def start(idle_minutes: float | None = None, preload: list[str] = ()) -> tuple[int | None, bool, float]:
@@ -311,16 +314,8 @@ def start(idle_minutes: float | None = None, preload: list[str] = ()) -> tuple[i
 def _settle(k: str, idle_minutes: float | None, preload: list[str]) -> dict | None:
     """The running warm process's answer to these settings ({"server": pid, "settled": the error or "",
     "idle_minutes": what it has now}), or None where none runs (or one is stale, or stopping)."""
-    sock_path, _, _ = _paths(k)
     settings = {"preload": list(preload), **({"idle_minutes": idle_minutes} if idle_minutes else {})}
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(READY_TIMEOUT_S)  # it may import the modules first
-            conn.connect(str(sock_path))
-            _send(conn, ping=True, settings=settings)
-            reply = next(iter(_lines(conn)), {})
-    except OSError:
-        return None
+    reply = _ask(k, READY_TIMEOUT_S, ping=True, settings=settings)  # it may import the modules first
     return reply if reply.get("server") else None
 
 
@@ -606,24 +601,22 @@ def _serve(k: str, lock, files: dict, idle_minutes: float, caller: int | None = 
         nonlocal idle_s, files
         import importlib
 
-        new = [name for name in asked.get("preload", []) if name not in sys.modules]
-        if new and not warm_up():
-            return "a library started a thread while imported; it stops"
-        error = ""
-        for name in new:
-            try:
-                importlib.import_module(name)
-            except Exception as e:  # the command's mistake: this process serves on
-                error = f"--preload {name}: {type(e).__name__}: {e}"
-                break
-        if new:  # what was imported, a failed module's own imports too, is watched from now on
-            files = {**_imported_files(), **files}
+        if new := [name for name in asked.get("preload", []) if name not in sys.modules]:
+            if not warm_up():
+                return "a library started a thread while imported; it stops"
+            error = ""
+            for name in new:
+                try:
+                    importlib.import_module(name)
+                except Exception as e:  # the command's mistake: this process serves on
+                    error = f"--preload {name}: {type(e).__name__}: {e}"
+                    break
+            files = {**_imported_files(), **files}  # what was imported, a failed module's own imports too
             if others := _other_threads():
                 stopping.append(True)
                 return f"--preload {', '.join(new)} started a thread ({others}); it stops"
-        if error:
-            return error
-        if new:
+            if error:
+                return error
             print(f"{time.strftime('%H:%M:%S')} imported {', '.join(new)} too", flush=True)
         if asked.get("idle_minutes"):
             idle_s = float(asked["idle_minutes"]) * 60

@@ -3,8 +3,8 @@ shows as a step's stdout and stderr), mirrored to the terminal by one process pe
 
 Dagster's LocalComputeLogManager mirrors each captured stream with `tail -F` and starts a Python process
 beside each tail, only to kill the tail should this process die first: four processes a run, the two
-interpreters ~17 ms of CPU each (`benchmarks/compute_logs.py`). Here the kernel ends the tail instead: util-linux's `setpriv --pdeathsig`
-starts it with a parent-death signal. (Not tail's own `--pid`: a killed process whose parent has not yet
+interpreters ~17 ms of CPU each (`benchmarks/compute_logs.py`). Here the kernel ends the tail instead:
+util-linux's `setpriv --pdeathsig` starts it with a parent-death signal. (Not tail's own `--pid`: a killed process whose parent has not yet
 reaped it still counts as alive, so a parent that reads the killed command's output to its end, as
 `subprocess.run` does, would wait on the tail forever.) Where setpriv cannot, Dagster's own mirror is used.
 """
@@ -77,7 +77,8 @@ def _caught_up(pid: int, path: str, within_s: float = 0.5) -> None:
 
 
 class TailedComputeLogManager(LocalComputeLogManager):
-    """LocalComputeLogManager (the same files, read by `dagster dev` as its own), its mirror a tail the kernel ends."""
+    """LocalComputeLogManager (the same files, read by `dagster dev` as its own), its mirror a tail the
+    kernel ends."""
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> TailedComputeLogManager:
