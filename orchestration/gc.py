@@ -13,16 +13,19 @@ Removed (with `apply`, else only listed): every other artifact file older than `
 collections its index markers name, the cache parts with no kept text. Under the data dir's lock, so a
 run started meanwhile waits for it; the age guards what a deployment's run (which takes no such lock) is
 writing now. MLflow runs are left alone: they are a record of what was evaluated, not storage that grows
-with reruns (a rerun updates a config's run in place).
+with reruns (a rerun updates a config's run in place). Nothing reached through a link is followed or removed,
+and nothing outside the data dir is deleted (orchestration/contained.py).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestration.contained import contained, listed_files, subfolders, unlink_contained
 from rag_assets.inputs import snapshot_fingerprints
 from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_core.common.fingerprint import text_hash
@@ -32,10 +35,11 @@ from rag_core.planning.spec import SpecError
 from rag_core.planning.stages import PARTITIONED, STAGES
 from rag_core.search.halving import next_rung
 from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
-from resources.storage import read_parquet
+from resources.storage import is_remote, read_parquet
 
 ARTIFACT_FILE = re.compile(r"^([0-9a-f]{64})(?:\.[A-Za-z_]+)?\.parquet$")
 FOLDERS = [s.name for s in STAGES] + ["prompt_optimizations"]
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a collection or build: no path in it
 
 
 @dataclass
@@ -46,6 +50,9 @@ class Garbage:
     kept_files: int = 0
     kept_collections: set[tuple[str, str]] = field(default_factory=set)
     too_recent: int = 0
+    left: list[Path] = field(default_factory=list)  # links met (never followed nor removed), and what
+    # a delete found reached through one
+    left_collections: list[tuple[str, str]] = field(default_factory=list)  # their files reached so
 
     @property
     def bytes(self) -> int:
@@ -76,6 +83,13 @@ class Garbage:
                 else ""
             )
         )
+        if self.left or self.left_collections:
+            out.append(
+                f"left {len(self.left)} link(s) and {len(self.left_collections)} collection(s) reached through "
+                "one: gc never follows a link nor deletes outside the data dir"
+            )
+            out += [f"  {path}" + _target(path) for path in self.left]
+            out += [f"  {store} collection {name}" for store, name in self.left_collections]
         if not applied and (self.files or self.collections or self.cache_parts):
             out.append(f"nothing was deleted: {to_apply} to remove them")
         return out
@@ -87,6 +101,13 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def _target(path: Path) -> str:
+    try:
+        return f" -> {os.readlink(path)}"
+    except OSError:  # not a link itself (a folder on its way is)
+        return ""
 
 
 def parse_age(text: str) -> float:
@@ -107,7 +128,9 @@ def collect(plans: list[Plan], data: Path, instance, older_than_s: float) -> Gar
     garbage = Garbage()
     cutoff = time.time() - older_than_s
     for folder in FOLDERS:
-        for path in sorted((data / folder).glob("*.parquet")) if (data / folder).exists() else []:
+        paths, links = listed_files(data / folder, data)
+        garbage.left += links
+        for path in paths:
             m = ARTIFACT_FILE.match(path.name)
             if m is None:
                 continue
@@ -123,12 +146,18 @@ def collect(plans: list[Plan], data: Path, instance, older_than_s: float) -> Gar
         _marker_collection(ArtifactRef(data, "vector_index", fp)) for s, fp in keep if s == "vector_index"
     }
     garbage.kept_collections = {c for c in protected if c is not None}
+    left_markers = []
     for path, _ in garbage.files:
         if path.parent.name == "vector_index" and len(path.name) == 64 + len(".parquet"):  # the marker itself
             found = _marker_collection(ArtifactRef(data, "vector_index", path.name[:64]))
             if found is not None and found not in garbage.kept_collections:
-                garbage.collections.append(found)
-    garbage.cache_parts = _unneeded_cache_parts(data, keep, cutoff)
+                if _collection_contained(*found, data):
+                    garbage.collections.append(found)
+                else:  # its marker stays too: a gc after the link is gone finds it again
+                    garbage.left_collections.append(found)
+                    left_markers.append(path)
+    garbage.files = [f for f in garbage.files if f[0] not in left_markers]
+    garbage.cache_parts = _unneeded_cache_parts(data, keep, cutoff, garbage.left)
     return garbage
 
 
@@ -138,12 +167,53 @@ def remove(garbage: Garbage, data: Path) -> None:
     from resources.vector_stores import VectorStores
 
     stores = VectorStores.from_env(str(data))
-    for backend, name in garbage.collections:
-        stores.get(backend).delete(name)
-    for path, _ in garbage.cache_parts:
-        path.unlink(missing_ok=True)
-    for path, _ in sorted(garbage.files, key=lambda f: f[0].parent.name == "vector_index"):
-        path.unlink(missing_ok=True)
+    for found in list(garbage.collections):
+        if _collection_contained(*found, data):  # again: a folder may have become a link since
+            stores.get(found[0]).delete(found[1])
+        else:
+            garbage.collections.remove(found)
+            garbage.left_collections.append(found)
+    for kind in (garbage.cache_parts, garbage.files):
+        for entry in sorted(kind, key=lambda f: f[0].parent.name == "vector_index"):
+            if not unlink_contained(entry[0], data):
+                kind.remove(entry)
+                garbage.left.append(entry[0])
+
+
+def _collection_contained(backend: str, name: str, data: Path) -> bool:
+    """Whether deleting a collection deletes only files under the data dir: a server store's is on its
+    server; an embedded store's alias file and build are in `data/<backend>`, reached without a link."""
+    from rag_core.components.stores import keeps_files
+    from resources.vector_stores.embedded import AliasDirectory
+
+    try:
+        if keeps_files(backend) == "server":
+            return True
+    except ValueError:  # a plug-in store no longer installed: nothing here can open it to delete
+        return False
+    if not PLAIN_NAME.fullmatch(name):
+        return False
+    if is_remote(data):
+        return True
+    root = data / backend
+    if not contained(root, data, folder=True):
+        return False
+    alias = root / "_aliases" / f"{name}.json"
+    if not os.path.lexists(alias):
+        return True  # no alias: the store's delete finds nothing to remove
+    if not contained(alias, data):
+        return False
+    record = AliasDirectory(root).get(name)
+    physical = record["physical"] if record else None
+    if physical is None:
+        return True
+    builds = [
+        root / physical,
+        root / f"{physical}.lance",
+    ]  # a build's folder, as each embedded store names it
+    return bool(PLAIN_NAME.fullmatch(physical)) and all(
+        contained(b, data, folder=True) for b in builds if os.path.lexists(b)
+    )
 
 
 def _refuse_unnamed_sweeps(data: Path, plans: list[Plan]) -> None:
@@ -237,10 +307,14 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
     return out
 
 
-def _unneeded_cache_parts(data: Path, keep: set[tuple[str, str]], cutoff: float) -> list[tuple[Path, int]]:
-    """Embedding-cache parts none of whose texts a kept chunkset or QA set holds."""
+def _unneeded_cache_parts(
+    data: Path, keep: set[tuple[str, str]], cutoff: float, links: list[Path]
+) -> list[tuple[Path, int]]:
+    """Embedding-cache parts none of whose texts a kept chunkset or QA set holds (the links met: `links`)."""
     root = data / "embedding_cache"
-    if not root.exists():
+    folders, met = subfolders(root, data)
+    links += met
+    if not folders:
         return []
     needed: set[str] = set()
     for stage, fp in keep:
@@ -249,8 +323,13 @@ def _unneeded_cache_parts(data: Path, keep: set[tuple[str, str]], cutoff: float)
             if ref.exists():
                 column = "index_text" if stage == "chunksets" else "question"
                 needed |= set(map(text_hash, read_parquet(ref.path(), columns=[column])[column].to_list()))
+    parts = []
+    for folder in folders:
+        found, met = listed_files(folder, data)
+        parts += found
+        links += met
     out = []
-    for part in sorted(root.glob("*/*.parquet")):
+    for part in parts:
         st = part.stat()  # once: a request on object storage
         if st.st_mtime > cutoff:
             continue
