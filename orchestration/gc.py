@@ -1,6 +1,7 @@
 """`rag-sweep gc`: what a data dir holds that none of its sweeps needs now, and removing it.
 
-Kept, for every sweep given (all the sweeps the data dir has run must be given):
+Kept, for every sweep given (all the sweep files the data dir has run must be given, orchestration/
+sweep_records.py; with the configs their runs added, a gate's baseline):
 - every artifact its plan expects from its input files as they are now (`Plan.fingerprints`, and each
   rung of a halving search), and the latest materialization the instance records for each of its
   partitions and for its leaderboard, confirmation and input snapshots: what a rerun reuses and the UI shows;
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestration.contained import contained, listed_files, subfolders, unlink_contained
+from orchestration.sweep_records import with_recorded_configs
 from rag_assets.inputs import snapshot_fingerprints
 from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_core.common.fingerprint import text_hash
@@ -122,6 +124,7 @@ def collect(plans: list[Plan], data: Path, instance, older_than_s: float) -> Gar
     """What the sweeps of `plans` do not need in the data dir `data` (nothing is deleted); `instance`: the
     Dagster instance their runs are recorded in."""
     _refuse_unnamed_sweeps(data, plans)
+    plans = with_recorded_configs(data, plans)  # every sweep file that ran here, with what its run added
     keep: set[tuple[str, str]] = set()
     for plan in plans:
         keep |= _needed(plan, instance, data)

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from orchestration.plans import load_plan
 from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
+from orchestration.sweep_records import record_sweep
 from orchestration.todo import (
     completed,
     holdout_steps,
@@ -33,6 +34,7 @@ from rag_assets.sweep_assets import stage_assets
 from rag_core.common.fingerprint import file_hash
 from rag_core.common.progress import listening
 from rag_core.planning.batches import batch_reads, batches, steps_in
+from rag_core.planning.spec import load_sweep
 from rag_core.planning.step_graph import StepGraph
 from resources import build_resources
 from resources.artifacts import ArtifactRef, latest_fingerprint
@@ -115,6 +117,7 @@ def run_sweep(
     `evaluations_only`: every config evaluated, nothing ranked, confirmed or registered (its `board` is None)."""
     watch_interrupts()  # a Ctrl-C from now on is raised at the latest when the next Dagster run ends
     data = data_root(data_dir or default_data_dir())
+    own_configs = None if plan is None else load_sweep(spec).configs  # the rest this run added (a baseline)
     plan = plan or load_plan(spec, store, data)
     if evaluations_only and plan.sweep.search.adaptive:
         raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
@@ -132,6 +135,7 @@ def run_sweep(
     with exclusive(data):
         inputs_at_start = input_files(plan)
         claim_prefix(data, plan.sweep.name, plan.prefix)
+        record_sweep(data, plan, plan.sweep.configs if own_configs is None else own_configs)  # for gc
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
         if n := close_abandoned_runs(instance):

@@ -40,8 +40,8 @@ def test_gc_removes_what_the_changed_sweep_no_longer_needs_and_nothing_else(
     (dropped_index,) = [k for k in before.plan.keys("vector_index") if k.startswith("recursive-300")]
     dropped_collection = before.artifact("vector_index", dropped_index)["collection"][0]
     old_board = before.artifact("leaderboard")
-    changed = write_sweep(
-        tmp_path / "b.yaml", slice_data, name="cleaned", chunking=[KEPT, ADDED], retrieval=MODES
+    changed = write_sweep(  # the same file, changed: a sweep is its file
+        first, slice_data, name="cleaned", chunking=[KEPT, ADDED], retrieval=MODES
     )
     after = run_sweep(str(changed), str(data), progress=False)
     files_before_gc = _files(data)
