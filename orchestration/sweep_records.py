@@ -65,8 +65,14 @@ def with_recorded_configs(data: Path, plans: list[Plan]) -> list[Plan]:
         )
     out = []
     for plan in plans:
-        record = next((r for _, r in records if r["file"] == str(plan.sweep.path)), {})
-        added = tuple(RagConfig.model_validate(c) for c in record.get("added_configs", []))
+        path, record = next(((p, r) for p, r in records if r["file"] == str(plan.sweep.path)), (None, {}))
+        try:
+            added = tuple(RagConfig.model_validate(c) for c in record.get("added_configs", []))
+        except ValueError as e:  # pydantic's ValidationError is one: a record of another version
+            raise SpecError(
+                f"{path}: a config its run added is not one this version reads ({e.__class__.__name__}); "
+                "run the sweep again, or delete the record, then gc"
+            ) from None
         added = tuple(c for c in added if c not in plan.sweep.configs)
         out.append(load_plan(plan.sweep.path, plan.store, data, extra=added) if added else plan)
     return out
