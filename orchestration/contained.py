@@ -84,6 +84,8 @@ def subfolders(folder: Path, data: Path) -> tuple[list[Path], list[Path]]:
 
 def unlink_contained(path: Path, data: Path) -> bool:
     """Delete `path` only if it is a regular file under `data` reached without a link; False: left."""
+    if not is_remote(data) and not os.path.lexists(path):
+        return True  # gone already (another gc)
     if not contained(path, data):
         return False
     path.unlink(missing_ok=True)

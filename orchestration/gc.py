@@ -52,9 +52,8 @@ class Garbage:
     kept_files: int = 0
     kept_collections: set[tuple[str, str]] = field(default_factory=set)
     too_recent: int = 0
-    left: list[Path] = field(default_factory=list)  # links met (never followed nor removed), and what
-    # a delete found reached through one
-    left_collections: list[tuple[str, str]] = field(default_factory=list)  # their files reached so
+    left: list[Path] = field(default_factory=list)  # links met, and files a delete found behind one
+    left_collections: list[tuple[str, str]] = field(default_factory=list)  # whose files are behind one
 
     @property
     def bytes(self) -> int:
