@@ -223,12 +223,12 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
 
 
 def _gate_figures(result) -> dict:
-    """The gate's figures as check metadata: each test's difference and interval."""
+    """The gate's figures as check metadata: each test's difference, its interval and the Holm-adjusted one."""
     if result is None:
         return {}
     out = {}
     for t in result.candidates[0].tests:
-        for what in ("difference", "ci_low", "ci_high"):
+        for what in ("difference", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high"):
             if (value := getattr(t, what)) is not None:
                 out[f"{t.metric}/{what}"] = float(value)
     return out

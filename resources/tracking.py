@@ -618,7 +618,7 @@ class MlflowTracking(dg.ConfigurableResource):
         for c in result.candidates:
             run_tags.append(RunTag(f"verdict.{c.key}", c.verdict))
             for t in c.tests:
-                for what in ("difference", "ci_low", "ci_high"):
+                for what in ("difference", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high"):
                     if (value := getattr(t, what)) is not None:
                         metrics.append(Metric(f"{c.key}.{t.metric}.{what}", float(value), 0, 0))
         client.log_batch(rid, metrics=metrics, params=params, tags=run_tags)
