@@ -45,11 +45,15 @@ def recommendation_due(board: pl.DataFrame, key: str, now) -> bool:
 GATE_CHECK = "not_worse_than_champion"
 
 
-def gate_against_champion(plan: Plan, data, board: pl.DataFrame, key: str, now) -> dict:
+def gate_against_champion(
+    plan: Plan, data, board: pl.DataFrame, key: str, now, decision: dict | None = None
+) -> dict:
     """The recommendation `key` against the registered champion `now` (a model version), both as the
-    leaderboard evaluated them, by the sweep's `gate:` test (rag_core/decision/gate.py). Returns
+    leaderboard evaluated them, by the sweep's `gate:` test (rag_core/decision/gate.py) with the board's
+    effective weights (its `decision`'s judge measurement) and its failed-call rule. Returns
     `{"verdict": pass|fail|inconclusive|not gated, "message", "result"}`."""
     from rag_core.decision.gate import GateSettings, gate
+    from rag_core.decision.qualification import effective_weights
     from resources.artifacts import ArtifactRef
 
     if now is None:
@@ -78,13 +82,16 @@ def gate_against_champion(plan: Plan, data, board: pl.DataFrame, key: str, now) 
         }
     settings = GateSettings.of(plan.sweep.gate)
     labels = plan.labels
+    weights, _ = effective_weights(plan.sweep.weights, board, (decision or {}).get("judge"))
     result = gate(
         {key: frames[key]},
         frames[base],
-        dict(plan.sweep.weights),
+        weights,
         settings,
         labels,
         f"{where} ({labels.get(base, base)})",
+        summaries=rows,
+        baseline_key=base,
     )
     c = result.candidates[0]
     return {"verdict": c.verdict, "message": f"{c.label} vs {result.baseline}: {c.why}", "result": result}
@@ -158,7 +165,7 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
         now = current_champion(tracking.client(), plan.sweep.name)
         gated = {"verdict": "not gated", "message": "the champion is this evaluation already", "result": None}
         if recommendation_due(board, key, now):
-            gated = gate_against_champion(plan, data, board, key, now)
+            gated = gate_against_champion(plan, data, board, key, now, decision)
         figures = _gate_figures(gated["result"])
         if gated["result"] is not None:  # the comparison, in MLflow too: a gate run naming the champion
             from rag_core.decision.gate_report import reports
@@ -216,12 +223,12 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
 
 
 def _gate_figures(result) -> dict:
-    """The gate's figures as check metadata: each test's difference and interval."""
+    """The gate's figures as check metadata: each test's difference, its interval and the Holm-adjusted one."""
     if result is None:
         return {}
     out = {}
     for t in result.candidates[0].tests:
-        for what in ("difference", "ci_low", "ci_high"):
+        for what in ("difference", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high"):
             if (value := getattr(t, what)) is not None:
                 out[f"{t.metric}/{what}"] = float(value)
     return out

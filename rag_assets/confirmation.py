@@ -85,6 +85,9 @@ class Confirmation(StageLogic):
             decision["weights"],
             decision["recommended"],
             alpha=run.plan.sweep.decision.alpha,
+            summaries={
+                selection_key(k): r.read().row(0, named=True) for k, r in run.inputs["evaluations"].items()
+            },
         )
         summary["share"] = run.plan.sweep.decision.holdout
         return Artifact(run.ref, table, {"summary": pl.DataFrame({"json": [json.dumps(summary)]})})

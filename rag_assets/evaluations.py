@@ -119,6 +119,7 @@ class Evaluations(StageLogic):
             # partitions; the rest in one table-like JSON, not as ~30 more plots per config
             **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
             "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
+            **llm_failure_metadata(frame.row(0, named=True)),
         }
 
     def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
@@ -170,6 +171,24 @@ class Evaluations(StageLogic):
                 metadata={"judge_failures": failures, "judge_model": run.plan.sweep.judge_model or ""},
             )
         ]
+
+
+def llm_failure_metadata(summary: dict) -> dict:
+    """Each LLM-backed stage the config calls: its failed or fallen-back calls and its calls, and the stages
+    over the threshold that keeps it off the tiers (rag_core/decision/qualification.py)."""
+    from rag_core.decision.qualification import LLM_STAGES, describe, failed_stages
+
+    stages = {
+        stage: {"failed": int(summary.get(failed) or 0), "calls": int(summary.get(calls) or 0)}
+        for stage, (failed, calls) in LLM_STAGES.items()
+        if summary.get(calls) or summary.get(failed)
+    }
+    over = failed_stages(summary)
+    return {
+        "llm_calls": dg.MetadataValue.json(stages),
+        "too_many_errors": bool(over),
+        **({"failed_stages": describe(over)} if over else {}),
+    }
 
 
 def where_models_ran(run: StageRun) -> dict[str, str]:

@@ -21,13 +21,13 @@ from rag_core.decision.holdout import SELECTION, finalists, holdout_ids, holdout
 from rag_core.decision.leaderboard import (
     DISPLAY_COLUMNS,
     compare_to_leader,
-    defined_weights,
     rank_configs,
     score_plot_png,
     to_markdown,
     with_language_scores,
     with_plugin_metrics,
 )
+from rag_core.decision.qualification import JUDGE_METRIC, MAX_ERROR_SHARE, effective_weights
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
 from rag_core.decision.report import missed_questions, query_scores, ship_report
 from rag_core.metrics import undefined_reasons
@@ -44,12 +44,15 @@ TABLE_COLUMNS = [
     "tier",
     "vs_leader",
     *[c for c in DISPLAY_COLUMNS if c not in ("rank", "config_key", "overall_score")],
+    "failed_stages",
 ]
 COLUMN_NOTES = {
     "label": "what differs between the sweep's configs; full keys in the config_keys metadata",
     "tier": "1: the best config, every config not significantly worse (paired bootstrap, Holm) and any "
     "scoring above one of them",
     "vs_leader": "leader; tied (in tier 1); worse (a lower tier); too many errors (failed LLM calls)",
+    "failed_stages": f"the LLM-backed stages whose calls failed or fell back for more than {MAX_ERROR_SHARE:.0%} "
+    "of them",
 }
 
 
@@ -146,9 +149,6 @@ def publish_board(
     return path, to_markdown(frame), png, {"ship_report.html": page, "ship_report.md": md}
 
 
-JUDGE_METRIC = "faithfulness_judge"
-
-
 def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> dict | None:
     """The sweep's judge against its labels (evaluation.judge_labels): Cohen's kappa and accuracy with their
     intervals, and whether faithfulness_judge may be weighted: only a judge whose kappa reaches min_kappa is
@@ -160,6 +160,20 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
     sweep = run.plan.sweep
     if sweep.judge_labels is None:
         return None
+    last = (previous or {}).get("judge")  # None: no earlier measurement on this board's questions
+    measured = (last or {}).get(
+        "measured_at", 0.0
+    )  # a board from before measurements were dated: asked again
+    fresh = last is not None and any(modified(r.path()) > measured for r in evaluations)
+    return measure_judge(sweep, run.llm, fresh)
+
+
+def measure_judge(sweep, llm, fresh: bool = False) -> dict | None:
+    """The sweep's judge against its labels (`judge_agreement`), asked through `llm` (again, not from the
+    call cache, when `fresh`); None without labels. What the board weighs the judge's metric by, and the
+    gate too (rag_core/decision/qualification.effective_weights)."""
+    if sweep.judge_labels is None:
+        return None
     from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge_agreement import agreement, read_labels
     from rag_core.metrics.judge_alignment import leaked
@@ -167,13 +181,8 @@ def judge_agreement(run: StageRun, previous: dict | None, evaluations: list) -> 
 
     ev = sweep.evaluation
     rows, labels = read_labels(sweep.judge_labels)
-    last = (previous or {}).get("judge")  # None: no earlier measurement on this board's questions
-    measured = (last or {}).get(
-        "measured_at", 0.0
-    )  # a board from before measurements were dated: asked again
-    fresh = last is not None and any(modified(r.path()) > measured for r in evaluations)
     prompt = sweep.judge.prompt  # the prompt the evaluations ask it with (evaluation.judge_prompt)
-    scores = judge_labelled(Reasking(run.llm) if fresh else run.llm, sweep.judge_model, rows, prompt)
+    scores = judge_labelled(Reasking(llm) if fresh else llm, sweep.judge_model, rows, prompt)
     base = {
         "model": sweep.judge_model,
         "labels": str(sweep.judge_labels),
@@ -255,12 +264,10 @@ class Leaderboard(StageLogic):
         # ranked again on the same questions: the last board's decision, what changed since
         previous = json.loads(run.ref.read("decision")["json"][0]) if run.ref.intact() else None
         judged = judge_agreement(run, previous, [refs[k] for k in keys])  # None: no labels to measure against
-        weighted = run.plan.sweep.weights
         if judged and not judged["weighted"]:
-            weighted = {m: w for m, w in weighted.items() if m != JUDGE_METRIC}
             run.context.log.warning(f"{JUDGE_METRIC}: {judged['reason']}")
-        try:
-            weights, undefined = defined_weights(weighted, summaries)
+        try:  # the gate and the champion's check score with the same rule
+            weights, undefined = effective_weights(run.plan.sweep.weights, summaries, judged)
         except ValueError as e:
             raise dg.Failure(f"sweep {run.plan.sweep.name}: {e}") from None
         if undefined:

@@ -478,6 +478,9 @@ class MlflowTracking(dg.ConfigurableResource):
             values = {
                 k: row.get(k) for k in ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
             }
+            # each LLM-backed stage's share of failed or fallen-back calls, and whether one is over the
+            # threshold that keeps the config out of the tiers (rag_core/decision/qualification.py)
+            values |= {k: v for k, v in row.items() if k.startswith("failed_share_")}
             client.log_batch(
                 run_id,
                 metrics=[Metric(k, float(v), stamp, night) for k, v in values.items() if v is not None],
@@ -486,6 +489,8 @@ class MlflowTracking(dg.ConfigurableResource):
                     RunTag("vs_leader", str(row.get("vs_leader"))),
                     RunTag("recommended", str(bool(row.get("recommended"))).lower()),
                     RunTag("in_leaderboard", "true"),
+                    RunTag("too_many_errors", str(bool(row.get("too_many_errors"))).lower()),
+                    RunTag("failed_stages", row.get("failed_stages") or "none"),
                 ],
             )
             updated += 1
@@ -613,7 +618,7 @@ class MlflowTracking(dg.ConfigurableResource):
         for c in result.candidates:
             run_tags.append(RunTag(f"verdict.{c.key}", c.verdict))
             for t in c.tests:
-                for what in ("difference", "ci_low", "ci_high"):
+                for what in ("difference", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high"):
                     if (value := getattr(t, what)) is not None:
                         metrics.append(Metric(f"{c.key}.{t.metric}.{what}", float(value), 0, 0))
         client.log_batch(rid, metrics=metrics, params=params, tags=run_tags)

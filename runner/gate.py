@@ -16,10 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import polars as pl
+
 from orchestration.plans import load_plan
 from rag_assets.stage_asset import asset_key
 from rag_core.decision.gate import GateResult, GateSettings, gate
 from rag_core.decision.gate_report import reports
+from rag_core.decision.qualification import effective_weights
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig, SpecError
 from rag_core.planning.stages import CONFIG_STAGE
@@ -191,16 +194,28 @@ def run_gate(
     baseline = resolve_baseline(against, plan, store, data)
     plan, base_key = gate_plan(spec, plan, baseline, store, data)
     chosen = settings_of(plan, **(settings or {}))
-    if plan.config_keys == [base_key]:  # said before any work
-        raise SpecError(f"sweep {plan.sweep.name}: its only config is the baseline: nothing to gate")
     run = run_sweep(
         spec, str(data), False, verbose, progress, resources, store, plan=plan, evaluations_only=True
     )
     per_query = {k: run.artifact(CONFIG_STAGE, k, "per_query") for k in plan.config_keys}
-    candidates = {k: pq for k, pq in per_query.items() if k != base_key}
-    weights = dict(plan.sweep.weights)
-    result = gate(candidates, per_query[base_key], weights, chosen, plan.labels, baseline.label)
+    evaluated = {k: run.artifact(CONFIG_STAGE, k) for k in plan.config_keys}  # each config's summary
+    summaries = {k: frame.row(0, named=True) for k, frame in evaluated.items()}
+    # a file whose only config is the baseline's (a change that changed nothing): it is its own candidate
+    candidates = {k: pq for k, pq in per_query.items() if k != base_key} or {base_key: per_query[base_key]}
+    weights, judged = effective_gate_weights(run, plan, pl.concat(evaluated.values(), how="diagonal_relaxed"))
+    result = gate(
+        candidates,
+        per_query[base_key],
+        weights,
+        chosen,
+        plan.labels,
+        baseline.label,
+        summaries=summaries,
+        baseline_key=base_key,
+    )
     notes = _notes(run, plan, baseline, base_key)
+    if judged is not None and not judged["weighted"]:
+        notes.append(f"faithfulness_judge is not weighted, as on the leaderboard: {judged['reason']}")
     files = reports(result, notes)
     folder = write_reports(data, plan.sweep.name, files)
     link = {"baseline_model_name": baseline.model_name, "baseline_model_version": baseline.model_version}
@@ -208,6 +223,22 @@ def run_gate(
         plan.sweep.name, result, files, baseline.model_uri and link
     )
     return GateRun(result, baseline, base_key, plan, folder, run_id, notes, files)
+
+
+def effective_gate_weights(
+    run, plan: Plan, summaries: dict[str, dict]
+) -> tuple[dict[str, float], dict | None]:
+    """The weights the leaderboard would score these configs with (rag_core/decision/qualification.
+    effective_weights): the judge measured against the sweep's labels as the board measures it (through
+    the call cache), a metric no config defines left out; and that measurement (None: no labels)."""
+    from rag_assets.leaderboard import measure_judge
+
+    judged = measure_judge(plan.sweep, run.defs.resources["llm"])
+    try:
+        weights, _ = effective_weights(plan.sweep.weights, summaries, judged)
+    except ValueError as e:
+        raise SpecError(f"sweep {plan.sweep.name}: {e}") from None
+    return weights, judged
 
 
 def _notes(run, plan: Plan, baseline: Baseline, base_key: str) -> list[str]:

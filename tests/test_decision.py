@@ -274,6 +274,44 @@ def test_a_config_without_a_score_never_ranks_or_is_recommended():
     assert summary["recommended"] == "ok" and out["tier"].to_list() == [1, None]
 
 
+@pytest.mark.parametrize(
+    ("stage", "failed", "calls"),
+    [
+        ("hops", "n_hop_fallbacks", "hop_llm_calls"),
+        ("query_transform", "n_query_transform_fallbacks", "n_query_transform_calls"),
+        ("rerank", "n_rerank_fallbacks", "n_rerank_calls"),
+        ("context_compression", "n_context_compression_fallbacks", "n_context_compression_calls"),
+        ("generation", "n_generation_errors", "n_generation_calls"),
+        ("judge", "n_judge_failures", "n_judge_calls"),
+    ],
+)
+def test_a_config_over_the_threshold_in_any_llm_stage_is_not_tiered_or_recommended(stage, failed, calls):
+    """A hop model that failed all 80 calls made its config search more and score best: it ranked first in
+    tier 1. Any LLM-backed stage over the threshold keeps a config out, whatever its score."""
+    from rag_core.decision.leaderboard import compare_to_leader, rank_configs, terminal_columns
+
+    runs = {"down": per_query(wrong_on(0)), "ok": per_query(wrong_on(30)), "flaky": per_query(wrong_on(31))}
+    summaries = pl.DataFrame(
+        {
+            "config_key": ["down", "ok", "flaky"],
+            "token_f1": [1.0, 0.7, 0.69],
+            "cost_usd": [0.0, 0.0, 0.0],
+            "n_queries": [100.0] * 3,
+            "n_generation_errors": [0.0] * 3,
+            "retrieval_p50_ms": [1.0] * 3,
+            "generation_p50_ms": [0.0] * 3,
+        }
+    ).with_columns(pl.Series(failed, [80.0, 0.0, 8.0]), pl.Series(calls, [80.0, 100.0, 80.0]))
+    board = compare_to_leader(rank_configs(summaries, W), runs, W)
+    assert board["config_key"].to_list() == ["ok", "flaky", "down"]
+    assert board["too_many_errors"].to_list() == [False, False, True]  # 8 of 80 is 10%: not more
+    assert board["failed_stages"].to_list() == ["", "", f"{stage} 80 of 80 calls"]
+    assert board[f"failed_share_{stage}"].to_list() == [0.0, 0.1, 1.0]
+    assert board["vs_leader"][2] == "too many errors" and "failed_stages" in terminal_columns(board)
+    out, summary = decide(board, runs, W, Constraints())
+    assert summary["recommended"] == "ok" and out["tier"][2] is None and not out["recommended"][2]
+
+
 def test_latency_noise_within_the_band_does_not_decide_between_free_configs():
     def pick(slow_ms: float) -> str:
         runs = {

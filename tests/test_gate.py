@@ -177,8 +177,79 @@ def test_an_outage_is_no_evidence_either_way():
     base = noisy(40)
     failed = shifted(base, -0.5).with_columns(pl.lit("RateLimitError").alias("error"))
     c = gate({"outage": failed}, base, WEIGHTS, SETTINGS).candidates[0]
-    assert c.verdict == "inconclusive" and "generation failed on 40 of 40" in c.why
+    assert c.verdict == "inconclusive" and "generation 40 of 40 calls" in c.why
     assert all(not t.decidable for t in c.tests)
+
+
+@pytest.mark.parametrize(
+    ("stage", "failed", "calls"),
+    [
+        ("hops", "n_hop_fallbacks", "hop_llm_calls"),
+        ("query_transform", "n_query_transform_fallbacks", "n_query_transform_calls"),
+        ("rerank", "n_rerank_fallbacks", "n_rerank_calls"),
+        ("context_compression", "n_context_compression_fallbacks", "n_context_compression_calls"),
+        ("judge", "n_judge_failures", "n_judge_calls"),
+    ],
+)
+def test_an_outage_in_any_llm_stage_is_no_evidence_either_way(stage, failed, calls):
+    """A hop model down for every call made a config search more and score higher: the gate, given the
+    evaluations' summaries, passes neither it nor a config gated against it."""
+    base = noisy(40)
+    better = shifted(base, 0.2)
+    healthy = {"n_queries": 40.0, "n_generation_errors": 0.0, "n_generation_calls": 40.0}
+    down = {**healthy, failed: 80.0, calls: 80.0}
+    c = gate(
+        {"down": better}, base, WEIGHTS, SETTINGS, summaries={"down": down, "b": healthy}, baseline_key="b"
+    ).candidates[0]
+    assert c.verdict == "inconclusive" and f"{stage} 80 of 80 calls" in c.why
+    assert all(not t.decidable for t in c.tests)
+    flaky = {**healthy, failed: 8.0, calls: 80.0}  # 10%: not more than the threshold
+    ok = gate({"ok": better}, base, WEIGHTS, SETTINGS, summaries={"ok": flaky}).candidates[0]
+    assert ok.verdict == "pass"
+    against = gate(
+        {"c": better}, base, WEIGHTS, SETTINGS, summaries={"c": healthy, "b": down}, baseline_key="b"
+    ).candidates[0]
+    assert against.verdict == "inconclusive" and "the baseline's LLM calls" in against.why
+
+
+def test_an_unchanged_config_passes_saying_so():
+    base = noisy(40)
+    (c,) = gate({"champ": base}, base, WEIGHTS, SETTINGS, baseline_key="champ").candidates
+    assert c.verdict == "pass" and "unchanged: the candidate is the baseline's own config" in c.why
+    tiny = noisy(3)  # too few questions for any test: unchanged is still a pass, not inconclusive
+    assert gate({"champ": tiny}, tiny, WEIGHTS, SETTINGS, baseline_key="champ").verdict == "pass"
+    down = {"n_queries": 40.0, "n_generation_errors": 40.0}
+    outage = gate({"champ": base}, base, WEIGHTS, SETTINGS, summaries={"champ": down}, baseline_key="champ")
+    assert outage.verdict == "inconclusive"
+
+
+def test_the_printed_interval_is_the_one_the_holm_adjusted_verdict_used():
+    """Holm can withhold a verdict whose unadjusted 90% interval lies wholly beyond the margin: the
+    Holm-adjusted interval is printed too, and it lies beyond the margin exactly when the verdict says so."""
+    withheld = None
+    for seed in range(300):
+        base = noisy(25, seed=seed)
+        cands = {f"c{i}": shifted(base, -0.045, noise=0.08, seed=1000 * seed + i) for i in range(3)}
+        for settings in (SETTINGS, GateSettings(margin=0.02, equivalence=True)):
+            for c in gate(cands, base, WEIGHTS, settings).candidates:
+                t = c.tests[0]
+                assert t.holm_ci_low <= t.ci_low and t.holm_ci_high >= t.ci_high  # never narrower
+                if settings.equivalence:
+                    shown_outside = t.holm_ci_high < -0.02 or t.holm_ci_low > 0.02
+                    assert (t.verdict == "fail") == shown_outside
+                    assert (t.verdict == "pass") == (-0.02 < t.holm_ci_low and t.holm_ci_high < 0.02)
+                else:
+                    assert (t.verdict == "fail") == (t.holm_ci_high < -0.02)
+                    assert (t.verdict == "pass") == (t.holm_ci_low > -0.02)
+                if not settings.equivalence and t.verdict == "inconclusive" and t.ci_high < -0.02:
+                    withheld = t
+        if withheld is not None:
+            break
+    assert withheld is not None, "no case where Holm withholds a verdict the raw interval shows"
+    assert "neither shown" in withheld.why
+    holm_part = withheld.why.split("Holm-adjusted [", 1)[1].split("]", 1)[0]
+    low, high = (float(x) for x in holm_part.split(", "))
+    assert low <= -0.02 <= high  # the printed adjusted interval does not lie beyond the margin
 
 
 def test_too_few_questions_make_no_claim():
@@ -261,7 +332,7 @@ def test_the_champion_check_gates_the_recommendation_against_the_champions_evalu
     (tmp_path / "evaluations").mkdir()
     for i, pq in enumerate(frames.values()):
         pq.write_parquet(tmp_path / "evaluations" / f"fp{i}.per_query.parquet")
-    board = pl.DataFrame({"config_key": list(frames), "fingerprint": ["fp0", "fp1"]})
+    board = _board(frames)
     champion = SimpleNamespace(version="3", tags={"config_key": k4})
 
     worse = gate_against_champion(plan, tmp_path, board, k1, champion)
@@ -280,6 +351,50 @@ def test_the_champion_check_gates_the_recommendation_against_the_champions_evalu
         gone["verdict"] == "not gated" and gone["compared"] is False and "rag-sweep gate" in gone["message"]
     )
     assert gate_against_champion(plan, tmp_path, board, k1, None)["verdict"] == "not gated"
+
+
+def _board(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """A leaderboard's rows of these evaluations (fp0, fp1, ...): key, fingerprint and the summary."""
+    rows = [
+        {"config_key": k, "fingerprint": f"fp{i}", **summarize(pq)}
+        for i, (k, pq) in enumerate(frames.items())
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_the_champion_check_weighs_the_judge_as_the_board_does(slice_data, tmp_path):
+    """Two configs the board ties (the judge's kappa fell below the floor: its metric not weighted) are not
+    told apart by the judge alone in the champion's check."""
+    from types import SimpleNamespace
+
+    from orchestration.plans import load_plan
+    from rag_assets.champion import gate_against_champion
+    from tests.conftest import write_sweep
+
+    weights = {**WEIGHTS, "faithfulness_judge": 0.5}
+    spec = write_sweep(
+        tmp_path / "s.yaml",
+        slice_data,
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": [1, 4]},
+        weights=weights,
+        evaluation={"judge_model": "openai/stub-judge"},
+        gate={"margin": 0.02},
+    )
+    plan = load_plan(spec, data_dir=tmp_path)
+    k1, k4 = plan.config_keys
+    base = noisy(40, seed=3).with_columns(pl.lit(1.0).alias("faithfulness_judge"))
+    frames = {k4: base, k1: base.with_columns(pl.lit(0.2).alias("faithfulness_judge"))}
+    (tmp_path / "evaluations").mkdir()
+    for i, pq in enumerate(frames.values()):
+        pq.write_parquet(tmp_path / "evaluations" / f"fp{i}.per_query.parquet")
+    board, champion = _board(frames), SimpleNamespace(version="3", tags={"config_key": k4})
+    untrusted = {"judge": {"weighted": False, "reason": "kappa 0.1 below min_kappa 0.6"}}
+    gated = gate_against_champion(plan, tmp_path, board, k1, champion, untrusted)
+    assert gated["verdict"] == "pass", gated["message"]
+    assert "faithfulness_judge" not in gated["message"]
+    trusted = gate_against_champion(plan, tmp_path, board, k1, champion, {"judge": {"weighted": True}})
+    assert trusted["verdict"] == "fail"  # the same judge, trusted: its -0.8 counts
 
 
 # ---- the command line: what it refuses before any work --------------------------------------------
@@ -318,7 +433,8 @@ def test_the_gate_refuses_what_it_cannot_run_before_any_work(slice_data, tmp_pat
     assert not (tmp_path / "data" / "dagster_home").exists()  # no run was started
 
 
-def test_a_file_whose_only_config_is_the_baseline_is_refused_before_any_work(slice_data, tmp_path, capsys):
+def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, tmp_path, capsys):
+    """A pull request that changed nothing gates the champion's own config: a pass (exit 0), saying so."""
     from orchestration.plans import load_plan
     from rag_sweep.cli import main
     from tests.conftest import write_sweep
@@ -330,6 +446,6 @@ def test_a_file_whose_only_config_is_the_baseline_is_refused_before_any_work(sli
         retrieval={"mode": "bm25", "top_k": 2},
     )
     label = load_plan(spec).labels[load_plan(spec).config_keys[0]]
-    assert main(["gate", str(spec), "--against", label, "--data-dir", str(tmp_path / "data")]) == 2
-    assert "its only config is the baseline: nothing to gate" in capsys.readouterr().err
-    assert not (tmp_path / "data" / "dagster_home").exists()
+    assert main(["gate", str(spec), "--against", label, "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert "unchanged: the candidate is the baseline's own config" in out and "verdict: pass (exit 0)" in out

@@ -131,6 +131,25 @@ def test_a_failed_llm_decision_falls_back_to_the_names_rule_and_is_counted():
     assert row["hop_queries"][1] == f"{QUESTION} Alpha Studio" and row["hop_doc_ids"][1] == ["alpha"]
 
 
+def test_an_llm_outage_makes_the_names_rules_decisions_not_more_hops():
+    """A hop model that fails every call: each decision is the names rule's (the README's fallback), so the
+    loop stops where the names rule stops, and every call is counted as fallen back."""
+    from resources.llm import LLMClient
+    from tests.openai_stub import OpenAIStub
+
+    names = retrieve(config(max_hops=3), QA, chunks(), MemoryStore(chunks()), "c", no_embedding, None)
+    with OpenAIStub(lambda p: (500, "down", 0.0)) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0, retry_backoff_s=0.01)
+        c = config(max_hops=3, hop_policy="llm", hop_model="openai/stub-judge")
+        row = retrieve(c, QA, chunks(), MemoryStore(chunks()), "c", no_embedding, llm).row(0, named=True)
+    expected = names.row(0, named=True)
+    for col in ("hops", "hop_queries", "hop_doc_ids", "hop_stop", "doc_ids"):
+        assert row[col] == expected[col], col
+    assert row["hop_stop"] == "sufficient" and row["hops"] == 2
+    # hop 2: sufficiency and query failed; hop 3: sufficiency failed, the passages cover the question
+    assert row["hop_calls"] == 3 and row["hop_fallbacks"] == 3
+
+
 def test_names_coverage_and_hop_scores():
     assert names_in("The studio moved. Alpha Studio joined the Bank of England in 1990.") == [
         "Alpha Studio",

@@ -104,6 +104,64 @@ def test_cross_encoder_reorders_by_its_scores(tiny_cross_encoder):
     assert len(set(np.round(scores, 6))) > 1  # a real model, not a constant
 
 
+# ---- each LLM stage's fallback, as the README states it ---------------------------------------------
+
+
+def test_each_llm_stage_falls_back_as_the_readme_says_and_counts_it():
+    """Every call fails (a 500 after retries): the query transformation searches the question, the LLM
+    reranker keeps the retrieval order, compression keeps the block, generation keeps the error and an
+    empty answer, the judge gives no score; each counted (the hop loop: tests/test_hops.py)."""
+    from rag_core.evaluation.evaluate import judge, llm_calls
+    from rag_core.generation.answering import answer
+    from rag_core.planning.spec import RagConfig
+    from rag_core.retrieval.rerank import rerank
+    from rag_core.retrieval.retrieve import transform_queries
+
+    config = RagConfig(
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        embedding={"model": "all-MiniLM-L6-v2"},
+        index={"store": "lancedb"},
+        retrieval={"mode": "bm25", "top_k": 2, "query_transform": "rewrite", "query_model": MODEL},
+        rerank={"method": "llm", "candidates": 3, "model": MODEL},
+        generation={"model": MODEL, "context": "compress", "context_model": MODEL},
+    )
+    qa = pl.DataFrame({"query_id": ["q1"], "question": ["Who founded Alpha Studio?"]})
+    retrieved = pl.DataFrame(
+        {
+            "query_id": ["q1"],
+            "chunk_ids": [["c1", "c2", "c3"]],
+            "doc_ids": [["d1", "d2", "d3"]],
+            "scores": [[3.0, 2.0, 1.0]],
+            "titles": [["A", "B", "C"]],
+            "texts": [["first passage", "second passage", "third passage"]],
+        }
+    )
+    with OpenAIStub(lambda p: (500, "down", 0.0)) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=1, retry_backoff_s=0.01)
+        ((queries, fell_back, _),) = transform_queries(config, ["Who founded Alpha Studio?"], llm)
+        reranked = rerank(config, retrieved, qa, llm, lambda: {}, lambda texts: None)
+        answers = answer(config, qa, reranked, llm, lambda t: len(t.split()), lambda: None)
+        scores, _ = judge(llm, MODEL, qa, reranked, answers.with_columns(pl.lit("an answer").alias("answer")))
+        asked = len(stub.requests)
+    assert queries == ["Who founded Alpha Studio?"] and fell_back  # the question itself is searched
+    row = reranked.row(0, named=True)
+    assert row["rerank_fallback"] and row["chunk_ids"] == ["c1", "c2"]  # the retrieval's order, cut to top_k
+    a = answers.row(0, named=True)
+    assert a["context_texts"] == ["first passage", "second passage"]  # every block kept uncompressed
+    assert a["context_fallbacks"] == 2 and a["context_calls"] == 2
+    assert a["answer"] == "" and "down" in a["error"]  # the error kept, never an answer to score
+    assert scores == {"q1": None}  # no score: counted in n_judge_failures
+    assert asked == 2 * (1 + 1 + 2 + 1 + 1)  # each call tried twice (max_retries 1)
+    calls = llm_calls(config, pl.DataFrame({"query_id": ["q1"]}), reranked, answers, judged=True)
+    assert calls == {
+        "n_query_transform_calls": 1.0,
+        "n_rerank_calls": 1.0,
+        "n_context_compression_calls": 2.0,
+        "n_generation_calls": 1.0,
+        "n_judge_calls": 1.0,
+    }
+
+
 # ---- a sweep varying every new dimension ---------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import polars as pl
 
-from rag_core.decision.qualification import MAX_ERROR_SHARE
+from rag_core.decision.qualification import failed_stages, outage_reason
 from rag_core.metrics import needs
 from rag_core.metrics.stats import holm, min_questions_for_claim
 
@@ -61,7 +61,7 @@ class Test:
     margin: float
     n: int  # questions on which both configs define it
     difference: float | None  # mean of candidate - baseline
-    ci_low: float | None
+    ci_low: float | None  # the unadjusted (1 - 2 alpha) interval
     ci_high: float | None
     p_pass: float = 1.0  # raw p of the test whose rejection passes (non-inferiority; TOST)
     p_fail: float = 1.0  # raw p of the test whose rejection fails (worse than the margin; outside the band)
@@ -71,6 +71,9 @@ class Test:
     questions_needed: int | None = None  # an inconclusive test: the questions a decisive test would need
     why: str = ""
     decidable: bool = True  # False: no test can be run (too few questions, undefined, an outage)
+    # the interval the Holm-adjusted verdict used: each bound at the level Holm gave its test (`holm_bounds`)
+    holm_ci_low: float | None = None
+    holm_ci_high: float | None = None
 
 
 @dataclass
@@ -204,8 +207,15 @@ def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests
     return max(int(math.ceil(float(np.atleast_1d(n)[0]))), len(d) + 1)
 
 
-def error_share(per_query: pl.DataFrame) -> float:
-    return per_query["error"].drop_nulls().len() / max(per_query.height, 1)
+def per_query_failures(per_query: pl.DataFrame) -> dict[str, float]:
+    """The failure counts a per-query evaluation holds itself (generation errors, judge failures), as an
+    evaluation's summary has them: what the gate counts when it is given no summary."""
+    out = {"n_queries": float(per_query.height), "n_generation_errors": 0.0}
+    if "error" in per_query.columns:
+        out["n_generation_errors"] = float(per_query["error"].drop_nulls().len())
+    if "faithfulness_judge" in per_query.columns:
+        out["n_judge_failures"] = float(per_query["faithfulness_judge"].null_count())
+    return out
 
 
 def gate(
@@ -215,28 +225,43 @@ def gate(
     settings: GateSettings,
     labels: dict[str, str] | None = None,
     baseline_label: str = "baseline",
+    summaries: dict[str, dict] | None = None,
+    baseline_key: str | None = None,
 ) -> GateResult:
     """Each candidate's verdict against the baseline (module doc). `candidates`: config key -> its
-    per-query evaluation; `baseline`: the baseline's, on the same questions."""
+    per-query evaluation; `baseline`: the baseline's, on the same questions. `weights`: the effective ones
+    (rag_core/decision/qualification.effective_weights, as the board scores). `summaries`: each config's
+    evaluation summary by key (the baseline's under `baseline_key`): a config whose LLM calls failed in any
+    stage over the board's threshold (qualification.failed_stages) is no evidence either way; without
+    them, the failures the per-query frames hold are counted. A candidate that is `baseline_key` itself
+    (an unchanged config) passes, saying so, unless its calls failed."""
     labels = labels or {}
+    summaries = summaries or {}
     metrics = list(settings.metric_margins)
     floor = min_questions_for_claim(settings.alpha)
-    outage_base = error_share(baseline) > MAX_ERROR_SHARE
+
+    def outage(key: str | None, frame: pl.DataFrame) -> dict:
+        return failed_stages(summaries.get(key) or per_query_failures(frame))
+
+    outage_base = outage(baseline_key, baseline)
     tests: dict[str, list[Test]] = {}
     diffs: dict[tuple[str, str], np.ndarray] = {}
     for key, frame in candidates.items():
         per = paired_differences(frame, baseline, weights, metrics)
         out = []
+        outage_here = outage(key, frame)
         for metric, margin in [(OVERALL, settings.margin), *settings.metric_margins.items()]:
             d = per.get(metric, np.zeros(0))
             test = Test(key, metric, margin, len(d), None, None, None)
-            if outage_base or error_share(frame) > MAX_ERROR_SHARE:
-                who, pq = ("the baseline", baseline) if outage_base else ("the candidate", frame)
-                test.why = (
-                    f"{who}'s generation failed on {pq['error'].drop_nulls().len()} of {pq.height} questions "
-                    f"(more than {MAX_ERROR_SHARE:.0%}): its scores measure the failure, not the pipeline"
+            if outage_base or outage_here:
+                who, stages = (
+                    ("the baseline's", outage_base) if outage_base else ("the candidate's", outage_here)
                 )
+                test.why = outage_reason(stages, who)
                 test.decidable = False
+            elif key == baseline_key:  # the same evaluation: nothing changed, nothing to test
+                test.difference, test.verdict, test.decidable = 0.0, "pass", False
+                test.why = f"unchanged: the candidate is the baseline's own config ({len(d)} questions)"
             elif len(d) == 0:
                 need = needs(metric) or "values this evaluation computes"
                 test.why = f"no question defines it for both configs (it needs {need})"
@@ -263,14 +288,21 @@ def gate(
             t.p_pass_holm, t.p_fail_holm = float(pp), float(pf)
             if not t.decidable:
                 continue
-            if t.p_fail_holm < settings.alpha:
-                t.verdict = "fail"
+            t.verdict = (
+                "fail"
+                if t.p_fail_holm < settings.alpha
+                else "pass"
+                if t.p_pass_holm < settings.alpha
+                else "inconclusive"
+            )
+            d = diffs[(t.candidate, metric)]
+            t.holm_ci_low, t.holm_ci_high = holm_bounds(d, t, settings)
+            if t.verdict == "fail":
                 t.why = _fail_why(t, settings)
-            elif t.p_pass_holm < settings.alpha:
-                t.verdict = "pass"
+            elif t.verdict == "pass":
                 t.why = _pass_why(t, settings)
             else:
-                t.questions_needed = questions_needed(diffs[(t.candidate, metric)], t.margin, settings, m)
+                t.questions_needed = questions_needed(d, t.margin, settings, m)
                 t.why = _inconclusive_why(t, settings)
     results = []
     for key, frame in candidates.items():
@@ -297,10 +329,37 @@ def gate(
     )
 
 
+def holm_bounds(d: np.ndarray, t: Test, settings: GateSettings) -> tuple[float, float]:
+    """The interval the Holm-adjusted verdict used: each one-sided bound at the level Holm gave its test,
+    alpha · p / p_Holm (p_Holm < alpha exactly when p < that level), so a bound lies beyond the margin
+    exactly when the verdict says it is shown. Non-inferiority: the lower bound is the passing test's, the
+    upper bound the failing test's. Equivalence: both bounds at the passing test's level for a pass, at
+    the failing test's for a fail, the wider of the two otherwise."""
+    from scipy import stats
+
+    n, mean = len(d), float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(n))
+
+    def level(p: float, p_holm: float) -> float:  # p_Holm 0: p is 0 too (no spread), any level will do
+        return settings.alpha * p / p_holm if p_holm > 0 else settings.alpha
+
+    def half(a: float) -> float:
+        return float(stats.t.ppf(1 - min(max(a, 1e-300), 0.5), n - 1)) * se
+
+    a_pass, a_fail = level(t.p_pass, t.p_pass_holm), level(t.p_fail, t.p_fail_holm)
+    if not settings.equivalence:
+        return mean - half(a_pass), mean + half(a_fail)
+    a = a_pass if t.verdict == "pass" else a_fail if t.verdict == "fail" else min(a_pass, a_fail)
+    return mean - half(a), mean + half(a)
+
+
 def _band(t: Test, settings: GateSettings) -> str:
-    return (
+    band = (
         f"difference {t.difference:+.4f}, {settings.level:.0%} interval [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
     )
+    if t.holm_ci_low is not None:
+        band += f", Holm-adjusted [{t.holm_ci_low:+.4f}, {t.holm_ci_high:+.4f}]"
+    return band
 
 
 def _pass_why(t: Test, settings: GateSettings) -> str:

@@ -13,6 +13,8 @@ def _figures(t: Test) -> str:
     if t.difference is None:
         return "n/a"
     interval = f" [{t.ci_low:+.4f}, {t.ci_high:+.4f}]" if t.ci_low is not None else ""
+    if t.holm_ci_low is not None:  # the interval the Holm-adjusted verdict used
+        interval += f", Holm-adjusted [{t.holm_ci_low:+.4f}, {t.holm_ci_high:+.4f}]"
     return f"{t.difference:+.4f}{interval}"
 
 
@@ -67,7 +69,8 @@ def markdown(result: GateResult) -> str:
         "",
         f"Baseline **{result.baseline}** (overall score {_score(result.baseline_score)}) on {result.questions} "
         f"questions; a candidate passes when it is shown {kind} (paired one-sided t-tests, "
-        f"{s.level:.0%} intervals, Holm over the candidates at alpha {s.alpha:g}).",
+        f"{s.level:.0%} intervals and the Holm-adjusted ones the verdicts used, Holm over the candidates at "
+        f"alpha {s.alpha:g}).",
         "",
         "| candidate | test | margin | difference [interval] | p (Holm) | verdict | why |",
         "|---|---|---|---|---|---|---|",

@@ -104,6 +104,7 @@ def confirm(
     recommended: str | None,
     alpha: float = 0.05,
     seed: int = 0,
+    summaries: dict[str, dict] | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """Score the finalists (`holdout`: config key -> its per-query metrics on the holdout) and confirm the
     recommendation. Returns one row per finalist (holdout score, its 95% interval, the drop from the
@@ -113,7 +114,11 @@ def confirm(
     questions, Holm over the finalists); otherwise `instead`, the best finalist on the holdout that meets
     the constraints. `confirmed` is None, and `status` says why, when the holdout cannot confirm anything:
     a finalist's LLM call failed on it (its score is an outage, not quality: a rerun asks again), or it has
-    fewer questions than any paired test needs to reach alpha."""
+    fewer questions than any paired test needs to reach alpha. `summaries`: the finalists' holdout
+    evaluation summaries by key: a stage whose calls failed or fell back over the board's threshold
+    (rag_core/decision/qualification.failed_stages: query transform, hops, reranking, compression, the
+    judge) fails the holdout too."""
+    from rag_core.decision.qualification import describe, failed_stages
     from rag_core.decision.recommendation import bootstrap_scores
     from rag_core.metrics.stats import holm, min_questions_for_claim, sign_flip_p
     from rag_core.search.halving import question_scores
@@ -157,7 +162,8 @@ def confirm(
     n = int(holdout[keys[0]].height)
     need = min_questions_for_claim(alpha)
     failed = {k: e for k, e in errors.items() if e}
-    status = "failed" if failed else "too few questions" if n < need else "decided"
+    stages = {k: describe(o) for k in keys if (o := failed_stages((summaries or {}).get(k) or {}))}
+    status = "failed" if failed or stages else "too few questions" if n < need else "decided"
     confirmed = None
     instead = None
     if recommended in keys and status == "decided":
@@ -178,6 +184,7 @@ def confirm(
         "n_questions": n,
         "min_questions": need,
         "failed_calls": failed,
+        "failed_stages": stages,
         "alpha": alpha,
     }
     if recommended in keys:
@@ -203,6 +210,13 @@ def verdict(s: dict) -> str:
     if s["recommended"] is None:
         return f"nothing to confirm: no config is recommended ({len(s['finalists'])} finalists on {n} holdout questions)"
     status = s.get("status", "decided")
+    if status == "failed" and not s["failed_calls"]:  # another stage than generation
+        who = "; ".join(f"{k}: {e}" for k, e in s["failed_stages"].items())
+        return (
+            f"not confirmed, the holdout failed: LLM calls of the finalists failed or fell back on the {n} "
+            f"holdout questions ({who}); these scores measure the failure, not the pipeline. Run again: a "
+            "rerun asks the failed calls again"
+        )
     if status == "failed":
         calls = sum(s["failed_calls"].values())
         who = ", ".join(f"{k}: {e}" for k, e in s["failed_calls"].items())

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from rag_core.decision.qualification import MAX_ERROR_SHARE
-from rag_core.metrics import overall_score, undefined_reasons
+from rag_core.decision.qualification import (
+    MAX_ERROR_SHARE,
+    defined_weights,  # noqa: F401  (imported from here too)
+    error_columns,
+)
+from rag_core.metrics import overall_score
 
 DISPLAY_COLUMNS = [
     "rank",
@@ -113,35 +117,20 @@ def compare_to_leader(
     return out.select(front + [c for c in out.columns if c not in front])
 
 
-def defined_weights(weights: dict[str, float], summaries: pl.DataFrame) -> tuple[dict[str, float], list[str]]:
-    """(the weights of the metrics some config defines, the weighted metrics none defines). A metric is
-    undefined for every config when no query can define it (recall without any gold documents): it is
-    left out of the overall score, whose other weights keep their proportions, instead of counting as 0."""
-    undefined = [
-        m for m in weights if m not in summaries.columns or summaries[m].null_count() == summaries.height
-    ]
-    kept = {m: w for m, w in weights.items() if m not in undefined}
-    if not kept:
-        raise ValueError(
-            f"no weighted metric is defined for any config ({', '.join(undefined)}): give weight to a "
-            f"metric this QA set defines ({undefined_reasons(undefined)})"
-        )
-    return kept, undefined
-
-
 def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
-    """Rank by overall score, then cost, then latency; configs with `too_many_errors` (generation errors
-    on more than MAX_ERROR_SHARE of the queries) or `no_score` (an overall score that is not a finite
-    number) come after every other config: neither is a measure of quality."""
+    """Rank by overall score, then cost, then latency; configs with `too_many_errors` (the calls of an
+    LLM-backed stage failed or fell back for more than MAX_ERROR_SHARE of them: qualification.error_columns)
+    or `no_score` (an overall score that is not a finite number) come after every other config: neither is
+    a measure of quality."""
     scores = [overall_score(row, weights) for row in summaries.iter_rows(named=True)]
     no_score = [s is None or s != s or s in (float("inf"), float("-inf")) for s in scores]
     latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]
     error_share = summaries["n_generation_errors"] / summaries["n_queries"].clip(lower_bound=1)
     ranked = (
-        summaries.with_columns(
+        error_columns(summaries)
+        .with_columns(
             pl.Series("overall_score", scores, pl.Float64),
             error_share.alias("generation_error_share"),
-            (error_share > MAX_ERROR_SHARE).alias("too_many_errors"),
             pl.Series("no_score", no_score, pl.Boolean),
             latency.alias("_latency"),
         )
@@ -184,12 +173,13 @@ TERMINAL_NAMES = {
     "n_generation_errors": "gen errors",
     "n_judge_failures": "judge fails",
     "chunk_truncated_share": "truncated",
+    "failed_stages": "failed LLM calls",
 }
 TERMINAL_LEGEND = (
     "tier 1: the best config, every config not significantly worse (paired bootstrap over the same "
     "questions, Holm-corrected) and any scoring above one of them; vs leader: tied = in tier 1, worse = a lower tier, too many errors = "
-    f"LLM calls failed for more than {MAX_ERROR_SHARE:.0%} of the questions (gen errors: never tiered or "
-    "recommended), no score = the overall score is not a number; truncated: share of chunks longer than the embedder reads; undefined: no "
+    f"the LLM calls of a stage failed or fell back for more than {MAX_ERROR_SHARE:.0%} of its calls (failed LLM "
+    "calls: never tiered or recommended), no score = the overall score is not a number; truncated: share of chunks longer than the embedder reads; undefined: no "
     "question defines that metric"
 )
 
@@ -259,7 +249,7 @@ def score_plot_png(df: pl.DataFrame) -> bytes:
 
 
 # Shown only when some config has a non-zero value: they say a score is not what it seems.
-WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_share"]
+WARNING_COLUMNS = ["n_generation_errors", "n_judge_failures", "chunk_truncated_share", "failed_stages"]
 
 
 def terminal_columns(board: pl.DataFrame) -> list[str]:
@@ -281,4 +271,11 @@ def terminal_columns(board: pl.DataFrame) -> list[str]:
     if "mean_hops" in board.columns and board["mean_hops"].drop_nulls().len():  # an iterative retrieval
         cols.insert(cols.index("retrieval_p50_ms"), "mean_hops")
     cols = with_language_scores(with_plugin_metrics(cols, board), board)
-    return cols + [c for c in WARNING_COLUMNS if c in board.columns and board[c].fill_null(0).sum() > 0]
+    return cols + [c for c in WARNING_COLUMNS if c in board.columns and _warns(board[c])]
+
+
+def _warns(column: pl.Series) -> bool:
+    """Whether a warning column says something: a non-zero count, or a non-empty text."""
+    if column.dtype == pl.String:
+        return bool(column.fill_null("").str.len_chars().sum())
+    return column.fill_null(0).sum() > 0

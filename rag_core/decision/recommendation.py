@@ -203,12 +203,20 @@ def no_qualifying_config(board: pl.DataFrame) -> str:
     parts = []
     if errors:
         parts.append(
-            f"{errors} had LLM calls fail for more than {MAX_ERROR_SHARE:.0%} of the questions (see gen "
-            "errors; a rerun asks the failed calls again)"
+            f"{errors} had LLM calls fail or fall back for more than {MAX_ERROR_SHARE:.0%} of a stage's calls "
+            f"({_stages(board)}; a rerun asks the failed calls again)"
         )
     if unscored:
         parts.append(f"{unscored} have no overall score (not a number)")
     return f"no config qualifies: of {board.height} configs, " + " and ".join(parts)
+
+
+def _stages(board: pl.DataFrame) -> str:
+    """The failed stages of the configs over the threshold, e.g. `hops 80 of 80 calls`."""
+    if "failed_stages" not in board.columns:  # a board from before every stage was counted
+        return "see gen errors"
+    found = board.filter(pl.col("too_many_errors"))["failed_stages"].drop_nulls().unique(maintain_order=True)
+    return "; ".join(s for s in found if s) or "see gen errors"
 
 
 def too_few_questions(n: int, alpha: float) -> str:

@@ -218,10 +218,31 @@ def evaluate(
         "n_query_transform_fallbacks": float(reranked["transform_fallback"].sum()),
         "n_rerank_fallbacks": float(reranked["rerank_fallback"].sum()),
         "n_context_compression_fallbacks": float(answers["context_fallbacks"].sum()),
+        **llm_calls(c, per_query, reranked, answers, judged is not None),
     }
     if c.retrieval.iterates:
         metrics |= hop_summary(per_query, reranked, c.retrieval.max_hops)
     return per_query, metrics
+
+
+def llm_calls(
+    c: RagConfig, per_query: pl.DataFrame, reranked: pl.DataFrame, answers: pl.DataFrame, judged: bool
+) -> dict[str, float]:
+    """The calls each LLM-backed stage made, against which its failed or fallen-back calls are counted
+    (rag_core/decision/qualification.LLM_STAGES; the hop loop counts its own, `hop_llm_calls`). Generation
+    and the judge count questions, as their failures do (a question's samples: one)."""
+    questions = float(per_query.height)
+    if "context_calls" in answers.columns:
+        compress = float(answers["context_calls"].sum())
+    else:  # answers from before the calls were counted: at least the blocks that fell back
+        compress = float(answers["context_fallbacks"].sum())
+    return {
+        "n_query_transform_calls": float(reranked.height) if c.retrieval.query_transform != "none" else 0.0,
+        "n_rerank_calls": float(reranked.height) if c.rerank.method == "llm" else 0.0,
+        "n_context_compression_calls": compress if c.generation.context == "compress" else 0.0,
+        "n_generation_calls": 0.0 if c.generation.is_reader else questions,
+        "n_judge_calls": questions if judged else 0.0,
+    }
 
 
 def hop_summary(per_query: pl.DataFrame, ret: pl.DataFrame, max_hops: int) -> dict[str, float | None]:

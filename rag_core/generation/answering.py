@@ -35,6 +35,7 @@ ANSWER_SCHEMA = {
     "context_texts": pl.List(pl.String),
     "citations": pl.List(pl.String),  # doc ids of the [n] markers in the answer
     "context_fallbacks": pl.Int64,  # blocks kept uncompressed because compression failed
+    "context_calls": pl.Int64,  # compression calls: one per block
     "context_tokens": pl.Int64,
     "context_cost_usd": pl.Float64,
     "context_ms": pl.Float64,
@@ -165,6 +166,7 @@ def answer(
                 "context_texts": texts,
                 "citations": [docs[n - 1] if 1 <= n <= len(docs) else f"[{n}]?" for n in citations(res.text)],
                 "context_fallbacks": fallbacks,
+                "context_calls": len(row["texts"] or []) if c.generation.context == "compress" else 0,
                 "context_tokens": spent["tokens"],
                 "context_cost_usd": spent["cost_usd"],
                 "context_ms": spent["ms"],

@@ -12,7 +12,10 @@ Whether to go on and what to search next is the config's `hop_policy`:
   (`nothing_new`), or a hop finds no new document.
 - `llm`: `hop_model` reads the question and the passages found so far; it says whether they suffice
   (sufficiency_prompt: stop), and if not writes the next query (refine_prompt). A failed or empty reply
-  falls back to the `names` rule for that decision and is counted.
+  falls back to the `names` rule for that decision and is counted: a failed sufficiency call stops where
+  the passages cover the question (COVERAGE), a failed refine call searches the names rule's query (or
+  stops: nothing new). More than 10% of the loop's calls failed: the config is not ranked
+  (rag_core/decision/qualification.py).
 
 Each question's trajectory is kept with its retrieval (HOP_SCHEMA): the query and the new documents of
 every hop, why it stopped, and the loop's LLM calls, tokens, cost and time.
@@ -241,8 +244,9 @@ def _decide_llm(c: RagConfig, t: Trajectory, title_of, text_of, llm: Completer) 
 
     reply = ask(r.sufficiency_prompt or SUFFICIENCY_PROMPT, 4)
     enough = None if reply is None else parse_yes(reply)
-    if enough is None:
+    if enough is None:  # the names rule decides: a failed call is no reason to search again
         t.fallbacks += 1
+        enough = coverage(t.question, [text_of(h.chunk_id) for h in t.hits]) >= COVERAGE
     if enough:
         return True, ""
     reply = ask(r.refine_prompt or REFINE_PROMPT, 64)
