@@ -48,7 +48,7 @@ from resources.environment import (
 from resources.storage import data_root, read_parquet
 from resources.tracking import check_reachable
 from runner.errors import CheckFailed
-from runner.estimate import load_data
+from runner.estimate import load_data, require_extras
 from runner.instance import (
     RUNNER_PID_TAG,
     close_abandoned_runs,
@@ -116,6 +116,7 @@ def run_sweep(
     watch_interrupts()  # a Ctrl-C from now on is raised at the latest when the next Dagster run ends
     data = data_root(data_dir or default_data_dir())
     plan = plan or load_plan(spec, store, data)
+    require_extras(plan)  # a component whose extra is missing: before any work
     if evaluations_only and plan.sweep.search.adaptive:
         raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
     if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work

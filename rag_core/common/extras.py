@@ -24,7 +24,7 @@ EXTRAS = {
         Extra(
             "torch",
             ("torch", "sentence_transformers"),
-            "torch: the `torch` embedding backend, cross-encoder rerankers, CUDA GPUs ($RAG_DEVICE), local models "
+            "the `torch` embedding backend, cross-encoder rerankers, CUDA GPUs ($RAG_DEVICE), local models "
             "the ONNX graph builder does not cover",
         ),
         Extra("qdrant", ("qdrant_client",), "the `qdrant` vector store (Qdrant's local mode)"),
