@@ -201,3 +201,21 @@ def test_components_shows_what_each_extra_adds_and_whether_it_is_installed(monke
     )
     rows = {line.split()[0]: line.split()[1] for line in extras_section[1:]}
     assert rows == {**{e: "installed" for e in extras.EXTRAS}, "milvus": "missing"}
+
+
+def test_a_shipped_model_requires_the_extras_its_config_needs(tmp_path):
+    from shipping.bundle import model_extras, requirements
+
+    raw = {"name": "ship", "data": {"corpus": "c.parquet", "qa": "q.parquet"}, **SECTIONS}
+    shipped = {
+        **raw,
+        "index": {"store": "chroma"},
+        "rerank": {"method": "cross_encoder", "model": str(tmp_path)},
+    }
+    (config,) = Plan.resolve(sweep_from_dict(shipped, tmp_path / "s.yaml")).configs
+    needs = model_extras({"config": config.model_dump(mode="json")})
+    assert needs == ["chroma", "torch"]
+    assert "rag-sweep[chroma,torch]==0.1.0" in requirements([], needs)
+    (default,) = Plan.resolve(sweep_from_dict(raw, tmp_path / "s.yaml")).configs
+    assert model_extras({"config": default.model_dump(mode="json")}) == []
+    assert "rag-sweep==0.1.0" in requirements([], [])
