@@ -144,8 +144,9 @@ def test_a_sweep_naming_a_component_of_a_missing_extra_is_refused_before_any_wor
     _missing(monkeypatch, "qdrant", "torch")
     spec = write_sweep(tmp_path / "s.yaml", slice_data, **SECTIONS, index={"store": ["lancedb", "qdrant"]})
     data = tmp_path / "data"
-    for command in ("plan", "run"):
-        assert main([command, str(spec), "--data-dir", str(data)]) == 2
+    commands = (["validate", spec], ["plan", spec, "--data-dir", data], ["run", spec, "--data-dir", data])
+    for command in commands:
+        assert main(list(map(str, command))) == 2, command
         err = capsys.readouterr().err.strip().splitlines()
         assert err[0] == (
             f"error: {spec}: not installed: index.store: qdrant needs the qdrant extra: "
