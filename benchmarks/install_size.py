@@ -78,6 +78,10 @@ def main() -> int:
             f"bytecode, {'met' if size <= GOAL_BYTES else 'not met'} with it)"
         )
         print(f"downloaded package cache:       {cache / 1e9:6.2f} GB")
+        print(
+            f"installed files in GiB:         {(size - bytecode) / 2**30:6.2f} GiB ({size / 2**30:.2f} with bytecode)"
+        )
+        print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"torch, CUDA, triton, transformers in it: {', '.join(heavy) or 'none'}")
         return 0 if not heavy else 1
     finally:
