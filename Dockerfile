@@ -17,7 +17,10 @@ COPY shipping shipping
 COPY rag_sweep rag_sweep
 COPY examples examples
 COPY workspace.yaml ./
-RUN uv sync --frozen --no-dev && mkdir -p $DAGSTER_HOME
+# the extras the deployment runs (pyproject.toml): all of them by default, the fleet's Celery workers too;
+# `--build-arg EXTRAS=` builds the lean default install
+ARG EXTRAS="--extra all"
+RUN uv sync --frozen --no-dev $EXTRAS && mkdir -p $DAGSTER_HOME
 COPY deploy/dagster.yaml $DAGSTER_HOME/dagster.yaml
 ENV PATH=/opt/rag/.venv/bin:$PATH
 EXPOSE 4000

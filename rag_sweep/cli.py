@@ -243,9 +243,10 @@ def _interrupted() -> None:
 
 def _validate(spec: str) -> int:
     from orchestration.plans import load_plan
-    from runner.estimate import load_data
+    from runner.estimate import load_data, require_extras
 
     plan = load_plan(spec)
+    require_extras(plan)
     corpus, qa = load_data(plan.sweep)
     if qa is None:
         print(estimate_line(plan.sweep.qa_generation, corpus, plan.sweep.qa_path))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_core.common.extras import require
 from rag_core.planning.plan import Plan, check_distinct_prefixes
 from rag_sweep.lib.rag_sweep import RagSweep
 from rag_sweep.sweep_defs import sweep_definitions
@@ -55,6 +56,7 @@ def deployment_definitions(
 
 
 def fleet_executor():
+    require("fleet", "$RAG_EXECUTOR=celery")
     from fleet.step_jobs import fleet_executor as celery
 
     return celery()

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from rag_core.common.extras import install_hint, installed
 from resources.environment import user_cache_dir
 
 # all-MiniLM-L6-v2 on 2 cores: ~23 texts/s of ~170-token (~680-character) chunks, before any measurement
@@ -72,7 +73,9 @@ def driver_device_count() -> tuple[int, str]:
 
 
 def torch_device_count() -> tuple[int, str]:
-    """(CUDA devices torch can use, why none when 0)."""
+    """(CUDA devices torch can use, why none when 0; none without the torch extra)."""
+    if not installed("torch"):
+        return 0, f"the GPU encoders need torch, not installed here: {install_hint('torch')}"
     import torch
 
     if not torch.cuda.is_available():

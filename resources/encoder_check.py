@@ -18,11 +18,16 @@ PROBES = [
 
 
 def check(candidate, reference, texts: list[str]) -> dict:
-    """How an encoder (the ONNX export, torch on a GPU) agrees with torch on the CPU on `texts`: token ids
-    and offsets equal, worst cosine."""
+    """How an encoder (the ONNX graph, torch on a GPU) agrees with torch on the CPU (live, or its vectors
+    carried with the code: resources/encoder_reference.py) on `texts`: token ids and offsets equal, worst
+    cosine."""
     same_tokens = candidate.token_counts(texts) == reference.token_counts(texts) and candidate.token_offsets(
         texts
     ) == reference.token_offsets(texts)
+    if hasattr(candidate, "token_ids") and hasattr(
+        reference, "token_ids"
+    ):  # the ids themselves, not only counts
+        same_tokens = same_tokens and candidate.token_ids(texts) == reference.token_ids(texts)
     by_length = sorted(texts, key=len, reverse=True)
     ours = np.concatenate([candidate.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)])
     theirs = np.concatenate([reference.encode(by_length[i : i + 16]) for i in range(0, len(by_length), 16)])

@@ -1,17 +1,21 @@
 """A local sentence-transformers model as an encoder: texts to L2-normalized vectors, and its tokenizer.
 
-Two backends compute the same vectors. `torch` is sentence-transformers itself. `onnx` runs the model's
-transformer in ONNX Runtime (fp32, every graph optimization) and pools in numpy: it starts in ~0.3 s where
-importing sentence-transformers, transformers and torch takes ~8 s, which is most of a small sweep.
+Two backends compute the same vectors. `torch` is sentence-transformers itself (the torch extra). `onnx`,
+the default, runs the model's transformer in ONNX Runtime (fp32, every graph optimization) and pools in
+numpy: it starts in ~0.3 s where importing sentence-transformers, transformers and torch takes ~8 s, and it
+needs no torch.
 
-The ONNX model is exported once per machine, model version and library versions (into the user's cache
-dir, whole or not at all), and checked against torch on a sample the moment it is built: the first texts
-the run asks for plus fixed probes (empty, accented, longer than the model reads). It is used only when
-its tokens and offsets equal the torch tokenizer's and every vector is within cosine 0.9999 of torch's.
-That bar is far stricter than "close enough" on purpose: the two backends share the embedding cache and
-every fingerprint, so the exported model must compute the same numbers up to float rounding (torch's own
-vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about and torch
-used; a model the export does not cover (pooling other than mean) uses torch.
+The ONNX graph is built from the model's safetensors weights (resources/bert_onnx.py: BERT-family models)
+once per machine, model version and library versions (into the user's cache dir, whole or not at all), and
+checked the moment it is built: its tokens and offsets must equal the torch tokenizer's and every vector be
+within cosine 0.9999 of torch's. For the packaged model the check is against torch's tokens and vectors
+carried with the code (resources/encoder_reference.py: the fixed probes and texts of the example data), so
+no torch is imported; for any other local model, against live torch on the first texts the run asks for
+plus the probes. That bar is far stricter than "close enough" on purpose: the two backends share the
+embedding cache and every fingerprint, so the graph must compute the same numbers up to float rounding
+(torch's own vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about
+and torch used; a model the builder does not cover (pooling other than mean, another architecture) uses
+torch; where torch is not installed, that is one error naming the extra.
 
 On a CUDA device (resources/devices.py) the encoder is torch, at the lowest precision whose vectors pass
 the same check against the CPU's, in batches measured to fit (resources/gpu_encoders.py).
@@ -31,17 +35,21 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_core.common.extras import MissingExtra
 from rag_core.common.fingerprint import short_hash, slug
 from rag_core.common.local_models import model_version, weights_path
+from resources import bert_onnx
 from resources.devices import CPU, Device
 from resources.encoder_check import MIN_COSINE, PROBES, SAMPLE_TEXTS, check, sample
+from resources.encoder_reference import carried
 from resources.environment import user_cache_dir
 from resources.torch_encoder import TorchEncoder
 
 __all__ = ["MIN_COSINE", "PROBES", "SAMPLE_TEXTS", "TorchEncoder", "check", "sample"]  # read here by tests
 
 BACKENDS = ("onnx", "torch")
-EXPORT_FORMAT = 1  # bump when the export or its check changes: older exports are then built again
+EXPORT_FORMAT = 2  # bump when the graph or its check changes: older builds are then made again
+# 2: the graph built from the weights (resources/bert_onnx.py), checked against the carried reference
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 _BUILDING = threading.RLock()  # a GPU encoder that falls back to the CPU asks again within
@@ -100,10 +108,11 @@ class OnnxEncoder:
 
 
 def export_folder(model: str) -> Path:
-    """Where this model's export lives: keyed by the model's version and every library that shapes it."""
-    versions = [model_version(model), EXPORT_FORMAT] + [
-        importlib.metadata.version(d) for d in ("torch", "transformers", "onnx", "onnxruntime", "tokenizers")
-    ]
+    """Where this model's graph lives: keyed by the model's version, every library that shapes it and the
+    reference it is checked against."""
+    reference = carried(model)
+    versions = [model_version(model), EXPORT_FORMAT, reference.model_version if reference else "live torch"]
+    versions += [importlib.metadata.version(d) for d in ("onnx", "onnxruntime", "tokenizers", "safetensors")]
     return user_cache_dir() / "onnx" / f"{slug(model)}-{short_hash(json.dumps(versions), 12)}"
 
 
@@ -123,55 +132,43 @@ def mean_pooled(model: str) -> bool:
     }
 
 
-def _export(torch_encoder: TorchEncoder, folder: Path) -> None:
-    """The model's transformer as ONNX (dynamic batch and length) and the exact tokenizer it was fed by."""
-    import torch
+def _export(model: str, folder: Path) -> None:
+    """The model's transformer as an ONNX graph built from its weights (dynamic batch and length), and the
+    tokenizer it is fed by, as the model folder has it."""
+    import onnx
+    from tokenizers import Tokenizer
 
-    st = torch_encoder.model
-    tokenizer = st.tokenizer
-    transformer = st[0].auto_model.eval()
-    example = tokenizer(["an example", "a longer example sentence"], padding=True, return_tensors="pt")
-    inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
-
-    class Hidden(torch.nn.Module):  # named inputs in, last hidden state out
-        def __init__(self):
-            super().__init__()
-            self.transformer = transformer
-
-        def forward(self, *args):
-            return self.transformer(**dict(zip(inputs, args, strict=True))).last_hidden_state
-
-    axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
-    with torch.no_grad(), warnings_silenced():
-        torch.onnx.export(
-            Hidden(),
-            tuple(example[k] for k in inputs),
-            str(folder / "model.onnx"),
-            input_names=inputs,
-            output_names=["hidden"],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,  # the TorchScript exporter: no onnxscript, seconds not minutes
-        )
-    backend = tokenizer.backend_tokenizer  # the Rust tokenizer transformers itself calls
-    (folder / "tokenizer.json").write_text(backend.to_str())
+    source = Path(weights_path(model))
+    onnx.save(bert_onnx.build(source), str(folder / "model.onnx"))
+    shutil.copyfile(source / "tokenizer.json", folder / "tokenizer.json")
+    pad_token = _setting(source, "tokenizer_config.json", "pad_token") or "[PAD]"
+    pad_token = pad_token["content"] if isinstance(pad_token, dict) else pad_token
+    pad_id = Tokenizer.from_file(str(source / "tokenizer.json")).token_to_id(pad_token)
+    if pad_id is None:
+        raise bert_onnx.Unsupported(f"its pad token {pad_token!r} is not in its tokenizer")
     meta = {
-        "max_tokens": torch_encoder.max_tokens,
-        "inputs": inputs,
-        "pad_id": tokenizer.pad_token_id,
-        "pad_token": tokenizer.pad_token,
+        "max_tokens": max_tokens(source),
+        "inputs": list(bert_onnx.INPUTS),
+        "pad_id": pad_id,
+        "pad_token": pad_token,
     }
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
-@contextlib.contextmanager
-def warnings_silenced():
-    """The tracer's warnings (Python conditions it freezes) are about decoder paths a BERT never takes."""
-    import warnings
+def _setting(folder: Path, file: str, key: str):
+    try:
+        return json.loads((folder / file).read_text()).get(key)
+    except (OSError, ValueError):
+        return None
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+
+def max_tokens(folder: Path) -> int:
+    """The tokens the model reads, as sentence-transformers takes them: its max_seq_length, else the
+    tokenizer's limit, at most the position embeddings'."""
+    if limit := _setting(folder, "sentence_bert_config.json", "max_seq_length"):
+        return int(limit)
+    positions = int(_setting(folder, "config.json", "max_position_embeddings") or 512)
+    return min(int(_setting(folder, "tokenizer_config.json", "model_max_length") or positions), positions)
 
 
 def describe(encoder) -> str:
@@ -200,6 +197,8 @@ def _onnx_encoder(model: str, texts: list[str]) -> OnnxEncoder | None:
             )
             return None
         return OnnxEncoder(folder)
+    except MissingExtra:
+        raise
     except Exception as e:  # no writable cache dir, a damaged export
         _LOG.warning(f"no ONNX Runtime encoder for {model} ({type(e).__name__}: {e}): embedding with torch")
         if (folder / "check.json").exists():
@@ -208,19 +207,27 @@ def _onnx_encoder(model: str, texts: list[str]) -> OnnxEncoder | None:
 
 
 def _build(model: str, folder: Path, texts: list[str]) -> None:
-    """Export and check in a temporary folder, then rename it into place: whole or not at all. An export
-    that fails is recorded as a failed check, so each run does not try it again."""
+    """Build and check in a temporary folder, then rename it into place: whole or not at all. A build that
+    fails is recorded as a failed check, so each run does not try it again; a check that needs torch where
+    it is not installed records nothing (MissingExtra: installing it lets the next run check)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".building-"))
     try:
-        reference = _torch(model)
         try:
-            _export(reference, tmp)
-            outcome = check(OnnxEncoder(tmp), reference, sample(texts))
-        except Exception as e:  # an architecture the exporter or ONNX Runtime does not take
+            _export(model, tmp)
+            reference = carried(model)
+            if reference is not None:  # torch's tokens and vectors, carried: no torch needed
+                outcome = check(OnnxEncoder(tmp), reference, reference.texts)
+                outcome["reference"] = f"carried ({reference.model_version})"
+            else:
+                outcome = check(OnnxEncoder(tmp), _torch(model), sample(texts))
+                outcome["reference"] = "torch"
+        except MissingExtra:
+            raise
+        except Exception as e:  # an architecture the builder or ONNX Runtime does not take
             outcome = {"passed": False, "error": f"{type(e).__name__}: {e}"}
         (tmp / "check.json").write_text(json.dumps(outcome))
-        with contextlib.suppress(OSError):  # a concurrent builder's export is as good
+        with contextlib.suppress(OSError):  # a concurrent builder's graph is as good
             os.rename(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 
+from rag_core.common.extras import require
 from rag_core.common.local_models import weights_path
 from resources.devices import CPU, Device
 
@@ -17,6 +18,7 @@ class TorchEncoder:
     batch_size: int | None = None  # None: the caller's; on a GPU, the batch measured to fit
 
     def __init__(self, model: str, device: Device = CPU, precision: str = "float32"):
+        require("torch", f"embedding {model} with torch")
         from sentence_transformers import SentenceTransformer
 
         # token counts of long chunks are taken on purpose (the truncation warning is ours, with advice):
@@ -42,8 +44,11 @@ class TorchEncoder:
         vectors = np.asarray(vectors, dtype=np.float32)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+
     def token_counts(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        return [len(ids) for ids in self.token_ids(texts)]
 
     def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         enc = self.model.tokenizer(

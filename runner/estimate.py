@@ -3,23 +3,34 @@ field), and the bill (rag_core/planning/bill.py) of what a run would compute on 
 
 from __future__ import annotations
 
+import os
+
 import polars as pl
 
 from orchestration.plans import load_plan
 from rag_assets.inputs import load_sweep_qa, snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
+from rag_core.common.extras import missing_for
 from rag_core.common.local_models import is_local, model_version
 from rag_core.data.datasets import DatasetError, load_corpus
 from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
-from rag_core.planning.spec import check_optimize_budget
+from rag_core.planning.spec import SpecError, check_optimize_budget
 from resources.artifacts import ArtifactRef
 from resources.devices import ASSUMED_CPU_CHARS, measured_rate
 from resources.embedders import EmbeddingService
 from resources.environment import default_data_dir, device_setting
 from resources.llm import price
 from resources.storage import data_root
+
+
+def require_extras(plan: Plan) -> None:
+    """A sweep that names a component of an extra not installed here (a store, the cross-encoder, a
+    segmenting language, $RAG_EXECUTOR=celery ...): one line naming it and the command that installs it,
+    before any work."""
+    if line := missing_for(plan.configs, plan.sweep.language, dict(os.environ)):
+        raise SpecError(f"{plan.sweep.path}: {line}")
 
 
 def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
@@ -52,6 +63,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
     materialized."""
     data = data_root(data_dir or default_data_dir())
     plan = load_plan(spec, store, data)
+    require_extras(plan)
     sweep = plan.sweep
     corpus, qa = load_data(sweep)  # a missing or bad file is an error naming its field
     inputs = snapshot_fingerprints(sweep)

@@ -50,7 +50,7 @@ from resources.environment import (
 from resources.storage import data_root, read_parquet
 from resources.tracking import check_reachable
 from runner.errors import CheckFailed
-from runner.estimate import load_data
+from runner.estimate import load_data, require_extras
 from runner.instance import (
     RUNNER_PID_TAG,
     close_abandoned_runs,
@@ -119,6 +119,7 @@ def run_sweep(
     data = data_root(data_dir or default_data_dir())
     own_configs = None if plan is None else load_sweep(spec).configs  # the rest this run added (a baseline)
     plan = plan or load_plan(spec, store, data)
+    require_extras(plan)  # a component whose extra is missing: before any work
     if evaluations_only and plan.sweep.search.adaptive:
         raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
     if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work

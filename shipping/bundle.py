@@ -205,15 +205,25 @@ def _signature():
     return ModelSignature(outputs=Schema(texts + lists))
 
 
-def requirements(plugins: list[str] = ()) -> list[str]:
+def requirements(plugins: list[str] = (), extras: list[str] = ()) -> list[str]:
     """The model's pip requirements, each pinned to the version installed here (what it was built with),
-    and the plug-in packages its config's components come from (`package==version`)."""
+    rag-sweep with the extras its config's components need, and the plug-in packages they come from
+    (`package==version`)."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in REQUIREMENTS] + list(plugins)
+    with_extras = {"rag-sweep": f"rag-sweep[{','.join(extras)}]"} if extras else {}
+    return [f"{with_extras.get(name, name)}=={version(name)}" for name in REQUIREMENTS] + list(plugins)
 
 
-def environment(plugins: list[str] = ()) -> dict:
+def model_extras(manifest: dict) -> list[str]:
+    """The rag-sweep extras the shipped config's components need (its store, reranker, BM25 analyzer)."""
+    from rag_core.common.extras import needed
+    from rag_core.planning.spec import RagConfig
+
+    return sorted(needed([RagConfig.model_validate(manifest["config"])], None, {}))
+
+
+def environment(plugins: list[str] = (), extras: list[str] = ()) -> dict:
     """The model's environment as MLflow records it (conda.yaml, requirements.txt, python_env.yaml): this
     Python and the pinned requirements. Given whole, so that MLflow neither looks up a pip version (a uv
     environment has none: it warns) nor copies the uv project of the working directory into the model."""
@@ -222,7 +232,11 @@ def environment(plugins: list[str] = ()) -> dict:
     return {
         "name": "rag-model",
         "channels": ["conda-forge"],
-        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": requirements(plugins)}],
+        "dependencies": [
+            f"python={platform.python_version()}",
+            "pip",
+            {"pip": requirements(plugins, extras)},
+        ],
     }
 
 
@@ -239,7 +253,7 @@ def save(bundle: Bundle, out: Path) -> Path:
             metadata=json.loads(json.dumps(bundle.metadata, default=str)),
             signature=_signature(),
             input_example=EXAMPLE,
-            conda_env=environment(bundle.manifest.get("plugins", [])),
+            conda_env=environment(bundle.manifest.get("plugins", []), model_extras(bundle.manifest)),
             uv_project_path=tmp,  # no uv project: not the working directory's copied into the model
         )
     return out

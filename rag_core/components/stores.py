@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from rag_core.common.extras import component_extra, require
 from rag_core.common.registry import Registry, first_line
 from rag_core.retrieval import keywords
 
@@ -33,8 +34,11 @@ class Store:
     implementation: str | type  # "module:Class" (a built-in, imported when opened), or a plug-in's class
 
     def load(self) -> type:
-        """The store's class (resources.vector_stores.base.VectorStore)."""
+        """The store's class (resources.vector_stores.base.VectorStore); a built-in whose extra is missing:
+        MissingExtra naming it."""
         if isinstance(self.implementation, str):
+            if extra := component_extra("vector stores", self.name):
+                require(extra, f"the {self.name} vector store")
             module, _, name = self.implementation.partition(":")
             return getattr(importlib.import_module(module), name)
         return self.implementation

@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from functools import cache, lru_cache
 from importlib.metadata import version
 
+from rag_core.common.extras import require
 from rag_core.common.text import normalize_answer, tokens
 
 _ARTICLES = {
@@ -98,6 +99,7 @@ _sudachi_tokenizers = threading.local()
 
 @lru_cache(maxsize=1)
 def _sudachi_dictionary():
+    require("japanese", "segmenting Japanese words (answer scoring, the japanese BM25 analyzer)")
     from sudachipy import Dictionary
 
     return Dictionary(dict="small")
@@ -135,6 +137,7 @@ def _japanese(text: str) -> list[str]:
 def _newmm():
     os.environ.setdefault("PYTHAINLP_READ_ONLY", "1")  # no data folder created in the home directory
     os.environ.setdefault("PYTHAINLP_OFFLINE", "1")  # and no corpus downloaded (newmm's is in the package)
+    require("thai", "segmenting Thai words (answer scoring, the thai BM25 analyzer)")
     from pythainlp.tokenize import word_tokenize
 
     return word_tokenize
@@ -164,6 +167,8 @@ def segmenter(language: str | None) -> str | None:
     """What `language`'s tokens depend on beyond this module: its segmenter's packages and their versions
     (ja, th) or its rule (ko). It joins the fingerprint of an evaluation in that language, so upgrading a
     segmenter recomputes it. None for every other language (its fingerprints are as before)."""
+    if language in ("ja", "th"):  # a fingerprint needs the version: the same one-line error as scoring
+        require(*(("japanese", "scoring Japanese") if language == "ja" else ("thai", "scoring Thai")))
     if language == "ja":
         return (
             f"sudachipy=={version('sudachipy')} + sudachidict-small=={version('sudachidict-small')} (mode A)"

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from rag_core.common.extras import require
 from rag_core.common.local_models import model_version
 
 _CROSS_ENCODERS: dict[tuple[str, str | None, str], object] = {}  # (path, version, device) -> the model
@@ -25,6 +26,7 @@ def cross_encoder(path: str, device: str = "cpu"):
     key = (path, model_version(path), device)
     with _LOCK:
         if key not in _CROSS_ENCODERS:
+            require("torch", "the cross_encoder reranker")
             from sentence_transformers import CrossEncoder
 
             _CROSS_ENCODERS[key] = CrossEncoder(path, device=device)

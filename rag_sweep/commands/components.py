@@ -1,6 +1,7 @@
 """`rag-sweep components`: every installed component of each extension point (chunking methods, embedding
 models, vector stores, rerankers, answer generators, metrics, search strategies), built-in or plug-in
-(rag_core/planning/extension_points.py)."""
+(rag_core/planning/extension_points.py), the extra a built-in needs, and what each extra adds
+(rag_core/common/extras.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from rag_core.common.extras import EXTRAS, component_extra, install_hint, installed
     from rag_core.planning.extension_points import EXTENSION_POINTS, components
 
     rows = components()
@@ -30,7 +32,14 @@ def run(args) -> int:
             print("  no plug-in installed")
         width = max((len(r.name) for r in mine), default=0)
         for r in mine:
-            print(f"  {r.name.ljust(width)}  {r.origin:<10}  {r.description}")
+            extra = component_extra(point.name, r.name) if r.origin == "built-in" else None
+            needs = f" [extra {extra}{'' if installed(extra) else ': not installed'}]" if extra else ""
+            print(f"  {r.name.ljust(width)}  {r.origin:<10}  {r.description}{needs}")
+    print(f"extras ({install_hint('NAME').replace('NAME', '<name>')}; `all`: every one)")
+    width = max(len(e) for e in EXTRAS)
+    for e in EXTRAS.values():
+        state = "installed" if installed(e.name) else "missing"
+        print(f"  {e.name.ljust(width)}  {state:<10}  {e.adds}")
     return 1 if broken else 0
 
 
