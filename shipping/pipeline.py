@@ -130,21 +130,48 @@ def registered_as(model_uri: str) -> tuple[str, str, dict] | None:
     return str(name), str(version), version_tags(str(name), str(version))
 
 
-def check_registered(folder: Path, manifest: dict | None, name: str, version: str, tags: dict) -> None:
-    """The model folder `folder` (the one MLflow downloaded) is the one registered as version `version` of
-    `name`: every file as its registry tags record (`model_files`), and `manifest` (when given: already
-    read) the recorded `bundle_fingerprint`. A version without them refuses: nothing outside its folder
-    says what it held."""
+def check_registered(
+    folder: Path, manifest: dict | None, name: str, version: str, tags: dict, pinned: str | None = None
+) -> None:
+    """The model folder `folder` is the one registered as version `version` of `name`: every file as its
+    registry tags record (`model_files`), and `manifest` (when given: already read) the recorded
+    `bundle_fingerprint`. The tags are only as good as their anchor, which the folder's writer cannot
+    forge: `pinned` (the folder fingerprint the user gives), else the tags' `model_signature`, made with
+    this user's signing key (shipping/signing.py). A version without them refuses: nothing outside its
+    folder says what it held."""
+    from shipping.signing import SigningKeyError, signed
+
     where = f"registered model {name} version {version}"
     if "model_files" not in tags or "bundle_fingerprint" not in tags:
         raise TamperedModel(
             f"{where}: its registry tags record no fingerprint (registered before models were "
             "fingerprinted): nothing checks its folder; register it again (rerun the sweep): refusing to load"
         )
+    expected = json.loads(tags["model_files"])
+    if pinned is not None:
+        if (found := folder_fingerprint(folder_files(folder))) != pinned:
+            raise TamperedModel(
+                f"{where}: its fingerprint {found} is not the pinned {pinned}: a file was changed, added or "
+                "removed: refusing to load"
+            )
+    elif "model_signature" not in tags:
+        raise TamperedModel(
+            f"{where}: not signed (registered before models were signed): register it again (rerun the "
+            "sweep), or pin its fingerprint: refusing to load"
+        )
+    else:
+        try:
+            if not signed(expected, tags["model_signature"]):
+                raise TamperedModel(
+                    f"{where}: its signature does not verify with the signing key (its files or registry "
+                    "tags were rewritten, or another key signed it): refusing to load"
+                )
+        except SigningKeyError as e:
+            raise TamperedModel(f"{where}: {e}: refusing to load") from None
     parts = json.loads(tags["bundle_parts"]) if "bundle_parts" in tags else None
     if manifest is not None:  # first: it names the part of the manifest that changed
         check_manifest(manifest, tags["bundle_fingerprint"], parts, where)
-    check_files(folder, json.loads(tags["model_files"]), where)
+    check_files(folder, expected, where)
 
 
 def registered_meta(root: Path) -> tuple[str, str] | None:
