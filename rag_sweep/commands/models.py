@@ -74,11 +74,13 @@ def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tupl
     the whole against `fingerprint` when given (nothing else outside a bare folder says what it was). Each
     file is read once from where another may write: into the copy, which is what is checked and used."""
     import json
+    import os
     import shutil
 
     from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, folder_files, folder_fingerprint, verify
     from shipping.registry import check_regular_files, download_verified, private_folder
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the command's output: its result
     try:
         if model.startswith("models:/"):
             folder = download_verified(model, dst, fingerprint)
