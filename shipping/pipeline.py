@@ -206,11 +206,21 @@ def version_tags(name: str, version: str) -> dict:
         ) from e
 
 
+class MissingPlugin(RuntimeError):
+    """A plug-in the model's config runs with is not installed here (or at another version)."""
+
+
 def verify(folder: Path, manifest: dict) -> None:
-    """Every bundled file has the content it was exported with; the embedder is the same version."""
+    """Every bundled file has the content it was exported with; the embedder is the same version; every
+    plug-in the config runs with is installed, at its version (else its name would be read as another kind:
+    a `generation.model` that is no installed answer generator is a litellm model)."""
     from rag_core.common.local_models import model_version
+    from rag_core.planning.extension_points import not_installed, packages_not_installed
 
     where = f"model of config {manifest['config_key']} (sweep {manifest['sweep']})"
+    missing = not_installed(manifest.get("plugin_components") or {})
+    if missing := missing or packages_not_installed(manifest.get("plugins") or []):
+        raise MissingPlugin(f"the {where}: {missing[0]}: refusing to load")
     for name, sha in manifest["content_sha256"].items():
         path = folder / name
         if not path.is_file():

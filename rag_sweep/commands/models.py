@@ -53,7 +53,7 @@ def export(args) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
     check_new_file(out / "MLmodel", "--out")
-    plan = load_plan(args.spec, args.store)
+    plan = load_plan(args.spec, args.store, data)
     board_file = leaderboard_path(data, plan.sweep.name)
     if not board_file.exists():
         raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")
@@ -84,6 +84,8 @@ def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tupl
     try:
         if model.startswith("models:/"):
             folder = download_verified(model, dst, fingerprint)
+            manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+            verify(folder / "artifacts" / BUNDLE, manifest)  # loads here: its plug-ins, its embedder
             return folder, folder_fingerprint(folder_files(folder))
         source = Path(model)
         if not (source / "MLmodel").is_file():
@@ -112,7 +114,7 @@ def verify_model(args) -> int:
     private copy. No code of the model runs."""
     import shutil
 
-    from shipping.pipeline import TamperedModel
+    from shipping.pipeline import MissingPlugin, TamperedModel
 
     registered = args.model.startswith("models:/")
     if args.download and not registered:
@@ -121,7 +123,7 @@ def verify_model(args) -> int:
         folder, found = verified_copy(
             args.model, Path(args.download) if args.download else None, args.fingerprint
         )
-    except TamperedModel as e:
+    except (TamperedModel, MissingPlugin) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if registered:
@@ -150,11 +152,11 @@ def serve(args) -> int:
     import shutil
     import subprocess
 
-    from shipping.pipeline import TamperedModel
+    from shipping.pipeline import MissingPlugin, TamperedModel
 
     try:
         folder, found = verified_copy(args.model, None, args.fingerprint)
-    except TamperedModel as e:
+    except (TamperedModel, MissingPlugin) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"serving {args.model} (fingerprint {found}) from its checked copy {folder}", file=sys.stderr)
