@@ -5,9 +5,11 @@ that is not a question (`question_of`) is that row's error, the others are answe
 
 Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
 sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
-naming the file. `pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked
-against a fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
-`bundle_fingerprint`, `bundle_parts`, set at registration), looked up when the model is loaded as
+naming the file, and every plug-in its config runs with installed (`MissingPlugin` names the package).
+`pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked against a
+fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
+`bundle_fingerprint`, `bundle_parts`, set at registration, and their signature `model_signature`, made with
+a key the folder's writer does not hold: shipping/signing.py), looked up when the model is loaded as
 `models:/NAME@alias` or `models:/NAME/N` (MLflow writes the version it fetched into the folder,
 `registered_model_meta`, before loading it); an edited part is named. A bare folder has no such anchor: its
 printed fingerprint (`folder_fingerprint`) is what `rag-sweep export` printed, or it is not the exported one. An embedded store's index is built from the bundled rows and vectors into a folder of the
