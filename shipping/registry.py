@@ -152,14 +152,21 @@ def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint
     name, version, tags = registered
     source = MlflowClient().get_model_version_download_uri(name, version)
     private = private_folder(dst)
-    # with a destination, MLflow copies a local store's files too (without one it returns them in place)
-    folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(private)))
-    check_regular_files(folder)
     try:
-        manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
-    except (OSError, ValueError):
-        manifest = None  # missing or not JSON: named by the file check
-    check_registered(folder, manifest, name, version, tags, fingerprint)
+        # with a destination, MLflow copies a local store's files too (without one it returns them in place)
+        folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(private)))
+        check_regular_files(folder)
+        try:
+            manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None  # missing or not JSON: named by the file check
+        check_registered(folder, manifest, name, version, tags, fingerprint)
+    except BaseException:
+        if dst is None:  # a copy refused (or half made) is not left behind
+            import shutil
+
+            shutil.rmtree(private, ignore_errors=True)
+        raise
     return folder
 
 
