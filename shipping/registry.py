@@ -122,7 +122,7 @@ def private_folder(dst: Path | str | None = None) -> Path:
     import stat
 
     if dst is None:
-        return Path(tempfile.mkdtemp(prefix="rag-model-"))  # 0700
+        return Path(tempfile.mkdtemp(prefix="rag-model-copy-"))  # 0700
     folder = Path(dst)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = folder.lstat()
