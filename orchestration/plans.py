@@ -22,7 +22,8 @@ def load_plan(
     $RAG_VECTOR_STORE, else lancedb); the LLM endpoint ($RAG_LLM_API_BASE) is part of its fingerprints.
     A sweep that optimizes prompts also holds the configs its optimizations found, read from `data_dir`
     (default $RAG_DATA_DIR, else ./.rag_data). `extra`: configs evaluated beside the sweep's own (a gate's
-    baseline), after them."""
+    baseline), after them. A component name a plug-in gave when the sweep ran on that data dir, and none
+    installed gives now, is a SpecError naming the package (orchestration/plugin_names.py)."""
     sweep = load_sweep(spec)
     if extra:
         sweep = sweep.model_copy(update={"configs": sweep.configs + tuple(extra)})
@@ -33,7 +34,12 @@ def load_plan(
 
         found = optimized_prompts(data_dir or default_data_dir(), prefix_of(sweep.name))
         optimized = {key: f["best"] for key, f in found.items() if f.get("improved")}
-    return Plan.resolve(sweep, store or deployment_store(), llm_api_base(), optimized)
+    plan = Plan.resolve(sweep, store or deployment_store(), llm_api_base(), optimized)
+    from orchestration.plugin_names import check_installed
+    from resources.storage import data_root
+
+    check_installed(data_root(data_dir or default_data_dir()), plan)  # a name a plug-in gave when it ran
+    return plan
 
 
 PLAN_FORMAT = "rag-sweep plan 1"
@@ -55,7 +61,18 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "llm_api_base": plan.llm_api_base,
         "optimized": optimized,
         "model_versions": plan.model_versions,
+        "plugins": _plugin_names(plan),
     }
+
+
+def _plugin_names(plan: Plan) -> dict[str, dict[str, str]]:
+    from rag_core.planning.extension_points import config_plugin_names
+
+    names: dict[str, dict[str, str]] = {}
+    for c in plan.sweep.configs:
+        for field, named in config_plugin_names(c).items():
+            names.setdefault(field, {}).update(named)
+    return names
 
 
 def plan_from_document(doc: Any) -> Plan:
@@ -63,6 +80,10 @@ def plan_from_document(doc: Any) -> Plan:
     ValueError when it is not such a document."""
     if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
         raise ValueError(f"not a rag-sweep plan (format {PLAN_FORMAT!r})")
+    from rag_core.planning.extension_points import not_installed
+
+    if missing := not_installed(doc.get("plugins") or {}):  # else read here as another kind (a litellm model)
+        raise ValueError(f"this machine cannot resolve the plan: {missing[0]}")
     try:
         sweep = Sweep.model_validate(doc["sweep"])
         return Plan.resolve(

@@ -98,8 +98,9 @@ def gate_against_champion(
 
 
 def serve_line(model_uri: str) -> str:
-    """The shell line that serves the registered model (its URI quoted for the shell when it needs it)."""
-    return f"mlflow models serve -m {shlex.quote(model_uri)} --env-manager local -p 5001"
+    """The shell line that serves the registered model from a private copy checked first (its URI quoted
+    for the shell when it needs it)."""
+    return f"rag-sweep serve {shlex.quote(model_uri)} -p 5001"
 
 
 def follows_the_decision(plan: Plan) -> dg.AutomationCondition | None:

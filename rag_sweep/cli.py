@@ -6,7 +6,8 @@
     rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
     rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
     rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
-    rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR]
+    rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR] [--fingerprint FP]
+    rag-sweep serve DIR|models:/NAME@ALIAS [--fingerprint FP] [-p PORT]
     rag-sweep gate SPEC --against models:/NAME@champion|CONFIG|OTHER.yaml [--margin X] [--junit PATH]
     rag-sweep warm [--idle-minutes M] [--stop]
 
@@ -177,6 +178,8 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
             return models.export(args)
         if args.command == "verify-model":
             return models.verify_model(args)
+        if args.command == "serve":
+            return models.serve(args)
         if args.command == "gate":
             return gate.run(args)
         if args.command == "gc":

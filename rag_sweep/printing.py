@@ -106,7 +106,8 @@ def _print_recommendation(data: Path, sweep: str) -> None:
 
 
 def serve_command(model: str | Path, tracking_uri: str | None = None, from_env: bool = False) -> str:
-    """The shell line that serves a model (a folder or a `models:/` URI), every value quoted for the shell
+    """The shell line that serves a model (a folder: MLflow's; a `models:/` URI: `rag-sweep serve`, which
+    serves a private copy it checked), every value quoted for the shell
     (`shlex.quote` leaves a plain one as it is); the project's environment first on PATH. `from_env`: the
     tracking URI holds a password, so the line reads it from $MLFLOW_TRACKING_URI instead of printing it."""
     env = (
@@ -116,6 +117,8 @@ def serve_command(model: str | Path, tracking_uri: str | None = None, from_env: 
         if tracking_uri
         else ""
     )
+    if str(model).startswith("models:/"):  # served from a private copy checked first, not the registry's
+        return f"PATH=$PWD/.venv/bin:$PATH {env}rag-sweep serve {shlex.quote(str(model))} -p 5001"
     return (
         f"PATH=$PWD/.venv/bin:$PATH {env}mlflow models serve -m {shlex.quote(str(model))} "
         "--env-manager local -p 5001"

@@ -1,8 +1,8 @@
 """`rag-sweep gate`: the sweep's configs (the candidates) and a baseline evaluated on the same questions,
 each candidate tested for non-inferiority against it (rag_core/decision/gate.py).
 
-The baseline is a registered model version (`models:/NAME@champion`: its folder checked against its
-registry tags, then the config it was evaluated as), a config of the sweep (key or label), or another
+The baseline is a registered model version (`models:/NAME@champion`: a private copy of its folder checked
+against its signed registry tags, then the config that copy says it was evaluated as), a config of the sweep (key or label), or another
 sweep's recommendation (its YAML file). Its config joins the sweep's plan, so every partition it shares with
 the candidates (or that an earlier run made) is reused, and the stages run as a sweep's do; nothing is
 ranked, confirmed or registered. The verdicts are written to the data dir and logged as an MLflow run of
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,11 +91,12 @@ def _registered(model_uri: str, data: Path) -> Baseline:
                 f"--against {model_uri}: not a registered version (models:/NAME@alias or models:/NAME/N)"
             )
         name, version, _ = registered
-        try:
-            folder = download_verified(f"models:/{name}/{version}")
-        except TamperedModel as e:
-            raise SpecError(f"--against {model_uri}: {e}") from None
-    manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+        with tempfile.TemporaryDirectory(prefix="rag-gate-") as tmp:  # private: read as it was checked
+            try:
+                folder = download_verified(f"models:/{name}/{version}", Path(tmp) / "copy")
+            except TamperedModel as e:
+                raise SpecError(f"--against {model_uri}: {e}") from None
+            manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
     return Baseline(
         f"{name} v{version} ({manifest.get('label') or manifest['config_key']})",
         RagConfig.model_validate(manifest["config"]),

@@ -15,6 +15,7 @@ import dagster as dg
 from tqdm import tqdm
 
 from orchestration.plans import load_plan
+from orchestration.plugin_names import record as record_plugins
 from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
 from orchestration.sweep_records import record_sweep
 from orchestration.todo import (
@@ -137,6 +138,7 @@ def run_sweep(
         inputs_at_start = input_files(plan)
         claim_prefix(data, plan.sweep.name, plan.prefix)
         record_sweep(data, plan, plan.sweep.configs if own_configs is None else own_configs)  # for gc
+        record_plugins(data, plan)  # what its names mean now: refused if the plug-in is gone later
         defs = runner_definitions(plan, str(data), resources)
         instance = local_instance(data)
         if n := close_abandoned_runs(instance):

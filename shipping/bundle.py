@@ -16,7 +16,7 @@ import dagster as dg
 import polars as pl
 
 from rag_core.common.local_models import model_version
-from rag_core.planning.extension_points import config_plugins
+from rag_core.planning.extension_points import config_plugin_names, config_plugins
 from rag_core.planning.plan import Plan
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from shipping import ExportWarning
@@ -163,10 +163,7 @@ def collect(
         "count": int(index["count"][0]),
         "embedder_version": model_version(config.embedding.model),
     }
-    manifest = {**identity, "config": config.model_dump(mode="json")}
-    plugins = config_plugins(config)
-    if plugins:  # the packages its plug-in components come from: the model installs them (requirements)
-        manifest["plugins"] = plugins
+    manifest = manifest_of(identity, config)
     metadata = {
         **identity,
         "leaderboard_evaluated_at": decision.get("evaluated_at"),
@@ -177,6 +174,17 @@ def collect(
         "figures": figures,
     }
     return Bundle(key, label, tables, manifest, metadata)
+
+
+def manifest_of(identity: dict, config) -> dict:
+    """pipeline.json but its files' hashes: the model's identity, its config, and the plug-ins it runs
+    with (their packages, which the model installs, and the names they give: a model loaded where one is
+    missing refuses, naming the package)."""
+    manifest = {**identity, "config": config.model_dump(mode="json")}
+    if plugins := config_plugins(config):
+        manifest["plugins"] = plugins
+        manifest["plugin_components"] = config_plugin_names(config)
+    return manifest
 
 
 def write(bundle: Bundle, folder: Path) -> Path:

@@ -5,9 +5,11 @@ that is not a question (`question_of`) is that row's error, the others are answe
 
 Loading checks what it loads: every bundled file must have the content the config was evaluated with (its
 sha256 in `pipeline.json`), and the embedder the same version, else the model refuses to load with an error
-naming the file. `pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked
-against a fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
-`bundle_fingerprint`, `bundle_parts`, set at registration), looked up when the model is loaded as
+naming the file, and every plug-in its config runs with installed (`MissingPlugin` names the package).
+`pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked against a
+fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
+`bundle_fingerprint`, `bundle_parts`, set at registration, and their signature `model_signature`, made with
+a key the folder's writer does not hold: shipping/signing.py), looked up when the model is loaded as
 `models:/NAME@alias` or `models:/NAME/N` (MLflow writes the version it fetched into the folder,
 `registered_model_meta`, before loading it); an edited part is named. A bare folder has no such anchor: its
 printed fingerprint (`folder_fingerprint`) is what `rag-sweep export` printed, or it is not the exported one. An embedded store's index is built from the bundled rows and vectors into a folder of the
@@ -130,21 +132,48 @@ def registered_as(model_uri: str) -> tuple[str, str, dict] | None:
     return str(name), str(version), version_tags(str(name), str(version))
 
 
-def check_registered(folder: Path, manifest: dict | None, name: str, version: str, tags: dict) -> None:
-    """The model folder `folder` (the one MLflow downloaded) is the one registered as version `version` of
-    `name`: every file as its registry tags record (`model_files`), and `manifest` (when given: already
-    read) the recorded `bundle_fingerprint`. A version without them refuses: nothing outside its folder
-    says what it held."""
+def check_registered(
+    folder: Path, manifest: dict | None, name: str, version: str, tags: dict, pinned: str | None = None
+) -> None:
+    """The model folder `folder` is the one registered as version `version` of `name`: every file as its
+    registry tags record (`model_files`), and `manifest` (when given: already read) the recorded
+    `bundle_fingerprint`. The tags are only as good as their anchor, which the folder's writer cannot
+    forge: `pinned` (the folder fingerprint the user gives), else the tags' `model_signature`, made with
+    this user's signing key (shipping/signing.py). A version without them refuses: nothing outside its
+    folder says what it held."""
+    from shipping.signing import SigningKeyError, signed
+
     where = f"registered model {name} version {version}"
     if "model_files" not in tags or "bundle_fingerprint" not in tags:
         raise TamperedModel(
             f"{where}: its registry tags record no fingerprint (registered before models were "
             "fingerprinted): nothing checks its folder; register it again (rerun the sweep): refusing to load"
         )
+    expected = json.loads(tags["model_files"])
+    if pinned is not None:
+        if (found := folder_fingerprint(folder_files(folder))) != pinned:
+            raise TamperedModel(
+                f"{where}: its fingerprint {found} is not the pinned {pinned}: a file was changed, added or "
+                "removed: refusing to load"
+            )
+    elif "model_signature" not in tags:
+        raise TamperedModel(
+            f"{where}: not signed (registered before models were signed): register it again (rerun the "
+            "sweep), or pin its fingerprint: refusing to load"
+        )
+    else:
+        try:
+            if not signed(expected, tags["model_signature"]):
+                raise TamperedModel(
+                    f"{where}: its signature does not verify with the signing key (its files or registry "
+                    "tags were rewritten, or another key signed it): refusing to load"
+                )
+        except SigningKeyError as e:
+            raise TamperedModel(f"{where}: {e}: refusing to load") from None
     parts = json.loads(tags["bundle_parts"]) if "bundle_parts" in tags else None
     if manifest is not None:  # first: it names the part of the manifest that changed
         check_manifest(manifest, tags["bundle_fingerprint"], parts, where)
-    check_files(folder, json.loads(tags["model_files"]), where)
+    check_files(folder, expected, where)
 
 
 def registered_meta(root: Path) -> tuple[str, str] | None:
@@ -179,11 +208,21 @@ def version_tags(name: str, version: str) -> dict:
         ) from e
 
 
+class MissingPlugin(RuntimeError):
+    """A plug-in the model's config runs with is not installed here (or at another version)."""
+
+
 def verify(folder: Path, manifest: dict) -> None:
-    """Every bundled file has the content it was exported with; the embedder is the same version."""
+    """Every bundled file has the content it was exported with; the embedder is the same version; every
+    plug-in the config runs with is installed, at its version (else its name would be read as another kind:
+    a `generation.model` that is no installed answer generator is a litellm model)."""
     from rag_core.common.local_models import model_version
+    from rag_core.planning.extension_points import not_installed, packages_not_installed
 
     where = f"model of config {manifest['config_key']} (sweep {manifest['sweep']})"
+    missing = not_installed(manifest.get("plugin_components") or {})
+    if missing := missing or packages_not_installed(manifest.get("plugins") or []):
+        raise MissingPlugin(f"the {where}: {missing[0]}: refusing to load")
     for name, sha in manifest["content_sha256"].items():
         path = folder / name
         if not path.is_file():

@@ -5,9 +5,11 @@ evaluation fingerprint) registers nothing: a rerun, a re-ranking or a nightly re
 registry as it is.
 
 A version's tags record what its model folder is (`model_fingerprint`, `model_files`, `bundle_fingerprint`,
-`bundle_parts`: shipping/bundle.py `fingerprints`): they live in the tracking store, not in the artifact
-folder, so one who can rewrite the folder cannot rewrite them. `load_champion` (and `rag-sweep verify-model
-models:/...`) checks every file of a downloaded version against them before MLflow runs any of its code."""
+`bundle_parts`: shipping/bundle.py `fingerprints`) and their signature (`model_signature`, with this user's
+signing key: shipping/signing.py), which one who can rewrite the folder and the tracking store cannot make.
+`load_champion` (and `rag-sweep verify-model`, `serve`, `gate --against models:/...`) copies a version into
+a private folder, checks every file of the copy against them, and loads that copy: MLflow runs no code of
+it before the check, and nothing is read again from the registry's folder."""
 
 from __future__ import annotations
 
@@ -53,12 +55,13 @@ def champion_of(tracking, name: str) -> Champion | None:
 
 def due(now, evaluation_fingerprint: str) -> bool:
     """Whether the champion `now` (a model version or None) is to be replaced: none yet, another
-    evaluation, or one registered before versions recorded their folder's fingerprints (it refuses to load:
-    the same evaluation is registered again, fingerprinted)."""
+    evaluation, or one registered before versions recorded their folder's fingerprints and signature (it
+    refuses to load: the same evaluation is registered again, fingerprinted and signed)."""
     return (
         now is None
         or now.tags.get("evaluation_fingerprint") != evaluation_fingerprint
         or "model_fingerprint" not in now.tags
+        or "model_signature" not in now.tags
     )
 
 
@@ -70,6 +73,7 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     from mlflow.exceptions import MlflowException
 
     from shipping.bundle import fingerprints, save
+    from shipping.signing import sign
 
     client, name = tracking.client(), bundle.manifest["sweep"]
     uri = f"models:/{name}@{ALIAS}"
@@ -88,7 +92,8 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     run = client.create_run(tracking.experiment_id(name), run_name=f"champion: {bundle.label}", tags=run_tags)
     with tempfile.TemporaryDirectory() as tmp:
         folder = save(bundle, Path(tmp) / "model")
-        tags.update(fingerprints(folder))  # what the folder is, recorded where its writer cannot change it
+        tags.update(fingerprints(folder))  # what the folder is, signed with a key its writer does not hold
+        tags["model_signature"] = sign(json.loads(tags["model_files"]))
         client.log_artifacts(run.info.run_id, str(folder), "model")
     client.set_terminated(run.info.run_id)
     try:
@@ -109,11 +114,31 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     return {"name": name, "version": int(version.version), "registered": True, "model_uri": uri}
 
 
-def download_verified(model_uri: str, dst: Path | str | None = None) -> Path:
+def private_folder(dst: Path | str | None = None) -> Path:
+    """A folder only this user can write (0700): `dst` (made, or an empty folder of this user's), else a
+    new temporary one. What is verified there stays what was verified: no other writer can swap a file
+    between the check and the load."""
+    import os
+    import stat
+
+    if dst is None:
+        return Path(tempfile.mkdtemp(prefix="rag-model-copy-"))  # 0700
+    folder = Path(dst)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or any(folder.iterdir()):
+        raise ValueError(f"{folder}: not a new or empty folder of this user's: name a new one")
+    folder.chmod(0o700)
+    return folder
+
+
+def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint: str | None = None) -> Path:
     """The registered version `model_uri` names (`models:/NAME@alias`, `models:/NAME/N`; the tracking URI
-    set), downloaded to `dst` (default: a new temporary folder) and checked against its registry tags: every
-    file, pipeline.json's settings, prompts and file hashes. Nothing of the folder is run. TamperedModel
-    when it is not what was registered."""
+    set), copied (or downloaded) into a private folder (`private_folder(dst)`) and checked there against its
+    registry tags, anchored by `fingerprint` (pinned by the user) or else their signature: every file,
+    pipeline.json's settings, prompts and file hashes. Nothing of the folder is run, and nothing is read
+    again from the registry's folder: the copy is what was checked. TamperedModel when it is not what was
+    registered."""
     import mlflow.artifacts
     from mlflow.tracking import MlflowClient
 
@@ -126,21 +151,46 @@ def download_verified(model_uri: str, dst: Path | str | None = None) -> Path:
         )
     name, version, tags = registered
     source = MlflowClient().get_model_version_download_uri(name, version)
-    folder = Path(
-        mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst) if dst else None)
-    )
+    private = private_folder(dst)
     try:
-        manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
-    except (OSError, ValueError):
-        manifest = None  # missing or not JSON: named by the file check
-    check_registered(folder, manifest, name, version, tags)
+        # with a destination, MLflow copies a local store's files too (without one it returns them in place)
+        folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(private)))
+        check_regular_files(folder)
+        try:
+            manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None  # missing or not JSON: named by the file check
+        check_registered(folder, manifest, name, version, tags, fingerprint)
+    except BaseException:
+        if dst is None:  # a copy refused (or half made) is not left behind
+            import shutil
+
+            shutil.rmtree(private, ignore_errors=True)
+        raise
     return folder
 
 
-def load_champion(model_uri: str, dst: Path | str | None = None):
-    """The registered model `model_uri` (`models:/<sweep>@champion` ...) as a pyfunc model, loaded only
-    after its downloaded folder is checked against its registry tags (`download_verified`): no code of a
-    folder that is not the registered one runs."""
+def check_regular_files(folder: Path) -> None:
+    """A verified copy holds plain files and folders only: a link would point outside what was checked."""
+    from shipping.pipeline import TamperedModel
+
+    for path in folder.rglob("*"):
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            raise TamperedModel(f"{path}: not a plain file of the model (a link): refusing to load")
+
+
+def load_champion(model_uri: str, dst: Path | str | None = None, fingerprint: str | None = None):
+    """The registered model `model_uri` (`models:/<sweep>@champion` ...) as a pyfunc model, loaded from the
+    private copy `download_verified` checked (`fingerprint`: the folder fingerprint to hold it to, instead of
+    its signature): no code of a folder that is not the registered one runs. Without `dst`, the copy is
+    removed once loaded (the model holds what it read)."""
+    import shutil
+
     import mlflow.pyfunc
 
-    return mlflow.pyfunc.load_model(str(download_verified(model_uri, dst)))
+    private = private_folder(dst)
+    try:
+        return mlflow.pyfunc.load_model(str(download_verified(model_uri, private, fingerprint)))
+    finally:
+        if dst is None:
+            shutil.rmtree(private, ignore_errors=True)

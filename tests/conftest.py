@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ.pop("RAG_VECTOR_STORE", None)
+# the tests' signing key for registered models: never the user's own (~/.config/rag-sweep/signing.key)
+os.environ["RAG_SWEEP_SIGNING_KEY"] = os.path.join(__import__("tempfile").mkdtemp(), "signing.key")
 
 import signal  # noqa: E402
 import subprocess  # noqa: E402

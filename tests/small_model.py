@@ -10,14 +10,15 @@ import polars as pl
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.local_models import model_version
 from runner import load_data, load_plan
-from shipping.bundle import Bundle
+from shipping.bundle import Bundle, manifest_of
 from tests.conftest import EXAMPLE, write_sweep
 
 DOCS = 4  # besides the gold documents of two questions
 
 
-def small_bundle(tmp: Path) -> Bundle:
-    """A hybrid-retrieval, extractive config over DOCS documents (files written under `tmp`)."""
+def small_bundle(tmp: Path, **sections) -> Bundle:
+    """A hybrid-retrieval, extractive config over DOCS documents (files written under `tmp`); `sections`:
+    sweep sections instead of the default ones (`generation={...}`)."""
     from resources.embedders import EmbeddingService
 
     qa = pl.read_parquet(EXAMPLE / "queries.parquet").head(2)
@@ -31,7 +32,10 @@ def small_bundle(tmp: Path) -> Bundle:
         {"corpus": tmp / "corpus.parquet", "qa": tmp / "queries.parquet"},
         name="serve",
         chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
-        retrieval={"mode": "hybrid", "top_k": 2, "hybrid_alpha": 0.5, "fusion": "weighted"},
+        **{
+            "retrieval": {"mode": "hybrid", "top_k": 2, "hybrid_alpha": 0.5, "fusion": "weighted"},
+            **sections,
+        },
     )
     plan = load_plan(spec, "lancedb", tmp)
     key = plan.config_keys[0]
@@ -59,7 +63,7 @@ def small_bundle(tmp: Path) -> Bundle:
             "chunks.parquet": chunks,
             "embeddings.parquet": pl.DataFrame({"chunk_id": chunks["chunk_id"], "vector": vectors.tolist()}),
         },
-        {**identity, "config": config.model_dump(mode="json")},
+        manifest_of(identity, config),
         {**identity, "figures": {}},
     )
     return bundle

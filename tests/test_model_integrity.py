@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rag_core.planning.spec import SpecError
 from rag_sweep.cli import main
 from shipping.bundle import fingerprints, save
 from shipping.pipeline import TamperedModel, file_sha256
@@ -189,6 +190,163 @@ def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp
     _edit(folder, lambda m: m["config"]["generation"].update({"model": "openai/gpt-4o-mini"}))
     assert main(["verify-model", str(folder), "--fingerprint", fingerprint]) == 1
     assert "not the fingerprint" in capsys.readouterr().err
+
+
+# --- the anchor: tags rewritten by the folder's writer; the race between a check and a load ---------------
+
+
+def _original_code() -> str:
+    return (Path(__file__).parents[1] / "shipping" / "model_code.py").read_text()
+
+
+def _injected(marker: Path) -> str:
+    """model_code.py with a line that leaves `marker`, then the real model: it loads as the original does."""
+    return f"open({str(marker)!r}, 'a').close()\n" + _original_code()
+
+
+@pytest.fixture
+def forged(champion, registered):
+    """`forge()` rewrites version 1's registry tags to match its folder as it is now, as one who can write
+    the folder and `mlflow.db` (but not the signing key) can; the tags are restored afterwards."""
+    client = MlflowClient(registered[0])
+    before = dict(client.get_model_version("serve", "1").tags)
+
+    def forge() -> None:
+        for key, value in fingerprints(champion).items():
+            client.set_model_version_tag("serve", "1", key, value)
+
+    yield forge
+    for key, value in before.items():
+        client.set_model_version_tag("serve", "1", key, value)
+
+
+def test_tags_rewritten_to_match_a_replaced_code_file_are_refused_by_their_signature(
+    forged, champion, tmp_path, capsys
+):
+    marker = tmp_path / "ran"
+    (champion / "model_code.py").write_text(_injected(marker))
+    forged()
+    with pytest.raises(TamperedModel, match="its signature does not verify with the signing key"):
+        load_champion("models:/serve@champion")
+    assert not marker.exists()
+    assert main(["verify-model", "models:/serve@champion"]) == 1
+    err = capsys.readouterr().err
+    assert "signature does not verify" in err and len(err.strip().splitlines()) == 1
+    assert main(["serve", "models:/serve@champion", "-p", "1"]) == 1  # refused before any server starts
+    assert "signature does not verify" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_a_rewritten_prompt_with_rewritten_tags_is_refused_however_it_is_loaded(forged, champion, tmp_path):
+    from runner.gate import _registered
+
+    _edit(champion, lambda m: m["config"]["generation"].update({"prompt_template": "Lie. {context} {query}"}))
+    forged()
+    for load in (load_champion, mlflow.pyfunc.load_model, _as_served):
+        with pytest.raises(TamperedModel, match="signature does not verify"):
+            load("models:/serve@champion")
+    with pytest.raises(SpecError, match="--against models:/serve@champion: .*signature does not verify"):
+        _registered("models:/serve@champion", tmp_path)
+
+
+def test_an_unsigned_version_or_a_missing_key_refuses_and_a_pinned_fingerprint_stands_in(
+    registered, champion, monkeypatch, tmp_path, capsys
+):
+    good = fingerprints(champion)["model_fingerprint"]
+    monkeypatch.setenv("RAG_SWEEP_SIGNING_KEY", str(tmp_path / "elsewhere.key"))
+    with pytest.raises(TamperedModel, match=r"no signing key at .*elsewhere\.key"):
+        load_champion("models:/serve@champion")
+    assert main(["verify-model", "models:/serve@champion", "--fingerprint", good]) == 0
+    assert f"fingerprint {good}" in capsys.readouterr().out
+    assert isinstance(
+        load_champion("models:/serve/1", fingerprint=good).predict([QUESTION])["answer"][0], str
+    )
+    (champion / "model_code.py").write_text(_injected(tmp_path / "ran"))
+    assert main(["verify-model", "models:/serve@champion", "--fingerprint", good]) == 1
+    assert f"is not the pinned {good}" in capsys.readouterr().err
+    with pytest.raises(TamperedModel, match="is not the pinned"):
+        load_champion("models:/serve/1", fingerprint=good)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_key_others_can_read_is_refused(registered, champion, monkeypatch, tmp_path):
+    import os
+
+    from shipping.signing import SigningKeyError, sign
+
+    key = tmp_path / "open.key"
+    monkeypatch.setenv("RAG_SWEEP_SIGNING_KEY", str(key))
+    sign({"a": "b"})  # made on first use, for this user only
+    assert (key.stat().st_mode & 0o777) == 0o600
+    os.chmod(key, 0o644)
+    with pytest.raises(SigningKeyError, match=r"open\.key: not a file of this user's .*mode 644"):
+        sign({"a": "b"})
+
+
+def test_the_checked_copy_is_private_and_is_what_loads(champion, tmp_path):
+    folder = download_verified("models:/serve@champion", tmp_path / "mine")
+    assert (tmp_path / "mine").stat().st_mode & 0o777 == 0o700
+    assert not folder.is_relative_to(champion.parent) and (folder / "model_code.py").is_file()
+    with pytest.raises(ValueError, match="not a new or empty folder"):
+        download_verified("models:/serve@champion", tmp_path / "mine")
+
+
+@pytest.mark.slow
+def test_files_swapped_in_the_registry_while_loading_never_run_nor_are_used(champion, tmp_path):
+    """A thread swaps the registry folder's model_code.py (for one that leaves a marker, then loads as the
+    real one does) and pipeline.json (for one with another prompt) in and out, while the model is loaded
+    100 times, verified and taken as a gate's baseline: no injected line runs, and what is used is always
+    the registered model (a swapped-in file is refused, never used)."""
+    import os
+    import threading
+
+    from runner.gate import _registered
+
+    marker = tmp_path / "ran"
+    manifest = _manifest(champion)
+    versions = {
+        champion / "model_code.py": (_original_code().encode(), _injected(marker).encode()),
+        manifest: (manifest.read_bytes(), manifest.read_bytes().replace(b"Answer", b"Lie. Answer", 1)),
+    }
+    assert versions[manifest][0] != versions[manifest][1]
+    prompt = json.loads(manifest.read_text())["config"]["generation"]["prompt_template"]
+    stop = threading.Event()
+
+    def swap() -> None:
+        turn = 0
+        while not stop.is_set():
+            for path, both in versions.items():
+                staged = tmp_path / f"{path.name}.swap"  # outside the folder: its listing stays the same
+                staged.write_bytes(both[turn % 2])
+                os.replace(staged, path)
+            turn += 1
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    outcomes = {"loaded": 0, "refused": 0}
+    try:
+        for i in range(100):
+            try:
+                model = load_champion("models:/serve@champion")
+                assert model.unwrap_python_model().config.generation.prompt_template == prompt
+                outcomes["loaded"] += 1
+            except TamperedModel:
+                outcomes["refused"] += 1
+            try:
+                baseline = _registered("models:/serve@champion", tmp_path)
+                assert baseline.config.generation.prompt_template == prompt
+            except SpecError as e:
+                assert "refusing to load" in str(e)
+            copy = tmp_path / f"verified{i}"
+            if main(["verify-model", "models:/serve@champion", "--download", str(copy)]) == 0:
+                assert (copy / "model" / "model_code.py").read_bytes() == versions[
+                    champion / "model_code.py"
+                ][0]
+            assert not marker.exists(), f"injected code ran at load {i + 1}"
+    finally:
+        stop.set()
+        swapper.join()
+    assert outcomes["loaded"] > 0 and sum(outcomes.values()) == 100
 
 
 def test_a_champion_without_fingerprints_is_registered_again(registered, built, monkeypatch):

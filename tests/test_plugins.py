@@ -6,6 +6,8 @@ tests/test_plugins_sweep.py."""
 from __future__ import annotations
 
 import math
+import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -714,3 +716,72 @@ def test_a_retrieval_mode_plugin_composes_the_stores_searches_and_its_version_jo
     _, v2 = _plan(tmp_path, slice_data, "mode", retrieval=retrieval)
     changed = _changed_stages(v1, v2)
     assert changed == {"retrievals", "rerankings", "answers", "evaluations"}
+
+
+@pytest.mark.slow  # a sweep run end to end, then `rag-sweep run` in a process of its own
+def test_a_name_a_plugin_gave_when_the_sweep_ran_is_refused_once_it_is_gone(
+    plugin_path, tmp_path, small_slice
+):
+    """Run with an answer-generator plug-in, the sweep records the name; with the plug-in gone, the name is
+    not read as a litellm model: the plan, `rag-sweep run` and the registered champion refuse it, naming
+    the package to install."""
+    from orchestration.plans import load_plan
+    from runner import run_sweep
+    from shipping.pipeline import MissingPlugin
+    from shipping.registry import load_champion
+    from tests.conftest import cli
+
+    spec = _sweep(
+        tmp_path / "plugged.yaml",
+        small_slice,
+        name="plugged",
+        retrieval={"mode": "bm25", "top_k": 2},
+        generation={"model": "first_words"},
+    )
+    data = tmp_path / "data"
+    plugin_path(reader_site(tmp_path / "a"))
+    run = run_sweep(str(spec), str(data), progress=False)
+    assert run.plan.sweep.configs[0].generation.is_reader
+    sys.path.pop(0)
+    refresh_all()
+    wanted = (
+        "generation.model 'first_words' is the answer generator of plug-in package demo-reader 1.0, which is "
+        "not installed: pip install 'demo-reader==1.0'"
+    )
+    with pytest.raises(SpecError, match=re.escape(wanted)):
+        load_plan(spec, "lancedb", data)
+    r = cli("run", spec, "--data-dir", data)
+    assert r.returncode == 2 and wanted in r.stderr and "Traceback" not in r.stderr
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{data / 'mlflow.db'}"
+    try:
+        with pytest.raises(MissingPlugin, match=re.escape(wanted)):
+            load_champion("models:/plugged@champion")
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    other = load_plan(spec, "lancedb", tmp_path / "never-ran")  # another data dir: no record, as before
+    assert not other.sweep.configs[0].generation.is_reader
+
+
+def test_a_shipped_model_refuses_to_load_without_its_plugin_naming_the_package(plugin_path, tmp_path, capsys):
+    """Saved with an answer-generator plug-in, the model answers with it; loaded where the plug-in is not
+    installed, it refuses (and `verify-model` says so) instead of calling a litellm model of that name."""
+    import mlflow.pyfunc
+
+    from rag_sweep.cli import main
+    from shipping.bundle import save
+    from shipping.pipeline import MissingPlugin
+    from tests.small_model import small_bundle
+
+    plugin_path(reader_site(tmp_path / "a"))
+    bundle = small_bundle(tmp_path, generation={"model": "first_words"})
+    assert bundle.manifest["plugin_components"] == {"generation.model": {"first_words": "demo-reader==1.0"}}
+    folder = save(bundle, tmp_path / "model")
+    answered = mlflow.pyfunc.load_model(str(folder)).predict(["Who wrote Arthur's Magazine?"])
+    assert answered["error"][0] is None and len(answered["answer"][0].split()) <= 5
+    sys.path.pop(0)
+    refresh_all()
+    wanted = "which is not installed: pip install 'demo-reader==1.0'"
+    with pytest.raises(MissingPlugin, match=re.escape(wanted)):
+        mlflow.pyfunc.load_model(str(folder))
+    assert main(["verify-model", str(folder)]) == 1
+    assert wanted in capsys.readouterr().err

@@ -88,7 +88,7 @@ def test_the_champion_serve_line_quotes_the_tracking_uri(capsys, tmp_path):
     store = f"sqlite:///{tmp_path / ODD / 'mlflow.db'}"
     serve = _line(_champion(capsys, store), "Serve it:")
     assert shlex.split(serve)[1] == f"MLFLOW_TRACKING_URI={store}"
-    assert _bash(serve, "mlflow")[:5] == [store, "models", "serve", "-m", "models:/ship@champion"]
+    assert _bash(serve, "rag-sweep")[:3] == [store, "serve", "models:/ship@champion"]
 
 
 def test_the_ui_lines_quote_each_value(capsys, tmp_path):
@@ -115,7 +115,7 @@ def test_plain_paths_print_as_they_are(capsys, tmp_path):
         f"mlflow models serve -m {tmp_path / 'model'} --env-manager local -p 5001" in capsys.readouterr().out
     )
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert f"MLFLOW_TRACKING_URI={store} mlflow models serve -m models:/ship@champion " in _champion(
+    assert f"MLFLOW_TRACKING_URI={store} rag-sweep serve models:/ship@champion -p 5001" in _champion(
         capsys, store
     )
     printed = _explore(capsys, tmp_path)
@@ -125,8 +125,5 @@ def test_plain_paths_print_as_they_are(capsys, tmp_path):
 
 @pytest.mark.parametrize("uri", ["models:/ship@champion", "models:/my model@champion"])
 def test_the_champion_metadata_serve_line(uri):
-    assert shlex.split(serve_line(uri))[3:5] == ["-m", uri]
-    assert (
-        serve_line("models:/ship@champion")
-        == "mlflow models serve -m models:/ship@champion --env-manager local -p 5001"
-    )
+    assert shlex.split(serve_line(uri))[1:3] == ["serve", uri]
+    assert serve_line("models:/ship@champion") == "rag-sweep serve models:/ship@champion -p 5001"

@@ -258,7 +258,7 @@ def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(ca
     out = capsys.readouterr().out
     assert PASSWORD not in out
     assert "mlflow.set_tracking_uri(os.environ['MLFLOW_TRACKING_URI'])" in out
-    assert 'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" mlflow models serve -m models:/sweep@champion' in out
+    assert 'MLFLOW_TRACKING_URI="$MLFLOW_TRACKING_URI" rag-sweep serve models:/sweep@champion' in out
     assert "http://user:***@127.0.0.1:1 holds a password" in out
     _print_champion(
         shipping_facts(_Tracking("http://127.0.0.1:5000"), "sweep"), "sweep", None

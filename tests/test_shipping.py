@@ -168,7 +168,7 @@ def test_a_changed_recommendation_registers_a_new_version_and_moves_the_alias(sl
     r = cli("run", sweep(4), "--data-dir", data)  # as a user reruns it: the run ends saying how to ship
     assert r.returncode == 0, r.stderr
     assert "Ship the winner (models:/ship@champion, version 2" in r.stdout
-    assert "mlflow models serve -m models:/ship@champion --env-manager local" in r.stdout
+    assert "rag-sweep serve models:/ship@champion -p 5001" in r.stdout
     assert len(client.search_model_versions("name = 'ship'")) == 2  # nothing registered again
     assert len(second.instance.get_run_records()) == runs  # nor any run launched for it
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rag_core.chunking.base import CHUNKERS
 from rag_core.common.registry import PluginError, Registry, first_line
-from rag_core.components.embedders import EMBEDDERS, is_plugin_embedder
+from rag_core.components.embedders import EMBEDDERS
 from rag_core.components.readers import READERS
 from rag_core.components.rerankers import RERANKERS
 from rag_core.components.retrieval_modes import RETRIEVAL_MODES
@@ -117,20 +117,83 @@ def plugins_line(points: tuple[ExtensionPoint, ...] = EXTENSION_POINTS) -> str |
     return f"plug-ins: {'; '.join(parts)}" if parts else None
 
 
+# where a config names a component that a plug-in may give -> the registry of those components
+PLUGIN_FIELDS = {
+    "chunking.method": CHUNKERS,
+    "chunking.model": EMBEDDERS,
+    "embedding.model": EMBEDDERS,
+    "index.store": STORES,
+    "retrieval.mode": RETRIEVAL_MODES,
+    "rerank.method": RERANKERS,
+    "generation.model": READERS,
+}
+
+
+def config_plugin_names(c: RagConfig) -> dict[str, dict[str, str]]:
+    """field -> {name: `package==version`} of each component config `c` takes from a plug-in: what a sweep
+    records when it runs and a shipped model's manifest lists, so that the name is not later taken for
+    something else (a litellm model) once the plug-in is gone."""
+    out: dict[str, dict[str, str]] = {}
+    for field, registry in PLUGIN_FIELDS.items():
+        section, attribute = field.split(".")
+        name = getattr(getattr(c, section), attribute)
+        if name and name in registry.plugin_names():
+            out.setdefault(field, {})[name] = registry.origin(name).pin
+    return out
+
+
 def config_plugins(c: RagConfig) -> list[str]:
     """The plug-ins (`package==version`) a config's components come from: what a shipped model of the
     config installs with it (the served pipeline embeds, searches, reranks and answers with them)."""
+    return sorted({pin for named in config_plugin_names(c).values() for pin in named.values()})
 
-    def embedder(model: str | None) -> str | None:
-        return EMBEDDERS.origin(model).pin if model and is_plugin_embedder(model) else None
 
-    pins = {
-        CHUNKERS.origin(c.chunking.method).pin,
-        embedder(c.chunking.model),
-        embedder(c.embedding.model),
-        STORES.origin(c.index.store).pin if c.index.store else None,
-        RETRIEVAL_MODES.origin(c.retrieval.mode).pin,
-        RERANKERS.origin(c.rerank.method).pin,
-        READERS.origin(c.generation.model).pin if c.generation.is_reader else None,
-    }
-    return sorted(p for p in pins if p)
+def _install(pin: str) -> str:
+    return f"pip install '{pin}'"
+
+
+def not_installed(names: dict[str, dict[str, str]], used: dict[str, set[str]] | None = None) -> list[str]:
+    """One line for each plug-in component of `names` (`config_plugin_names`' form) that no installed
+    plug-in gives now, naming the package to install; `used`: only the names of these fields (what a
+    sweep's configs name now)."""
+    lines = []
+    for field, named in sorted(names.items()):
+        registry = PLUGIN_FIELDS.get(field)
+        for name, pin in sorted(named.items()):
+            if used is not None and name not in used.get(field, set()):
+                continue
+            if registry is not None and name not in registry.plugin_names():
+                package = pin.replace("==", " ")
+                lines.append(
+                    f"{field} {name!r} is the {registry.kind} of plug-in package {package}, which is not "
+                    f"installed: {_install(pin)}"
+                )
+    return lines
+
+
+def packages_not_installed(pins: list[str]) -> list[str]:
+    """One line for each `package==version` not installed, or installed at another version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    lines = []
+    for pin in pins:
+        package, _, wanted = pin.partition("==")
+        try:
+            found = version(package)
+        except PackageNotFoundError:
+            lines.append(f"plug-in package {package} {wanted} is not installed: {_install(pin)}")
+            continue
+        if wanted and found != wanted:
+            lines.append(f"plug-in package {package} is {found} here, not {wanted}: {_install(pin)}")
+    return lines
+
+
+def used_names(configs) -> dict[str, set[str]]:
+    """field -> the names configs give it (PLUGIN_FIELDS' fields)."""
+    used: dict[str, set[str]] = {}
+    for c in configs:
+        for field in PLUGIN_FIELDS:
+            section, attribute = field.split(".")
+            if name := getattr(getattr(c, section), attribute):
+                used.setdefault(field, set()).add(name)
+    return used

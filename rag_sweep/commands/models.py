@@ -1,5 +1,5 @@
-"""`rag-sweep export` and `rag-sweep verify-model`: an evaluated config as a model folder, and a model
-folder or registered version checked without running any of its code."""
+"""`rag-sweep export`, `verify-model` and `serve`: an evaluated config as a model folder; a model folder or
+registered version checked without running any of its code, on a private copy; that copy served."""
 
 from __future__ import annotations
 
@@ -28,8 +28,19 @@ def add_parsers(sub) -> None:
         help="a model folder, or a registered version: models:/NAME@ALIAS or models:/NAME/N (the registry "
         "of $MLFLOW_TRACKING_URI)",
     )
-    ver.add_argument("--fingerprint", help="a folder: the fingerprint `rag-sweep export` printed for it")
-    ver.add_argument("--download", help="a registered version: the folder to download it to, checked")
+    ver.add_argument(
+        "--fingerprint",
+        help="the folder fingerprint to hold it to: what `rag-sweep export` printed for a folder; for a "
+        "registered version, one pinned instead of its signature",
+    )
+    ver.add_argument("--download", help="a registered version: the new folder to download it to, checked")
+    srv = sub.add_parser(
+        "serve", help="serve a model folder or a registered version from a private copy checked first"
+    )
+    srv.add_argument("model", help="a model folder, or models:/NAME@ALIAS or models:/NAME/N")
+    srv.add_argument("--fingerprint", help="the folder fingerprint to hold it to (as verify-model takes)")
+    srv.add_argument("-p", "--port", type=int, default=5001)
+    srv.add_argument("-H", "--host", default="127.0.0.1")
 
 
 def export(args) -> int:
@@ -42,7 +53,7 @@ def export(args) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SpecError(f"--out {out}: exists and is not an empty folder; name a new one")
     check_new_file(out / "MLmodel", "--out")
-    plan = load_plan(args.spec, args.store)
+    plan = load_plan(args.spec, args.store, data)
     board_file = leaderboard_path(data, plan.sweep.name)
     if not board_file.exists():
         raise SpecError(f"sweep {plan.sweep.name} has no leaderboard in {data}: run it first")
@@ -57,39 +68,73 @@ def export(args) -> int:
     return 0
 
 
-def verify_model(args) -> int:
-    """A registered version: downloaded and checked against its registry tags. A folder: each bundled file
-    against its manifest, and the whole folder against the fingerprint `rag-sweep export` printed (nothing
-    else outside the folder says what it was). No code of the model runs."""
+def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tuple[Path, str]:
+    """(a private copy of `model`, checked; its folder fingerprint). A registered version: against its
+    signed registry tags (or `fingerprint`, pinned). A folder: each bundled file against its manifest, and
+    the whole against `fingerprint` when given (nothing else outside a bare folder says what it was). Each
+    file is read once from where another may write: into the copy, which is what is checked and used."""
     import json
+    import os
+    import shutil
 
     from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, folder_files, folder_fingerprint, verify
-    from shipping.registry import download_verified
+    from shipping.registry import check_regular_files, download_verified, private_folder
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the command's output: its result
     try:
-        if args.model.startswith("models:/"):
-            folder = download_verified(args.model, args.download)
-            print(f"{args.model}: the registered model, as its registry tags record it, in {folder}")
-            return 0
-        if args.download:
-            raise SpecError("--download: for a registered version (models:/...) only")
-        folder = Path(args.model)
-        if not (folder / "MLmodel").is_file():
-            raise SpecError(f"{folder}: not a model folder (no MLmodel)")
-        found = folder_fingerprint(folder_files(folder))
-        if args.fingerprint and args.fingerprint != found:
-            raise TamperedModel(
-                f"{folder}: its fingerprint {found} is not the fingerprint {args.fingerprint} it was "
-                "exported with: a file was changed, added or removed: refusing it"
-            )
-        verify(
-            folder / "artifacts" / BUNDLE, json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+        if model.startswith("models:/"):
+            folder = download_verified(model, dst, fingerprint)
+            manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+            verify(folder / "artifacts" / BUNDLE, manifest)  # loads here: its plug-ins, its embedder
+            return folder, folder_fingerprint(folder_files(folder))
+        source = Path(model)
+        if not (source / "MLmodel").is_file():
+            raise SpecError(f"{source}: not a model folder (no MLmodel)")
+        folder = private_folder(dst) / "model"
+        shutil.copytree(source, folder, symlinks=True)  # a link stays a link: refused below
+    except ValueError as e:  # a --download folder that is not new, a URI that is no version
+        raise SpecError(str(e)) from None
+    check_regular_files(folder)
+    found = folder_fingerprint(folder_files(folder))
+    if fingerprint and fingerprint != found:
+        raise TamperedModel(
+            f"{source}: its fingerprint {found} is not the fingerprint {fingerprint} it was exported with: a "
+            "file was changed, added or removed: refusing it"
         )
-    except TamperedModel as e:
+    try:
+        manifest = json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise TamperedModel(f"{source}: its {MANIFEST} cannot be read ({e}): refusing it") from None
+    verify(folder / "artifacts" / BUNDLE, manifest)
+    return folder, found
+
+
+def verify_model(args) -> int:
+    """A registered version: downloaded into a private folder and checked there. A folder: checked on a
+    private copy. No code of the model runs."""
+    import shutil
+
+    from shipping.pipeline import MissingPlugin, TamperedModel
+
+    registered = args.model.startswith("models:/")
+    if args.download and not registered:
+        raise SpecError("--download: for a registered version (models:/...) only")
+    try:
+        folder, found = verified_copy(
+            args.model, Path(args.download) if args.download else None, args.fingerprint
+        )
+    except (TamperedModel, MissingPlugin) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if registered:
+        anchor = "the fingerprint pinned" if args.fingerprint else "its signed registry tags"
+        print(
+            f"{args.model}: the registered model, as {anchor} record it, in {folder}\n  fingerprint {found}"
+        )
+        return 0
+    shutil.rmtree(folder.parent, ignore_errors=True)  # the folder's copy: only checked
     print(
-        f"{folder}: fingerprint {found}"
+        f"{args.model}: fingerprint {found}"
         + (
             " (the exported one)"
             if args.fingerprint
@@ -98,3 +143,29 @@ def verify_model(args) -> int:
         )
     )
     return 0
+
+
+def serve(args) -> int:
+    """`mlflow models serve` on a private copy of the model, checked as `verify-model` checks it: the
+    server loads exactly what was verified (MLflow serving a registry URI would run the code of the
+    registry's own folder before any check)."""
+    import shutil
+    import subprocess
+
+    from shipping.pipeline import MissingPlugin, TamperedModel
+
+    try:
+        folder, found = verified_copy(args.model, None, args.fingerprint)
+    except (TamperedModel, MissingPlugin) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"serving {args.model} (fingerprint {found}) from its checked copy {folder}", file=sys.stderr)
+    import os
+
+    bin_dir = Path(sys.executable).parent  # MLflow starts its uvicorn from PATH
+    command = [str(bin_dir / "mlflow"), "models", "serve", "-m", str(folder), "--env-manager", "local"]
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    try:
+        return subprocess.call([*command, "-p", str(args.port), "-h", args.host], env=env)
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
