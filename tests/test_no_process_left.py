@@ -76,9 +76,10 @@ def _command(*args, env: dict[str, str]) -> None:
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=600)
     finally:
-        proc.kill()
+        if proc.poll() is None:  # timed out: the command and its process group go
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err
     left = _left_by(proc.pid, mark.encode())
     for pid in left:  # ours to end, whatever the verdict
