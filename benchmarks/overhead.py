@@ -66,12 +66,6 @@ import json, resource, sys
 sys.path[:0] = [{root!r}, {benchmarks!r}]
 from model_timer import spent
 from runner import run_sweep
-try:  # what `rag-sweep run` does before a run (a tree before it: nothing)
-    from rag_sweep.warm_process import import_for_run
-except ImportError:
-    pass
-else:
-    import_for_run()
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent}}))

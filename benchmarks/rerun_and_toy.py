@@ -1,23 +1,18 @@
 """Benchmark: what `rag-sweep run` costs beyond the work: an unchanged rerun, and a tiny sweep end to end.
 
-    .venv/bin/python benchmarks/rerun_and_toy.py [--repeats 3] [--skip-cold] [--own]
+    .venv/bin/python benchmarks/rerun_and_toy.py [--repeats 3] [--skip-cold]
 
 1. The example sweep cold (a fresh data dir: every stage computes, 2,803 chunk texts embedded), then
    `--repeats` unchanged reruns on that data dir: the rerun's wall time as a share of the cold run's
    (goal <= 2%, issue 43; the cold run records that nothing is left, so every rerun reads that record).
 2. A 1-config toy sweep (20 documents and 5 questions of the example) into a fresh data dir, `--repeats`
-   times after one untimed run (warm: the OS caches and the compiled modules, not the data): its wall time
-   (goal <= 8 s, issue 43).
-Each run is the CLI as a user starts it (`.venv/bin/rag-sweep run`): the first run starts a warm process
-(rag_sweep/warm_process.py) and the later ones are forked from it; with `--own` (RAG_SWEEP_WARM=0) each runs
-in a process of its own. The warm process lies in a folder of this benchmark's, stopped at the end.
+   times after one untimed run (warm: the OS caches and the compiled modules, not the data): its wall time.
+Each run is the CLI as a user starts it (`.venv/bin/rag-sweep run`), a process of its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -34,14 +29,9 @@ DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 CLI = ROOT / ".venv" / "bin" / "rag-sweep"
 
 
-ENV = dict(os.environ)
-
-
 def run(spec: Path, data: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run(
-        [str(CLI), "run", str(spec), "--data-dir", str(data)], check=True, capture_output=True, env=ENV
-    )
+    subprocess.run([str(CLI), "run", str(spec), "--data-dir", str(data)], check=True, capture_output=True)
     return time.perf_counter() - t0
 
 
@@ -68,20 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-cold", action="store_true", help="only the toy sweep")
-    ap.add_argument("--own", action="store_true", help="each run in a process of its own (no warm process)")
     args = ap.parse_args()
-    folder = tempfile.mkdtemp(prefix="warm", dir="/tmp")  # short: a socket's path is <= 107 bytes
-    ENV.update(RAG_SWEEP_WARM_DIR=folder, RAG_SWEEP_WARM="0" if args.own else "1")
-    ENV.pop("CI", None)
-    try:
-        measure(args)
-    finally:
-        subprocess.run([str(CLI), "warm", "--stop"], capture_output=True, env=ENV)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def measure(args) -> None:
-    how = "each in a process of its own" if args.own else "the first run starts a warm process"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if not args.skip_cold:
@@ -98,7 +75,7 @@ def measure(args) -> None:
         toys = [run(spec, tmp / f"toy{i}") for i in range(args.repeats)]
         print(
             f"1-config toy sweep (20 docs, 5 questions), fresh data dir, warm: {statistics.median(toys):.1f} s "
-            f"(runs: {', '.join(f'{t:.1f}' for t in toys)}; goal <= 8 s; {how})"
+            f"(runs: {', '.join(f'{t:.1f}' for t in toys)})"
         )
 
 

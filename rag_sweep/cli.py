@@ -9,7 +9,6 @@
     rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR] [--fingerprint FP]
     rag-sweep serve DIR|models:/NAME@ALIAS [--fingerprint FP] [-p PORT]
     rag-sweep gate SPEC --against models:/NAME@champion|CONFIG|OTHER.yaml [--margin X] [--junit PATH]
-    rag-sweep warm [--idle-minutes M] [--stop]
 
 The input files are observed and snapshotted, then the plan's partitions run, a stage's due partitions in
 one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
@@ -37,7 +36,6 @@ from rag_core.planning.extension_points import plugins_line
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep import warm_process
 from rag_sweep.commands import calibrate_judge, components, gate, gc, import_labels, models
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
@@ -75,12 +73,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         _default_show_warning(message, category, filename, lineno, file, line)
 
 
-def main(argv: list[str] | None = None, start_warm: bool = False) -> int:
-    """`rag-sweep ARGV`; `start_warm`: a run that imports Dagster and the libraries leaves a warm process
-    behind for the next command (the `rag-sweep` command only, rag_sweep/console.py)."""
+def main(argv: list[str] | None = None) -> int:
+    """`rag-sweep ARGV`, in this process."""
     warnings.showwarning = _show_warning
     try:
-        return _main(argv, start_warm)
+        return _main(argv)
     except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
@@ -91,9 +88,9 @@ def main(argv: list[str] | None = None, start_warm: bool = False) -> int:
         _interrupted()
 
 
-def console(start_warm: bool = False) -> None:
+def console() -> None:
     """The `rag-sweep` command: `main`, then `exit_now`. Tests call `main`, which returns."""
-    exit_now(main(start_warm=True) if start_warm else main())
+    exit_now(main())
 
 
 def exit_now(code: int | None) -> None:
@@ -118,7 +115,7 @@ def _interrupt(e: BaseException) -> bool:
     )
 
 
-def _main(argv: list[str] | None, start_warm: bool = False) -> int:
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -164,7 +161,6 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
     calibrate_judge.add_parser(sub)
     import_labels.add_parser(sub)
     components.add_parser(sub)
-    warm_process.add_parser(sub)
     args = parser.parse_args(argv)
 
     try:
@@ -190,8 +186,6 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
             return components.run(args)
         if args.command == "import-labels":
             return import_labels.run(args)
-        if args.command == "warm":
-            return warm_process.command(args)
         if args.output:
             _check_output(args.output)  # before any work
         t0 = time.perf_counter()
@@ -200,15 +194,6 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
         if run is not None:
             print("every partition is up to date: nothing to compute", file=sys.stderr)
         else:
-            warm_process.import_for_run()
-            if start_warm and warm_process.starts_one() and (pid := warm_process.start_from_here()):
-                print(
-                    f"rag-sweep: warm process {pid} started: the next commands in this environment fork "
-                    f"from it instead of importing the libraries again; it exits after "
-                    f"{warm_process.DEFAULT_IDLE_MINUTES:g} idle minutes (`rag-sweep warm --stop`; "
-                    "RAG_SWEEP_WARM=0 starts none)",
-                    file=sys.stderr,
-                )
             from runner.sweep import run_sweep
 
             run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)

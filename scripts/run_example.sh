@@ -4,6 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
-# no warm process: it would serve only commands started with this script's environment, and none follows
-export RAG_SWEEP_WARM=0
 exec .venv/bin/rag-sweep run examples/sweeps/example.yaml --output .rag_data/leaderboard.csv "$@"

@@ -1,0 +1,105 @@
+"""Every `rag-sweep` command runs in its own process and leaves nothing running: once it has returned, no
+process it started is alive (a compute log's tail, a server, a background process of its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, write_sweep
+
+RAG_SWEEP = Path(sys.executable).with_name("rag-sweep")  # the command as installed (its console entry point)
+
+
+def _stat(pid: str) -> tuple[str, int, int, int] | None:
+    """(state, parent, process group, session) of a process, None where it has gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the name, which may hold spaces and parentheses
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def _marked(pid: str, mark: bytes) -> bool:
+    """Whether the process was started with the command's environment: every process it starts inherits it,
+    a double fork into a session of its own too."""
+    try:
+        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _left_by(command: int, mark: bytes) -> dict[int, str]:
+    """The live processes that `command` (ended) started: in its session or process group, descended from
+    it, or carrying its environment. Each with its command line."""
+    stats = {int(p): s for p in os.listdir("/proc") if p.isdigit() and (s := _stat(p)) is not None}
+
+    def descends(pid: int) -> bool:
+        seen = set()
+        while pid > 1 and pid not in seen:
+            seen.add(pid)
+            if pid == command:
+                return True
+            pid = stats[pid][1] if pid in stats else 0
+        return False
+
+    left = {}
+    for pid, (state, _, group, session) in stats.items():
+        if pid == os.getpid() or state == "Z":  # a zombie has ended; only its parent has not looked yet
+            continue
+        if command in (group, session) or descends(pid) or _marked(str(pid), mark):
+            try:
+                left[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:  # ended meanwhile
+                pass
+    return left
+
+
+def _command(*args, env: dict[str, str]) -> None:
+    """`rag-sweep ARGS` in a session of its own; after it returns, fails naming every process it left."""
+    mark = f"RAG_SWEEP_TEST_MARK={uuid.uuid4().hex}"
+    env = {**env, mark.split("=")[0]: mark.split("=")[1]}
+    proc = subprocess.Popen(
+        [str(RAG_SWEEP), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:  # timed out: the command and its process group go
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    left = _left_by(proc.pid, mark.encode())
+    for pid in left:  # ours to end, whatever the verdict
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"`rag-sweep {args[0]}` left running: {left}"
+
+
+@pytest.mark.slow
+def test_run_and_export_leave_no_process_behind(small_slice, tmp_path):
+    # the user's environment as a terminal has it: none of the switches (CI) a command may read to stay alone
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "RAG_SWEEP", "CI"))}
+    spec = write_sweep(
+        tmp_path / "small.yaml",
+        small_slice,
+        chunking={"method": "recursive", "chunk_size": 384, "chunk_overlap": 48},
+        retrieval={"mode": "vector", "top_k": 3},
+    )
+    data = tmp_path / "data"
+    _command("run", spec, "--data-dir", data, env=env)  # Dagster runs, compute log tails, MLflow, LanceDB
+    _command("export", spec, "--out", tmp_path / "model", "--data-dir", data, env=env)
