@@ -478,6 +478,11 @@ class MlflowTracking(dg.ConfigurableResource):
             values = {
                 k: row.get(k) for k in ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
             }
+            withheld = row.get("overall_ci_withheld")
+            if (
+                withheld
+            ):  # no interval (too few questions, no spread): NaN ends an earlier night's, a tag says why
+                values |= {"overall_ci_low": float("nan"), "overall_ci_high": float("nan")}
             client.log_batch(
                 run_id,
                 metrics=[Metric(k, float(v), stamp, night) for k, v in values.items() if v is not None],
@@ -486,6 +491,7 @@ class MlflowTracking(dg.ConfigurableResource):
                     RunTag("vs_leader", str(row.get("vs_leader"))),
                     RunTag("recommended", str(bool(row.get("recommended"))).lower()),
                     RunTag("in_leaderboard", "true"),
+                    RunTag("overall_ci_withheld", withheld or ""),
                 ],
             )
             updated += 1
@@ -657,14 +663,17 @@ class MlflowTracking(dg.ConfigurableResource):
                 continue
             client.log_batch(
                 run_id,
-                metrics=[Metric(k, float(row[k]), 0, 0) for k in names]
+                metrics=[Metric(k, float(row[k]), 0, 0) for k in names if row.get(k) is not None]
                 + [Metric("holdout_errors", float(row.get("n_holdout_errors") or 0), 0, 0)],
                 tags=[
                     RunTag(
                         "holdout_tied_with_best",
                         "unknown" if failed else str(bool(row["holdout_tied_with_best"])).lower(),
                     )
-                ],
+                ]
+                # no interval from too few questions or no spread: why, where the interval would be
+                + [RunTag("holdout_ci_withheld", row["holdout_ci_withheld"])]
+                * bool(row.get("holdout_ci_withheld")),
             )
             updated += 1
         boards = self._search(experiment, f"tags.board_fingerprint = '{board_fingerprint}'", max_results=1)
