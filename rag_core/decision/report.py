@@ -266,7 +266,11 @@ def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
     text = f"**{state['verdict']}**"
     return [
         ("Confirmed on unseen questions", text, None),
-        ("Selection against holdout (the finalists)", None, holdout.select(HOLDOUT_COLUMNS)),
+        (
+            "Selection against holdout (the finalists)",
+            None,
+            holdout.select([c for c in HOLDOUT_COLUMNS if c in holdout.columns]),
+        ),
     ]
 
 
