@@ -49,7 +49,13 @@ class Answers(StageLogic):
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         lat = frame["latency_ms"].to_list()
+        gen = run.config.generation
+        # the LLM client's one-time start-up in this process: apart from every question's latency
+        startup = (
+            None if gen.is_reader or reused else getattr(run.llm, "startup_ms", lambda m: None)(gen.model)
+        )
         return {
+            **({"llm_startup_ms": round(startup, 1)} if startup is not None else {}),
             "dagster/row_count": frame.height,
             "model": run.config.generation.model,
             "errors": int(frame["error"].drop_nulls().len()),

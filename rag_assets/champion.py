@@ -206,7 +206,7 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
                 **{
                     f"figure/{k}": v
                     for k, v in bundle.metadata["figures"].items()
-                    if isinstance(v, int | float)
+                    if isinstance(v, int | float | str)  # str: why an interval is withheld
                 },
             }
         )

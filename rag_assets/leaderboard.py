@@ -367,7 +367,11 @@ class Leaderboard(StageLogic):
             **(
                 {"min_detectable_difference": float(decision["min_detectable_difference"])}
                 if decision["min_detectable_difference"] is not None
-                else {}
+                # too few questions or no spread: why, in place of a figure the data cannot give
+                else {
+                    "min_detectable_difference": decision.get("min_detectable_difference_withheld")
+                    or "no other config to compare"
+                }
             ),
             "top_tier_size": len(decision["top_tier"]),
             **(

@@ -5,12 +5,17 @@ retried with backoff, or after the wait the provider asks for (a 429's `Retry-Af
 `max_retry_after_s`); if every attempt fails the error is returned, never raised, so one bad query never
 halts a batch and is never silently dropped. A call takes at most (max_retries + 1) × timeout_s plus the
 waits. The latency recorded is the time spent in calls, without the waits between them: a rate limit is
-the sweep's burst of requests, not the model's speed.
+the sweep's burst of requests, not the model's speed. Nor is the client's start-up: the first call of a
+model and endpoint in a process imports the provider's SDK and builds its client (seconds, against tens
+of milliseconds a call), so a call to a local port that refuses it warms the client first, untimed, and
+its time is reported apart (`startup_ms`), never as a question's latency.
 """
 
 from __future__ import annotations
 
 import email.utils
+import socket
+import threading
 import time
 
 import dagster as dg
@@ -22,6 +27,12 @@ from resources.llm_cache import call_key, open_cache
 
 class EmptyCompletion(RuntimeError):
     pass
+
+
+# (model, api_base) -> the start-up of its client in this process (ms), measured by the warm-up call
+_STARTUP_MS: dict[tuple[str, str | None], float] = {}
+_WARMING = threading.Lock()
+WARM_UP_TIMEOUT_S = 10.0  # a refused connection returns at once; this bounds a provider that blocks
 
 
 def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -49,6 +60,27 @@ def retry_after_s(error: Exception) -> float | None:
     except ValueError:
         when = email.utils.parsedate_tz(value)
         return max(0.0, email.utils.mktime_tz(when) - time.time()) if when else None
+
+
+def _build_reply_types(model: str) -> None:
+    """Build what a reply's first parse builds (pydantic completes the SDK's reply types on first use,
+    a quarter of a second): a canned reply through litellm's and the OpenAI SDK's types, no request."""
+    import litellm
+
+    litellm.completion(model=model, messages=[{"role": "user", "content": "ping"}], mock_response="pong")
+    try:
+        from openai.types.chat import ChatCompletion
+    except ImportError:  # a provider litellm reaches without the OpenAI SDK
+        return
+    message = {"role": "assistant", "content": "pong"}
+    ChatCompletion.construct(
+        id="warm-up",
+        object="chat.completion",
+        created=0,
+        model=model,
+        choices=[{"index": 0, "message": message, "finish_reason": "stop"}],
+        usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    )
 
 
 class LLMClient(dg.ConfigurableResource):
@@ -103,10 +135,51 @@ class LLMClient(dg.ConfigurableResource):
             provider = model.split("/", 1)[0]
         return limiter(f"{provider} {self.api_base or ''}", self.requests_per_minute)
 
+    def warm(self, model: str) -> float | None:
+        """Start the client of `model`'s provider, once per process and endpoint, untimed by any question:
+        a call of one token to a local port that refuses it, which imports the SDK and builds its client.
+        Returns its time in ms (None: already started here). Callers wait for it (a lock), so concurrent
+        first calls do not each pay for the start-up in their latency."""
+        import litellm
+
+        key = (model, self.api_base)
+        if key in _STARTUP_MS:
+            return None
+        litellm.suppress_debug_info = True  # no "Give Feedback" banner for the refused call
+        with _WARMING:
+            if key in _STARTUP_MS:
+                return None
+            t0 = time.perf_counter()
+            # a port bound and never listened on: the call builds the provider's client, then its request
+            # is refused at once, so the warm-up costs no request, quota or money at the real endpoint
+            with socket.socket() as closed:
+                closed.bind(("127.0.0.1", 0))
+                try:
+                    litellm.completion(
+                        model=model,
+                        messages=[{"role": "user", "content": "ping"}],
+                        max_tokens=1,
+                        timeout=WARM_UP_TIMEOUT_S,
+                        api_base=f"http://127.0.0.1:{closed.getsockname()[1]}/v1",
+                        api_key=self.api_key or "warm-up",
+                        num_retries=0,
+                        max_retries=0,
+                    )
+                except Exception:  # refused, as meant
+                    pass
+            _build_reply_types(model)
+            _STARTUP_MS[key] = (time.perf_counter() - t0) * 1000
+            return _STARTUP_MS[key]
+
+    def startup_ms(self, model: str) -> float | None:
+        """The start-up of `model`'s client at this endpoint in this process (ms), if it was started."""
+        return _STARTUP_MS.get((model, self.api_base))
+
     def _call(self, model: str, prompt: str, temperature: float, max_tokens: int) -> Completion:
         import litellm
 
         litellm.suppress_debug_info = True  # no "Give Feedback" banner on stdout for every failed call
+        self.warm(model)  # before the clock starts: start-up is no question's latency
         t0 = time.perf_counter()
         error, waited = None, 0.0
         quota = self._quota(model)

@@ -481,6 +481,11 @@ class MlflowTracking(dg.ConfigurableResource):
             # each LLM-backed stage's share of failed or fallen-back calls, and whether one is over the
             # threshold that keeps the config out of the tiers (rag_core/decision/qualification.py)
             values |= {k: v for k, v in row.items() if k.startswith("failed_share_")}
+            withheld = row.get("overall_ci_withheld")
+            if (
+                withheld
+            ):  # no interval (too few questions, no spread): NaN ends an earlier night's, a tag says why
+                values |= {"overall_ci_low": float("nan"), "overall_ci_high": float("nan")}
             client.log_batch(
                 run_id,
                 metrics=[Metric(k, float(v), stamp, night) for k, v in values.items() if v is not None],
@@ -491,6 +496,7 @@ class MlflowTracking(dg.ConfigurableResource):
                     RunTag("in_leaderboard", "true"),
                     RunTag("too_many_errors", str(bool(row.get("too_many_errors"))).lower()),
                     RunTag("failed_stages", row.get("failed_stages") or "none"),
+                    RunTag("overall_ci_withheld", withheld or ""),
                 ],
             )
             updated += 1
@@ -662,14 +668,17 @@ class MlflowTracking(dg.ConfigurableResource):
                 continue
             client.log_batch(
                 run_id,
-                metrics=[Metric(k, float(row[k]), 0, 0) for k in names]
+                metrics=[Metric(k, float(row[k]), 0, 0) for k in names if row.get(k) is not None]
                 + [Metric("holdout_errors", float(row.get("n_holdout_errors") or 0), 0, 0)],
                 tags=[
                     RunTag(
                         "holdout_tied_with_best",
                         "unknown" if failed else str(bool(row["holdout_tied_with_best"])).lower(),
                     )
-                ],
+                ]
+                # no interval from too few questions or no spread: why, where the interval would be
+                + [RunTag("holdout_ci_withheld", row["holdout_ci_withheld"])]
+                * bool(row.get("holdout_ci_withheld")),
             )
             updated += 1
         boards = self._search(experiment, f"tags.board_fingerprint = '{board_fingerprint}'", max_results=1)

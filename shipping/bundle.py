@@ -37,9 +37,11 @@ FIGURES = (
     "overall_score",
     "overall_ci_low",
     "overall_ci_high",
+    "overall_ci_withheld",  # why no interval is given (too few questions, no spread): said, not a figure
     "holdout_overall_score",
     "holdout_ci_low",
     "holdout_ci_high",
+    "holdout_ci_withheld",
     "n_queries",
     "retrieval_p95_ms",
     "generation_p95_ms",

@@ -208,6 +208,39 @@ def test_the_split_is_stratified_seeded_and_keeps_copies_together():
         split(rows, labels, 1.0, seed=0)
 
 
+def _respaced(row: dict) -> dict:
+    """The same row once normalized: the question and answer spaced and cased otherwise."""
+    return {
+        **row,
+        "question": row["question"].replace(" ", "  ").replace("?", " ?"),
+        "answer": " " + row["answer"].upper().replace(" ", "\u00a0 ") + "\n",
+        "context": row["context"] + " ",
+    }
+
+
+def test_rows_the_same_once_normalized_stay_on_one_side_of_the_split():
+    """Rows whose answer and context are the same once normalized, with questions that differ only in
+    spacing, fell on both sides of the split: the alignment showed held-out rows as worked examples."""
+    from rag_core.metrics.judge_alignment import split
+
+    base = label_rows(40)
+    rows = base + [_respaced(base[i]) for i in range(0, 40, 3)]  # 14 near copies
+    labels = [r["supported"] for r in rows]
+    for seed in range(8):
+        part, held = split(rows, labels, 0.5, seed=seed)
+        for j, i in enumerate(range(0, 40, 3)):
+            assert (i in part) == (40 + j in part), (seed, i)
+
+
+def test_an_aligned_prompt_that_shows_a_held_out_answer_is_caught_once_normalized():
+    from rag_core.metrics.judge_alignment import aligned_prompt, leaked
+
+    row = label_rows(4)[0]
+    prompt = aligned_prompt(JUDGE_PROMPT, [(row, True)])
+    other = {**label_rows(4)[2], "question": row["question"]}  # another answer to the same question
+    assert leaked(prompt, [_respaced(row), other, row]) == [0, 2]
+
+
 def test_examples_put_the_judges_mistakes_first_balanced_and_escaped():
     from rag_core.metrics.judge_alignment import aligned_prompt, choose_examples, leaked
 

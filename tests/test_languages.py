@@ -309,7 +309,8 @@ def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path
         for code, q in QUESTIONS.items()
     ]
     rows.append({**rows[0], "query_id": "q-given", "question": "When?", "language": "fr"})  # its own wins
-    rows.append({**rows[0], "query_id": "q-short", "question": "When?"})  # en at 0.09: unsure, not used
+    # the answer and the question say little (en at 0.09): unsure, not used
+    rows.append({**rows[0], "query_id": "q-short", "question": "When?", "answers": ["x"]})
     file = _qa_file(tmp_path, rows)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -320,13 +321,40 @@ def test_auto_detects_each_questions_language_and_scores_its_answers_so(tmp_path
         "q-short": None,
     }
     said = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
-    assert any("detected (data.language: auto) for 9 question(s): " in m and "unsure 1" in m for m in said), (
-        said
-    )
+    assert any("else the question's) for 9 question(s): " in m and "unsure 1" in m for m in said), said
     # the Chinese question's answer is scored per character: a near miss earns partial credit
     zh = qa.filter(pl.col("query_id") == "q-zh").row(0, named=True)
     assert token_f1("北京", zh["answers"], zh["language"]) == pytest.approx(2 / 3)
     assert token_f1("北京", zh["answers"], None) == 0.0  # SQuAD's whitespace tokens: one token each
+
+
+def test_auto_scores_a_cross_lingual_set_in_the_language_of_its_answers_and_context(tmp_path):
+    """MLQA's cross-lingual sets ask in one language about a context in another, and score in the
+    context's. The XQuAD slice is parallel: each English question, with the Chinese (and the German ...)
+    gold answers and document of the same XQuAD id, is such a question. Detected from the question, an
+    English question with Chinese answers was scored as English (F1 0.0 where MLQA gives 0.727)."""
+    english = {
+        r["query_id"].split("-", 2)[2]: r["question"]
+        for r in pl.read_parquet(XQUAD / "queries.parquet").filter(pl.col("language") == "en").to_dicts()
+    }
+    corpus = pl.read_parquet(XQUAD / "corpus.parquet")
+    qa = pl.read_parquet(XQUAD / "queries.parquet").filter(pl.col("language") != "en")
+    rows = [
+        {**r, "question": english[r["query_id"].split("-", 2)[2]], "language": None}
+        for r in qa.drop("language").to_dicts()
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        loaded = load_qa(_qa_file(tmp_path, rows), corpus=corpus, detect=True)
+    found = dict(zip(loaded["query_id"], loaded["language"], strict=True))
+    want = dict(zip(qa["query_id"], qa["language"], strict=True))
+    assert found == want  # every question: the language of its answers and context, not English
+    # and scored as MLQA's script scores the answers in the context's language, row by row
+    scored = [r for r in XQUAD_REFERENCE if r["query_id"] in found]
+    assert {r["language"] for r in scored} == set(MLQA) - {"en"}
+    for r in scored:
+        assert token_f1(r["prediction"], r["answers"], found[r["query_id"]]) == r["f1"], r
+        assert exact_match(r["prediction"], r["answers"], found[r["query_id"]]) == r["exact_match"], r
 
 
 def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):

@@ -170,10 +170,9 @@ def load_qa(
     `corpus` (doc_id, text) finds the gold documents of a Ragas set. A `language` per question (else the
     set's `language`) is how its answers are normalized (rag_core/metrics/languages.py); the column is kept
     when the file has one. `detect` (data.language: auto): a question without its own `language` gets the
-    one detected from its text; the languages found are said, and the unsure ones (scored without a
-    language) counted."""
-    from rag_core.metrics.languages import UNSURE, normalize
-    from rag_core.metrics.languages import detect as detect_language
+    language its answers are scored in (`scoring_language`: its gold documents', else its gold answers',
+    else its own); the languages found are said, and the unsure ones (scored without a language) counted."""
+    from rag_core.metrics.languages import UNSURE, normalize, scoring_language
 
     path = Path(path)
     if not path.exists():
@@ -190,6 +189,7 @@ def load_qa(
     out, seen = [], set()
     junk: list[str] = []  # the gold answers nothing can match, where they were
     detected: dict[str, str | None] = {}  # data.language auto: query id -> the language found (None: unsure)
+    doc_text: dict[str, str] | None = None  # the corpus's texts by id, read when a language is detected
     emptied = 0  # questions left with no reference answer by dropping them
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
@@ -207,7 +207,12 @@ def load_qa(
         question = _string(path, row, i, "question")
         lang = _language(path, row, i)
         if lang is None and detect:
-            lang, _ = detect_language(question)  # None when unsure: scored without a language
+            if doc_text is None:
+                doc_text = (
+                    dict(zip(corpus["doc_id"], corpus["text"], strict=True)) if corpus is not None else {}
+                )
+            # None when unsure: scored without a language
+            lang = scoring_language(answers, [doc_text[d] for d in rel if d in doc_text], question)
             detected[qid] = lang
         # an answer empty once normalized would be matched by an empty (failed) answer, EM 1 and F1 1: it is
         # not scored. Published sets have a few ('.'): dropped and counted, not a reason to refuse the set
@@ -252,7 +257,8 @@ def load_qa(
         named = ", ".join(f"{lang} {n}" for lang, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
         warnings.warn(
             DataWarning(
-                f"{path}: field 'language' detected (data.language: auto) for {len(found)} question(s): {named} "
+                f"{path}: field 'language' detected (data.language: auto: the gold documents', else the gold "
+                f"answers', else the question's) for {len(found)} question(s): {named} "
                 f"(unsure: below {UNSURE:g} confidence, scored without a language as SQuAD's script does; short "
                 "questions say little: give a `language` column where it matters)"
             ),

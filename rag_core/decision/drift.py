@@ -17,7 +17,7 @@ def compare(
     previous: pl.DataFrame, current: pl.DataFrame, weights: dict[str, float], seed: int = 0
 ) -> dict | None:
     """A config's evaluation against its previous one, question by question (paired sign-flip test):
-    the overall scores before and after with their 95% intervals, the change and its p-value; None when
+    the overall scores before and after with their 95% intervals (None where none may be given), the change and its p-value; None when
     they are not on the same questions."""
     before, after = question_scores(previous, weights), question_scores(current, weights)
     if not before or set(before) != set(after):
@@ -26,14 +26,15 @@ def compare(
     b = np.array([before[q] for q in ids], dtype=float)
     a = np.array([after[q] for q in ids], dtype=float)
     p = sign_flip_p(a - b, np.random.default_rng(seed))
-    (blo, bhi), (alo, ahi) = bootstrap_ci(b), bootstrap_ci(a)
+    # None: too few questions or no spread for an interval (stats.why_no_estimate)
+    (blo, bhi), (alo, ahi) = bootstrap_ci(b) or (None, None), bootstrap_ci(a) or (None, None)
     return {
         "drift_before": float(b.mean()),
-        "drift_before_ci_low": float(blo),
-        "drift_before_ci_high": float(bhi),
+        "drift_before_ci_low": blo,
+        "drift_before_ci_high": bhi,
         "drift_after": float(a.mean()),
-        "drift_after_ci_low": float(alo),
-        "drift_after_ci_high": float(ahi),
+        "drift_after_ci_low": alo,
+        "drift_after_ci_high": ahi,
         "drift_change": float(a.mean() - b.mean()),
         "drift_p_value": float(p),
     }

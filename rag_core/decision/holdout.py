@@ -107,7 +107,8 @@ def confirm(
     summaries: dict[str, dict] | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """Score the finalists (`holdout`: config key -> its per-query metrics on the holdout) and confirm the
-    recommendation. Returns one row per finalist (holdout score, its 95% interval, the drop from the
+    recommendation. Returns one row per finalist (holdout score, its 95% interval or why none is given
+    (`holdout_ci_withheld`: stats.why_no_estimate), the drop from the
     selection score, the Holm-adjusted paired p-value against the best finalist on the holdout, tied or
     not, its failed LLM calls) and a summary: `confirmed` when the recommended config is still
     statistically tied with the best finalist on the holdout (a paired sign-flip test over the holdout's
@@ -120,7 +121,7 @@ def confirm(
     judge) fails the holdout too."""
     from rag_core.decision.qualification import describe, failed_stages
     from rag_core.decision.recommendation import bootstrap_scores
-    from rag_core.metrics.stats import holm, min_questions_for_claim, sign_flip_p
+    from rag_core.metrics.stats import holm, min_questions_for_claim, sign_flip_p, why_no_estimate
     from rag_core.search.halving import question_scores
 
     keys = [k for k in board["config_key"] if k in holdout]
@@ -143,13 +144,21 @@ def confirm(
     meets = dict(zip(rows["config_key"], rows["meets_constraints"], strict=True))
     errors = {k: _failed_calls(holdout[k]) for k in keys}
     lo, hi = np.percentile(scores.samples, [2.5, 97.5], axis=0)
+    n = int(holdout[keys[0]].height)
+    # no interval from fewer questions than a claim needs, or from no spread: say why instead
+    withheld = [why_no_estimate(n, float(np.ptp(scores.samples[:, i])), alpha) for i in range(len(keys))]
     table = pl.DataFrame(
         {
             "config_key": keys,
             "selection_score": [float(selection[k]) for k in keys],
             "holdout_overall_score": scores.observed.astype(float),
-            "holdout_ci_low": lo.astype(float),
-            "holdout_ci_high": hi.astype(float),
+            "holdout_ci_low": pl.Series(
+                [None if w else float(x) for x, w in zip(lo, withheld, strict=True)], dtype=pl.Float64
+            ),
+            "holdout_ci_high": pl.Series(
+                [None if w else float(x) for x, w in zip(hi, withheld, strict=True)], dtype=pl.Float64
+            ),
+            "holdout_ci_withheld": pl.Series(withheld, dtype=pl.String),
             "winners_curse_drop": [
                 float(selection[k]) - float(s) for k, s in zip(keys, scores.observed, strict=True)
             ],
@@ -159,7 +168,6 @@ def confirm(
             "n_holdout_errors": [errors[k] for k in keys],
         }
     )
-    n = int(holdout[keys[0]].height)
     need = min_questions_for_claim(alpha)
     failed = {k: e for k, e in errors.items() if e}
     stages = {k: describe(o) for k in keys if (o := failed_stages((summaries or {}).get(k) or {}))}
@@ -192,7 +200,10 @@ def confirm(
         summary.update(
             selection_score=row["selection_score"],
             holdout_score=row["holdout_overall_score"],
-            holdout_ci=[row["holdout_ci_low"], row["holdout_ci_high"]],
+            holdout_ci=None
+            if row["holdout_ci_withheld"]
+            else [row["holdout_ci_low"], row["holdout_ci_high"]],
+            holdout_ci_withheld=row["holdout_ci_withheld"],
             drop=row["winners_curse_drop"],
         )
     summary["verdict"] = verdict(summary)
@@ -231,7 +242,11 @@ def verdict(s: dict) -> str:
             f"finalists apart at alpha {s['alpha']:g} (its smallest p-value is 2/2^{n}); it takes at least "
             f"{s['min_questions']} holdout questions (a larger QA set or decision.holdout)"
         )
-    lo, hi = s["holdout_ci"]
+    interval = (
+        f"95% CI {s['holdout_ci'][0]:.3f}–{s['holdout_ci'][1]:.3f}"
+        if s.get("holdout_ci")
+        else f"no interval: {s.get('holdout_ci_withheld')}"
+    )
     drop = s["drop"]
     change = (
         f"drop {drop:+.4f}, the winner's curse"
@@ -242,7 +257,7 @@ def verdict(s: dict) -> str:
     )
     head = (
         f"on {n} holdout questions no selection step saw, {s['recommended']} scores "
-        f"{s['holdout_score']:.4f} (95% CI {lo:.3f}–{hi:.3f}) against {s['selection_score']:.4f} on the "
+        f"{s['holdout_score']:.4f} ({interval}) against {s['selection_score']:.4f} on the "
         f"selection split ({change})"
     )
     if s["confirmed"]:

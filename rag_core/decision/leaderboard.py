@@ -54,7 +54,8 @@ def compare_to_leader(
     seed: int = 0,
     scores=None,
 ) -> pl.DataFrame:
-    """Add the overall score's 95% bootstrap interval and a paired bootstrap test of each config against
+    """Add the overall score's 95% bootstrap interval (None, "n/a" and `overall_ci_withheld` saying why,
+    below the questions a claim needs or with no spread: stats.why_no_estimate) and a paired bootstrap test of each config against
     the leader (rank 1) over the same queries: `p_value_vs_leader`, `tied_with_leader` (the 95% interval of
     the score difference contains 0), and a display column `vs_leader` (leader / tied / worse, or
     "too many errors" for a config ranked last for its failed generations). `scores`: the configs'
@@ -62,30 +63,36 @@ def compare_to_leader(
     import numpy as np
 
     from rag_core.decision.recommendation import bootstrap_scores
-    from rag_core.metrics.stats import bootstrap_p
+    from rag_core.metrics.stats import bootstrap_p, why_no_estimate
 
     if scores is None:
         scores = bootstrap_scores(per_query, weights, seed=seed)
     col = {k: i for i, k in enumerate(scores.keys)}
     leader = col[board["config_key"][0]]
-    rows = []
+    rows, withheld = [], []
     for key in board["config_key"]:
         i = col[key]
-        lo, hi = np.percentile(scores.samples[:, i], [2.5, 97.5])
+        reason = why_no_estimate(per_query[key].height, float(np.ptp(scores.samples[:, i])), 0.05)
+        withheld.append(reason)
+        lo = hi = None
+        if reason is None:
+            lo, hi = (float(x) for x in np.percentile(scores.samples[:, i], [2.5, 97.5]))
         if i == leader:
-            rows.append((float(lo), float(hi), 0.0, 0.0, 0.0, 1.0, True, "leader"))
+            rows.append((lo, hi, 0.0, 0.0, 0.0, 1.0, True, "leader"))
             continue
         diffs = scores.diff(leader, i)
-        dlo, dhi = np.percentile(diffs, [2.5, 97.5])
+        dlo, dhi = (float(x) for x in np.percentile(diffs, [2.5, 97.5]))
         tied = dlo <= 0.0 <= dhi
         diff = float(scores.observed[leader] - scores.observed[i])
+        if not np.ptp(diffs) > 0:  # the same difference in every resample: an x–x interval claims certainty
+            dlo = dhi = None
         rows.append(
             (
-                float(lo),
-                float(hi),
+                lo,
+                hi,
                 diff,
-                float(dlo),
-                float(dhi),
+                dlo,
+                dhi,
                 bootstrap_p(diffs),
                 tied,
                 "tied" if tied else "worse",
@@ -106,12 +113,16 @@ def compare_to_leader(
         "tied_with_leader",
         "vs_leader",
     ]
-    extra = pl.DataFrame(rows, schema=cols, orient="row")
+    schema = {c: pl.Float64 for c in cols[:6]} | {"tied_with_leader": pl.Boolean, "vs_leader": pl.String}
+    extra = pl.DataFrame(rows, schema=schema, orient="row").with_columns(
+        pl.Series("overall_ci_withheld", withheld, pl.String)  # why no interval is given (None: one is)
+    )
     out = pl.concat([board, extra], how="horizontal")
     out = out.with_columns(
-        pl.format("{}–{}", pl.col("overall_ci_low").round(3), pl.col("overall_ci_high").round(3)).alias(
-            "overall_ci95"
-        )
+        pl.when(pl.col("overall_ci_withheld").is_null())
+        .then(pl.format("{}–{}", pl.col("overall_ci_low").round(3), pl.col("overall_ci_high").round(3)))
+        .otherwise(pl.lit("n/a"))
+        .alias("overall_ci95")
     )
     front = [c for c in DISPLAY_COLUMNS if c in out.columns]
     return out.select(front + [c for c in out.columns if c not in front])

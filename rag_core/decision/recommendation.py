@@ -23,9 +23,10 @@ from rag_core.metrics.stats import (
     resample_means,
     smallest_paired_p,
     weighted_score,
+    why_no_estimate,
 )
 
-Z_975, Z_80 = 1.959964, 0.841621  # two-sided 5% test, 80% power
+Z_80 = 0.841621  # 80% power
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,19 @@ def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     return tier, p_adj
 
 
-def min_detectable_difference(scores: Scores, leader: int) -> float:
+def min_detectable_difference(scores: Scores, leader: int, alpha: float = 0.05) -> float:
     """The smallest overall-score gap to the leader that a paired test on this QA set detects with 80%
-    power at 5%: (z₀.₉₇₅ + z₀.₈) × the median standard error of the leader-minus-config difference."""
+    power under the tiers' Holm correction: the leader is compared with the m other configs, and Holm's
+    first (strictest) step tests at alpha / m, so (z₁₋α/2m + z₀.₈) × the median standard error of the
+    leader-minus-config difference. NaN with no other config; 0.0 when the differences have no spread
+    (`decide` then gives no figure: stats.why_no_estimate)."""
+    from scipy.stats import norm
+
     others = [i for i in range(len(scores.keys)) if i != leader]
     if not others:
         return float("nan")
     se = np.median([scores.diff(leader, o).std(ddof=1) for o in others])
-    return float((Z_975 + Z_80) * se)
+    return float((norm.ppf(1 - alpha / (2 * len(others))) + Z_80) * se)
 
 
 def significantly_better(scores: Scores, a: int, b: int) -> bool:
@@ -300,7 +306,16 @@ def decide(
                 for c in ("p_value_vs_leader", "leader_diff_ci_low", "leader_diff_ci_high")
                 if c in out.columns
             ),
-            *([pl.lit("n/a").alias("overall_ci95")] if "overall_ci95" in out.columns else []),
+            *(
+                [
+                    pl.lit(None, pl.Float64).alias("overall_ci_low"),
+                    pl.lit(None, pl.Float64).alias("overall_ci_high"),
+                    pl.lit("n/a").alias("overall_ci95"),
+                    pl.lit(why_no_estimate(n_questions, 1.0, alpha)).alias("overall_ci_withheld"),
+                ]
+                if "overall_ci95" in out.columns
+                else []
+            ),
         )
     why_not = [violations(r, constraints) for r in out.iter_rows(named=True)]
     out = out.with_columns(
@@ -312,15 +327,24 @@ def decide(
     else:
         key, why = recommend(out, constraints)
     out = out.with_columns((pl.col("config_key") == (key or "")).alias("recommended"))
-    mde = (
-        min_detectable_difference(scores, int(np.argmax(scores.observed)))
-        if scores is not None and enough
-        else float("nan")
-    )
+    mde, mde_withheld = float("nan"), None
+    if scores is not None and enough:
+        mde = min_detectable_difference(scores, int(np.argmax(scores.observed)), alpha)
+        # every config scoring alike on every question: a difference of 0 would read as perfect power
+        mde_withheld = why_no_estimate(n_questions, mde, alpha) if np.isfinite(mde) else None
+    elif scores is not None:
+        mde_withheld = why_no_estimate(n_questions, 1.0, alpha)
+    if mde_withheld:
+        mde = float("nan")
     top = out.filter(pl.col("tier") == 1).sort("overall_score", descending=True)
     advice = ""
     if sound_keys and not enough:
         advice = too_few_questions(n_questions, alpha)
+    elif top.height > 1 and mde_withheld:
+        advice = (
+            f"{top.height} configs are statistically tied at the top; no detectable difference is given "
+            f"({mde_withheld})"
+        )
     elif top.height > 1:
         gap = float(top["overall_score"][0] - top["overall_score"][1])
         advice = (
@@ -339,7 +363,8 @@ def decide(
         "top_tier": top["config_key"].to_list(),
         "min_detectable_difference": mde
         if np.isfinite(mde)
-        else None,  # None: one config, nothing to compare, or too few questions to claim any
+        else None,  # None: one config, nothing to compare, too few questions or no spread (see below)
+        "min_detectable_difference_withheld": mde_withheld,  # why no detectable difference is given
         "n_questions": n_questions,
         "enough_questions": enough,
         "min_questions": min_questions_for_claim(alpha),

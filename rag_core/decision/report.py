@@ -158,8 +158,10 @@ def pareto_plot_png(board: pl.DataFrame, x: str, xlabel: str, front: str) -> byt
     ok = qualified(board)
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
     xs, ys = ok[x].to_numpy(), ok["overall_score"].to_numpy()
-    # clipped at 0: when every resample gives the same score, rounding can put the interval a hair past it
-    err = np.vstack([ys - ok["overall_ci_low"].to_numpy(), ok["overall_ci_high"].to_numpy() - ys]).clip(min=0)
+    # no bar where no interval is given (too few questions, no spread: overall_ci_withheld)
+    low = ok["overall_ci_low"].fill_null(ok["overall_score"]).to_numpy()
+    high = ok["overall_ci_high"].fill_null(ok["overall_score"]).to_numpy()
+    err = np.vstack([ys - low, high - ys]).clip(min=0)
     on = ok[front].to_numpy()
     ax.errorbar(xs[~on], ys[~on], yerr=err[:, ~on], fmt="o", color="#9aa5b1", alpha=0.7, label="dominated")
     ax.errorbar(xs[on], ys[on], yerr=err[:, on], fmt="o", color="#3b6ea5", label="Pareto front")
@@ -241,6 +243,7 @@ HOLDOUT_COLUMNS = [
     "holdout_overall_score",
     "holdout_ci_low",
     "holdout_ci_high",
+    "holdout_ci_withheld",
     "winners_curse_drop",
     "holdout_p_holm_vs_best",
     "holdout_tied_with_best",
@@ -263,7 +266,11 @@ def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
     text = f"**{state['verdict']}**"
     return [
         ("Confirmed on unseen questions", text, None),
-        ("Selection against holdout (the finalists)", None, holdout.select(HOLDOUT_COLUMNS)),
+        (
+            "Selection against holdout (the finalists)",
+            None,
+            holdout.select([c for c in HOLDOUT_COLUMNS if c in holdout.columns]),
+        ),
     ]
 
 
@@ -419,8 +426,13 @@ def ship_report(
             decision["advice"]
             or (not decision["top_tier"] and "No config qualifies: there is nothing to compare.")
             or f"The top tier is this one config: every other is significantly worse (Holm-corrected paired "
-            f"bootstrap over {n} questions; this QA set detects differences of about "
-            f"{'—' if mde is None else f'{mde:.3f}'} in overall score).",
+            f"bootstrap over {n} questions; "
+            + (
+                f"this QA set detects differences of about {mde:.3f} in overall score)."
+                if mde is not None
+                else f"no detectable difference is given: "
+                f"{decision.get('min_detectable_difference_withheld') or 'no other config to compare'})."
+            ),
             None,
         ),
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),

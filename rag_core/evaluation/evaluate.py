@@ -205,8 +205,8 @@ def evaluate(
         )
     )
     for m in metric_columns(per_query):  # 95% bootstrap interval of each mean over queries
-        # undefined for every query: no interval either
-        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = intervals.get(m, (None, None))
+        # undefined for every query, too few questions or no spread (stats.why_no_estimate): no interval
+        metrics[f"{m}_ci_low"], metrics[f"{m}_ci_high"] = intervals.get(m) or (None, None)
     if quality is None:
         quality = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
     metrics |= {

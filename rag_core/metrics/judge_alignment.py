@@ -1,19 +1,22 @@
 """Aligning the faithfulness judge with people's labels (pure): the labels split into an alignment part and a
 held-out part, the worked examples chosen from the alignment part, and the judge's prompt that carries them.
 
-- `split`: seeded and stratified by the human label. Rows with the same question and answer stay in one part
-  (a copy on both sides would show the judge a held-out answer), so the held-out part measures an aligned
+- `split`: seeded and stratified by the human label. Rows whose answer and context are the same once
+  normalized (`_same`: case, Unicode forms and spacing aside; whatever their questions) stay in one part (a
+  copy on both sides would show the judge a held-out answer), so the held-out part measures an aligned
   judge on answers it never saw.
 - `choose_examples`: of the alignment rows, those the base judge got wrong first (then those it could not
   score, then those it got right), balanced between supported and unsupported, at most `max_examples`.
 - `aligned_prompt`: the base prompt with the examples, each with the score people gave it, before its
   CONTEXT section; the fields the judge fills stay as they are.
-- `leaked`: the held-out rows a prompt shows as an example (none, or the alignment saw them).
+- `leaked`: the held-out rows whose answer a prompt shows as an example's (none, or the alignment saw them).
 """
 
 from __future__ import annotations
 
 import random
+import re
+import unicodedata
 from collections import defaultdict
 
 MIN_ALIGNMENT_LABELS = 10  # MLflow's advice for Judge.align(): at least 10 labelled traces, 50 to 100 better
@@ -22,14 +25,15 @@ HEADER = "Answers people graded, as examples (they are not the answer to grade):
 
 
 def split(rows: list[dict], labels: list[bool], share: float, seed: int) -> tuple[list[int], list[int]]:
-    """(alignment, held_out): row indices, each sorted. Rows with the same question and answer form one group,
-    labelled by its first row; within each label the groups are shuffled with `seed` and round(share x
+    """(alignment, held_out): row indices, each sorted. Rows with the same answer and context once normalized
+    form one group (the judge grades the answer against the context: a question that differs, if only in
+    its spacing, does not make it another example), labelled by its first row; within each label the groups are shuffled with `seed` and round(share x
     groups) go to the alignment part, at least one and never all when the label has two groups or more."""
     if not 0.0 < share < 1.0:
         raise ValueError(f"the alignment share must be between 0 and 1, got {share}")
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        groups[(row["question"], row["answer"])].append(i)
+        groups[(_same(row["answer"]), _same(row.get("context") or ""))].append(i)
     by_label: dict[bool, list[list[int]]] = {True: [], False: []}
     for members in groups.values():
         by_label[labels[members[0]]].append(members)
@@ -110,6 +114,20 @@ def aligned_prompt(template: str, examples: list[tuple[dict, bool]]) -> str:
     return template[:at] + block + template[at:]
 
 
+def _same(text: str) -> str:
+    """Text as compared for sameness: Unicode-normalized (NFKC), case-folded, without any whitespace."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text).casefold())
+
+
+_EXAMPLE_ANSWER = re.compile(r"^Answer: (.*?)\nScore: ", re.MULTILINE | re.DOTALL)
+
+
 def leaked(prompt: str, rows: list[dict]) -> list[int]:
-    """The indices of `rows` whose question and answer the prompt shows as an example."""
-    return [i for i, r in enumerate(rows) if _shown(r["question"], r["answer"]) in prompt]
+    """The indices of `rows` whose answer the prompt shows as an example's (normalized as `_same`), or
+    whose question and answer it shows as they are."""
+    shown = {_same(a.replace("{{", "{").replace("}}", "}")) for a in _EXAMPLE_ANSWER.findall(prompt)}
+    return [
+        i
+        for i, r in enumerate(rows)
+        if _same(r["answer"]) in shown or _shown(r["question"], r["answer"]) in prompt
+    ]

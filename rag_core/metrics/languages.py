@@ -39,7 +39,8 @@ the codes with a rule of their own (MLQA's seven and SEGMENTED), so loading a QA
 scored by the fallback. tests/test_languages.py checks every MLQA rule against the MLQA script's own scores,
 question by question.
 
-`data.language: auto` detects each question's language (`detect`) with py3langid: langid.py's model (Lui and
+`data.language: auto` detects the language each question is scored in (`scoring_language`: its gold
+documents', else its gold answers', else the question's; `detect`) with py3langid: langid.py's model (Lui and
 Baldwin 2012) shipped inside the package, deterministic, ~0.5 s to load and no download, over 97 languages
 and a few dialects; Arabic dialects count as `ar`, Wu and Cantonese as `zh`. An unsure detection is not used.
 """
@@ -219,6 +220,21 @@ def detect(text: str) -> tuple[str | None, float]:
     return (None if code == "zxx" or confidence < UNSURE else code), float(confidence)
 
 
+def scoring_language(answers: list[str], contexts: list[str], question: str) -> str | None:
+    """The language a question's answers are scored in, detected: that of its gold documents, the context
+    the answers come from (MLQA scores in the context's language: its cross-lingual sets ask in one
+    language about a context in another), else of its gold answers (short answers, names and numbers say
+    little: Hindi answers read as Marathi or Nepali), else of the question; None when all are unsure."""
+    for text in (" ".join(c[:CONTEXT_CHARS] for c in contexts), " ".join(answers), question):
+        if text.strip() and (found := detect(text)[0]) is not None:
+            return found
+    return None
+
+
+CONTEXT_CHARS = 2000  # of each gold document: plenty for the detector, bounded for a long document
+
+
 def detector_version() -> str:
-    """What joins the QA set snapshot's fingerprint when languages are detected."""
-    return f"py3langid=={version('py3langid')}"
+    """What joins the QA set snapshot's fingerprint when languages are detected: the detector and what it
+    reads (`scoring_language`'s order), so a snapshot detected from the questions alone is not reused."""
+    return f"py3langid=={version('py3langid')};documents,answers,question"

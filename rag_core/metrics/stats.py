@@ -8,7 +8,8 @@
 - Paired tests on few questions: `sign_flip_p` is `scipy.stats.permutation_test` over the signs of the
   per-question differences (exact up to EXACT_UP_TO questions, every sign vector enumerated; N_FLIPS drawn
   above), used by halving, the holdout and drift; `smallest_paired_p` and `min_questions_for_claim` say
-  what such a test can ever reach.
+  what such a test can ever reach; `why_no_estimate` says when no interval or detectable difference may be
+  given at all (below that minimum, or no spread to estimate one from).
 - Many comparisons: `holm` is Holm's step-down, checked against statsmodels' (which is too slow to call in
   a loop: see `holm`).
 - The gate's t-tests and power (rag_core/decision/gate.py) call scipy and statsmodels directly.
@@ -44,14 +45,17 @@ def resample_indices(n: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
-def bootstrap_ci(values, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over queries (NaN: undefined, skipped)."""
+def bootstrap_ci(
+    values, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean over queries (NaN: undefined, skipped); None where
+    `why_no_estimate` gives a reason (too few questions for a claim at 1 − level, or no spread)."""
     return bootstrap_cis([values], n_boot, seed, level)[0]
 
 
 def bootstrap_cis(
     rows, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float] | None]:
     """`bootstrap_ci` of each row (one metric's per-query values; rows of one length), in one call of
     `scipy.stats.bootstrap` along the last axis: it draws one set of resamples for every row, the very ones
     each row's own call would draw with this seed, so each interval is that call's."""
@@ -61,11 +65,7 @@ def bootstrap_cis(
     out: list[tuple[float, float] | None] = [None] * len(rows)
     spread = []
     for i, v in enumerate(rows):
-        if v.size == 0:
-            out[i] = (0.0, 0.0)
-        elif v.size == 1 or np.all(v == v[0]) or np.all(np.isnan(v)):  # every resample alike: no spread
-            out[i] = (float(nan_mean(v)),) * 2
-        else:
+        if why_no_estimate(v.size, values_spread(v), 1 - level) is None:
             spread.append(i)
     if spread:
         result = stats.bootstrap(
@@ -144,6 +144,27 @@ def smallest_paired_p(n: int) -> float:
     """The smallest two-sided p-value an exact paired sign-flip test reaches with n questions: 2 / 2**n
     (all n differences of one sign, the most extreme of the 2**n sign patterns, on both sides)."""
     return min(1.0, 2.0 / 2.0**n) if n > 0 else 1.0
+
+
+def values_spread(values) -> float:
+    """max − min of the defined values (0.0 when fewer than two are defined): 0 means every resample's
+    statistic is the same, so the resamples estimate no uncertainty at all."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(v.max() - v.min()) if v.size > 1 else 0.0
+
+
+def why_no_estimate(n: int, spread: float, alpha: float = 0.05) -> str | None:
+    """Why no interval or detectable difference may be given from `n` questions whose values (or paired
+    differences) spread over `spread` (None: one may). Below `min_questions_for_claim(alpha)` no test can
+    make a claim at alpha, and an interval would claim more than the data can; with no spread every
+    resample is alike and the interval (x–x) or detectable difference (0) would claim certainty."""
+    need = min_questions_for_claim(alpha)
+    if n < need:
+        return f"{n} question(s), below the {need} any claim at alpha {alpha:g} needs"
+    if not spread > 0:
+        return f"no spread: every one of the {n} questions gives the same value"
+    return None
 
 
 def min_questions_for_claim(alpha: float) -> int:
