@@ -86,7 +86,7 @@ def verify_model(args) -> int:
             folder / "artifacts" / BUNDLE, json.loads((folder / "artifacts" / BUNDLE / MANIFEST).read_text())
         )
     except TamperedModel as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         return 1
     print(
         f"{folder}: fingerprint {found}"
