@@ -188,7 +188,7 @@ def _main(argv: list[str] | None, start_warm: bool = False) -> int:
             data_dir = getattr(args, "data_dir", None) or environment.default_data_dir()
             reachability.check_all(
                 is_remote(data_dir),
-                runs_steps=args.command in ("run", "gate"),
+                runs_steps=args.command == "gate",
                 tracking_uri=getattr(args, "tracking_uri", None),
             )
         if args.command == "generate-qa":
@@ -250,7 +250,9 @@ def _check_outputs(command: argparse.ArgumentParser, args) -> None:
             check_new_file(value, max(action.option_strings, key=len))
 
 
-NO_SERVERS = {"validate", "components", "warm"}  # commands that read local files only
+# commands that read local files only, and `run`, whose runner tries the servers once its settings are
+# checked (runner/sweep.py: the fleet's settings are said before an unreachable server)
+NO_SERVERS = {"validate", "components", "warm", "run"}
 
 # what the product raises for bad input or a server it cannot use: its message is the whole story
 EXPECTED = (

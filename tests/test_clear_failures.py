@@ -435,5 +435,6 @@ def test_every_subcommand_fails_in_one_line_without_a_secret_in_bounded_time(
         if code == 2:  # a failure: one line, last (after a library's log lines), and at once
             lines = [x for x in err.strip().splitlines() if not x.startswith("(rerun with --verbose")]
             assert lines[-1].startswith("error: ") and err.count("error: ") == 1, (setting, argv, err)
-            assert took < 45, (setting, argv, took)  # the servers' connect timeout is 10 s
+            # the servers' connect timeout is 10 s; the rest is imports (a minute on a loaded host)
+            assert took < 120, (setting, argv, took)  # MLflow's own retries took 249 s
     assert SECRET_MARK not in _written_text(tmp_path), setting
