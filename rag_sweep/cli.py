@@ -47,9 +47,12 @@ from rag_sweep.printing import (  # noqa: F401
     _warn_unsegmented,
     serve_command,
 )
-from resources import environment  # first: the process defaults (rag_assets imports it first too)
+from resources import (
+    environment,  # first: the process defaults (rag_assets imports it first too)
+    reachability,
+)
 from resources.devices import DeviceUnavailable
-from resources.storage import check_new_file
+from resources.storage import check_new_file, is_remote
 from runner.errors import CheckFailed, DataDirError, StepFailed
 from runner.up_to_date import remembered
 from shipping import ExportWarning
@@ -62,15 +65,16 @@ def _check_output(output: str) -> None:
     check_new_file(output, "--output")
 
 
-_default_show_warning = warnings.showwarning
-
-
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A loader's DataWarning (rows or values it dropped, counted) as one line, like the CLI's own warnings."""
     if issubclass(category, DataWarning | ExportWarning):
-        print(f"warning: {message}", file=sys.stderr)
-    else:
-        _default_show_warning(message, category, filename, lineno, file, line)
+        print(f"warning: {environment.redact(str(message))}", file=sys.stderr)
+    else:  # a library's, as Python shows it, but redacted (it may name a server's URL)
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+        try:
+            (file or sys.stderr).write(environment.redact(text))
+        except OSError:  # as Python's own: a warning that cannot be shown is dropped
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +119,8 @@ def _interrupt(e: BaseException) -> bool:
     )
 
 
-def _main(argv: list[str] | None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `rag-sweep` command line: one subcommand each (subcommands)."""
     parser = argparse.ArgumentParser(
         prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -161,9 +166,28 @@ def _main(argv: list[str] | None) -> int:
     calibrate_judge.add_parser(sub)
     import_labels.add_parser(sub)
     components.add_parser(sub)
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser by its name."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    environment.hide_secrets_of(sys.argv[1:] if argv is None else argv)  # a data dir's password ...
 
     try:
+        _check_outputs(subcommands(parser)[args.command], args)
+        if args.command not in NO_SERVERS:  # each server the command may use, tried now, in bounded time
+            data_dir = getattr(args, "data_dir", None) or environment.default_data_dir()
+            reachability.check_all(
+                is_remote(data_dir),
+                runs_steps=args.command == "gate",
+                tracking_uri=getattr(args, "tracking_uri", None),
+            )
         if args.command == "generate-qa":
             return generate_qa_command(args)
         if args.command == "validate":
@@ -187,7 +211,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "import-labels":
             return import_labels.run(args)
         if args.output:
-            _check_output(args.output)  # before any work
+            _check_output(args.output)  # its suffix (the path is checked with every command's outputs)
         t0 = time.perf_counter()
         # an unchanged rerun: answered from the last run's record, without importing Dagster
         run = None if args.force else remembered(args.spec, args.data_dir, args.store)
@@ -197,26 +221,60 @@ def _main(argv: list[str] | None) -> int:
             from runner.sweep import run_sweep
 
             run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
-    except (
-        SpecError,
-        DatasetError,
-        DataDirError,
-        environment.Unreachable,
-        DeviceUnavailable,
-        CheckFailed,
-        StepFailed,
-        PluginError,
-    ) as e:
-        if getattr(args, "verbose", False):  # a server's URL in it keeps no password
-            lines = traceback.format_exception(e.__cause__ or e)
-            print(environment.redact("".join(lines)), end="", file=sys.stderr)
-        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
-        if args.command == "run" and not args.verbose:
-            print("(rerun with --verbose for the traceback)", file=sys.stderr)
-        if isinstance(e, StepFailed):
-            return 4 if args.command == "gate" else 1  # a gate's 1 is its verdict "fail"
-        return 2
-    return _print_run(run, args, time.perf_counter() - t0)
+        return _print_run(run, args, time.perf_counter() - t0)
+    except Exception as e:  # any failure, ours or a library's: one redacted line
+        if isinstance(e, BrokenPipeError) or _interrupt(e):  # main's to handle
+            raise
+        return _failed(e, args)
+
+
+def _check_outputs(command: argparse.ArgumentParser, args) -> None:
+    """Every file the command writes (an option whose help says it writes a file there) checked before any
+    work: a folder, a device, /proc or a read-only place is a one-line error, not a traceback after it."""
+    for action in command._actions:
+        value = getattr(args, action.dest, None)
+        said = (action.help or "").lower()
+        if action.option_strings and isinstance(value, str) and "write" in said and "folder" not in said:
+            check_new_file(value, max(action.option_strings, key=len))
+
+
+# commands that read local files only, and `run`, whose runner tries the servers once its settings are
+# checked (runner/sweep.py: the fleet's settings are said before an unreachable server)
+NO_SERVERS = {"validate", "components", "run"}
+
+# what the product raises for bad input or a server it cannot use: its message is the whole story
+EXPECTED = (
+    SpecError,
+    DatasetError,
+    DataDirError,
+    environment.Unreachable,
+    DeviceUnavailable,
+    CheckFailed,
+    StepFailed,
+    PluginError,
+)
+MAX_MESSAGE = 500  # an unexpected error's message past this is cut (a library's may hold a whole response)
+
+
+def _failed(e: Exception, args) -> int:
+    """A command's failure as one line on stderr, `error: ...`, with no secret in it (environment.redact),
+    its traceback (redacted too) only where the command has --verbose and it was given; exit 2, but 1 for
+    a run's failed step (the run's verdict "it did not complete") and 4 for a gate's (its 1 is "worse")."""
+    verbose = getattr(args, "verbose", False)
+    if verbose:
+        lines = traceback.format_exception(e.__cause__ or e)
+        print(environment.redact("".join(lines)), end="", file=sys.stderr)
+    message = " ".join(environment.redact(str(e)).split())  # one line, whatever the message held
+    if not isinstance(e, EXPECTED):  # a bug or a library's error: say what it was, bounded
+        message = f"{type(e).__name__}: {message}" if message else type(e).__name__
+        if len(message) > MAX_MESSAGE:  # cut once redacted: a URL cut short would keep its password
+            message = message[: MAX_MESSAGE - 1] + "…"
+    print(f"error: {message}", file=sys.stderr)
+    if hasattr(args, "verbose") and not verbose and (args.command == "run" or not isinstance(e, EXPECTED)):
+        print("(rerun with --verbose for the traceback)", file=sys.stderr)
+    if isinstance(e, StepFailed):
+        return 4 if args.command == "gate" else 1  # a gate's 1 is its verdict "fail"
+    return 2
 
 
 def _interrupted() -> None:

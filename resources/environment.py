@@ -213,6 +213,17 @@ def secret_values() -> list[str]:
     return named + [s for v in os.environ.values() if "://" in v for s in url_secrets(v)]
 
 
+_GIVEN_SECRETS: set[str] = set()  # the secrets of URLs given on the command line (hide_secrets_of)
+
+
+def hide_secrets_of(values: list[str]) -> None:
+    """The secrets inside URLs given on the command line (a data dir `s3://user:password@...?token=...`):
+    redacted from whatever this process prints or stores, as the environment's are."""
+    from rag_core.common.redaction import url_secrets
+
+    _GIVEN_SECRETS.update(s for v in values if "://" in v for s in url_secrets(v))
+
+
 def redact(text: str, *secrets: str | None) -> str:
     """`text` (a message, a traceback, a log line) with every URL's password and secret query values, every
     given secret and every secret the environment holds (secret_values) replaced by ***: a provider error
@@ -220,7 +231,7 @@ def redact(text: str, *secrets: str | None) -> str:
     from rag_core.common.redaction import redact_urls
 
     text = redact_urls(text)
-    values = [*secrets, *secret_values()]
+    values = [*secrets, *secret_values(), *_GIVEN_SECRETS]
     for value in sorted({v for v in values if v and len(v) >= 6}, key=len, reverse=True):
         text = text.replace(value, "***")
     return text

@@ -33,23 +33,40 @@ def is_remote(location: str | os.PathLike) -> bool:
 
 def check_data_dir(location: str | os.PathLike) -> None:
     """A data dir is a local folder or `s3://bucket[/prefix]`: anything else that looks like a URI (no
-    bucket, another scheme, `s3:bucket`) is refused in one line, before a folder named after it is made."""
+    bucket, another scheme, `hdfs:/x`, `s3:bucket`, credentials or a query in it) or that begins or ends
+    with white space is refused in one line, before a folder named after it is made."""
     from urllib.parse import urlsplit
 
     from rag_core.planning.spec import SpecError
 
     if not isinstance(location, str):
         return
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?", location)
-    if scheme is None or (len(scheme.group(1)) == 1 and not scheme.group(2)):  # a path; C: on Windows
-        return
     where = "set --data-dir or $RAG_DATA_DIR to a local folder or s3://BUCKET/prefix"
-    if scheme.group(1).lower() != "s3":
-        if not scheme.group(2):
+    if location != location.strip():  # ` s3://b` would be a local folder named so, `b ` another folder
+        raise SpecError(f"data dir {location!r}: begins or ends with white space; {where}")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(/*)", location)
+    if scheme is None or len(scheme.group(1)) == 1:  # a path; C: on Windows
+        return
+    name, slashes = scheme.group(1).lower(), scheme.group(2)
+    if name != "s3":
+        if not slashes and name not in _OTHER_SCHEMES:
             return  # a local name with a colon in it, e.g. `run:1`
-        raise SpecError(f"data dir {location}: {scheme.group(1)}:// is not supported; {where}")
-    if not location.startswith("s3://") or not urlsplit(location).netloc:
+        raise SpecError(f"data dir {location}: {name}: is not supported; {where}")
+    url = urlsplit(location)
+    if slashes != "//" or not url.netloc:
         raise SpecError(f"data dir {location}: not an object-storage URI with a bucket; {where}")
+    if "@" in url.netloc or url.query or url.fragment:  # the S3 clients read neither: a secret in plain view
+        raise SpecError(
+            f"data dir {location}: an s3:// data dir holds no credentials, query or fragment; the "
+            "credentials are read from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY; " + where
+        )
+
+
+# schemes a data dir may be mistaken for (fsspec's and the usual URIs'): refused even without a slash
+_OTHER_SCHEMES = {
+    "file", "http", "https", "hdfs", "webhdfs", "gs", "gcs", "az", "abfs", "abfss", "adl", "wasb", "wasbs",
+    "oss", "r2", "ftp", "sftp", "ssh", "smb", "hf", "memory", "s3a", "s3n", "gdrive", "dbfs", "lakefs",
+}  # fmt: skip
 
 
 def data_root(location: str | os.PathLike) -> Path:
@@ -190,6 +207,10 @@ def check_new_file(path: str | Path, flag: str) -> None:
     from rag_core.planning.spec import SpecError
 
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():  # a device, a pipe, a socket
+        if _a_stream(path):
+            return
+        raise SpecError(f"{flag} {path}: not a regular file, a pipe or a terminal; name a file to write")
     if path.is_dir():
         raise SpecError(
             f"{flag} {path}: is a directory; name the file to write, e.g. {path / ('out' + path.suffix)}"
@@ -209,3 +230,21 @@ def check_new_file(path: str | Path, flag: str) -> None:
     except OSError as e:
         where = path if path.is_file() else f"a file in {existing}"
         raise SpecError(f"{flag} {path}: cannot write {where} ({e.strerror}); name another path") from None
+
+
+def _a_stream(path: Path) -> bool:
+    """A place a report may be streamed to rather than stored: /dev/null, a terminal, a pipe (/dev/stdout
+    of a command piped on)."""
+    import stat
+
+    mode = path.stat().st_mode
+    if stat.S_ISFIFO(mode) or os.path.samefile(path, os.devnull):
+        return True
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ import polars as pl
 
 from rag_core.common.redaction import redact_url
 from rag_core.decision.qualification import qualified
-from resources.environment import Unreachable, mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
+from resources.environment import mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
 from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
 
 _LOG = logging.getLogger(__name__)
@@ -155,37 +155,6 @@ def seed_sqlite_store(db: Path) -> None:
                 pass
     except OSError:  # no writable cache dir: MLflow builds the store itself, as it always could
         return
-
-
-def shown_uri(uri: str) -> str:
-    """A tracking URI as an error may show it: no `user:password@`, no secret-named variable's value."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    url = urlsplit(uri)
-    if "@" in url.netloc:
-        url = url._replace(netloc=url.netloc.rsplit("@", 1)[1])
-    return redact(urlunsplit(url))
-
-
-def check_reachable(uri: str | None, timeout_s: float = 5.0) -> None:
-    """An MLflow server ($MLFLOW_TRACKING_URI, http or https) that takes no connection is a one-line error
-    now, not MLflow's minutes of retries then a traceback at the first step that logs."""
-    import socket
-    from urllib.parse import urlsplit
-
-    if not uri or not uri.startswith(("http://", "https://")):
-        return
-    try:
-        url = urlsplit(uri)
-        socket.create_connection(
-            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout_s
-        ).close()
-    except (OSError, ValueError) as e:  # refused, no such host, timed out; a port that is no number
-        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        raise Unreachable(
-            f"MLflow at {shown_uri(uri)} ($MLFLOW_TRACKING_URI) cannot be reached ({reason}): start it, or set "
-            "$MLFLOW_TRACKING_URI to its address (unset: a SQLite store in the data dir)"
-        ) from None
 
 
 class TrackingError(RuntimeError):

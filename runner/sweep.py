@@ -46,10 +46,9 @@ from resources.environment import (
     device_setting,
     executor,
     fleet_workers,
-    mlflow_tracking_uri,
 )
-from resources.storage import data_root, read_parquet
-from resources.tracking import check_reachable
+from resources.reachability import check_all
+from resources.storage import data_root, is_remote, read_parquet
 from runner.errors import CheckFailed
 from runner.estimate import load_data, require_extras
 from runner.instance import (
@@ -127,7 +126,7 @@ def run_sweep(
         load_data(plan.sweep)
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
     require_fleet(data) if fleet else require_deployment(data)
-    check_reachable(mlflow_tracking_uri())  # not minutes of retries at the first step that logs
+    check_all(is_remote(data), runs_steps=fleet)  # not minutes of retries at the first step that uses one
     if (
         not fleet and plan.runs_local_models
     ):  # $RAG_DEVICE=cuda where there is none (a fleet's workers: theirs)

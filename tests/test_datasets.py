@@ -97,10 +97,12 @@ def test_a_gold_answer_that_normalizes_to_nothing_is_dropped_and_counted(tmp_pat
     with pytest.warns(DataWarning) as caught:
         qa = load_qa(p)
     assert qa["answers"].to_list() == [["Paris"], ["Paris"], []]
-    (message,) = [str(w.message) for w in caught]
+    message, blank = [str(w.message) for w in caught]
     assert "q.jsonl: field 'answers': 2 gold answer(s) empty once normalized" in message
     assert f"q.jsonl: line 2 answer 2 ({answer!r})" in message
     assert "1 question(s) left with no reference answer" in message
+    # q3 has no gold document either: nothing but a judge can score it
+    assert "1 question(s) with no reference answer and no gold document (" in blank and "'q3'" in blank
 
 
 def test_graded_relevance(tmp_path):

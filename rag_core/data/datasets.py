@@ -191,6 +191,7 @@ def load_qa(
     detected: dict[str, str | None] = {}  # data.language auto: query id -> the language found (None: unsure)
     doc_text: dict[str, str] | None = None  # the corpus's texts by id, read when a language is detected
     emptied = 0  # questions left with no reference answer by dropping them
+    blank: list[str] = []  # questions with no reference answer and no gold document: nothing to score against
     for i, row in enumerate(rows):
         qid = _string(path, row, i, "query_id")
         if qid in seen:
@@ -225,6 +226,8 @@ def load_qa(
             ]
             emptied += not kept
             answers = kept
+        if not answers and not rel and row.get("question_type") != "unanswerable":  # generated ones: meant so
+            blank.append(f"{where(path, row, i)} ({qid!r})")
         out.append(
             {
                 "query_id": qid,
@@ -244,6 +247,15 @@ def load_qa(
                 f"and articles removed) dropped, as no answer can be judged against them ({junk[0]}"
                 f"{', …' if len(junk) > 1 else ''}); {emptied} question(s) left with no reference answer "
                 "(their answer metrics are undefined, as for a question without gold documents)"
+            ),
+            stacklevel=2,
+        )
+    if blank:
+        warnings.warn(
+            DataWarning(
+                f"{path}: {len(blank)} question(s) with no reference answer and no gold document ({blank[0]}"
+                f"{', …' if len(blank) > 1 else ''}): no retrieval or answer metric can score them (only a "
+                "judge's); give them `answers` or `relevant_doc_ids`, or mark them question_type unanswerable"
             ),
             stacklevel=2,
         )

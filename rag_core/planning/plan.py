@@ -57,6 +57,19 @@ def check_distinct_prefixes(sweeps: list[tuple[str, str]]) -> None:
         seen.setdefault(prefix, (name, where))
 
 
+def _first_difference(stage_name: str, a: list, b: list) -> tuple[str, Any, Any]:
+    """Where two chains of a stage (`[its own settings, its upstream stage's chain]`) first differ: (the
+    setting, named with its stage, and its two values)."""
+    while a[0] == b[0] and a[1] and b[1]:  # the same own settings: the difference is upstream
+        stage_name, a, b = stage(stage_name).upstream, a[1], b[1]
+    path, x, y = "", a[0], b[0]
+    while isinstance(x, dict) and isinstance(y, dict) and x != y:
+        name = next(n for n in sorted(set(x) | set(y), key=str) if x.get(n) != y.get(n))
+        path = path if name == "settings" else f"{path}.{name}" if path else str(name)
+        x, y = x.get(name), y.get(name)
+    return f"the {stage_name} stage's setting {path or 'settings'!r}", x, y
+
+
 def _with_store(c: RagConfig, store: str) -> RagConfig:
     """The config with `store` filled in when it names no vector store itself."""
     return c if c.index.store else c.model_copy(update={"index": c.index.model_copy(update={"store": store})})
@@ -153,10 +166,13 @@ class Plan:
                 own = s.own(c, sweep.judge, version, llm_api_base, sweep.language)
                 up = chains.get((s.upstream, partition_key(s.upstream, c))) if s.upstream else []
                 chain = [own, up]
-                if chains.setdefault((s.name, key), chain) != chain:
+                if (first := chains.setdefault((s.name, key), chain)) != chain:
+                    setting, a, b = _first_difference(s.name, first, chain)
                     raise SpecError(
-                        f"{sweep.path}: two different settings map to the {s.name} partition key {key!r}; "
-                        "rename a model so their last path components differ"
+                        f"{sweep.path}: two configs differ in {setting} ({a!r} and {b!r}) but map to the "
+                        f"same {s.name} partition key {key!r}: the key does not tell them apart; make them "
+                        "differ where the key shows it (e.g. a model's last path component, a number's "
+                        "first 6 significant digits)"
                     )
                 if key not in by_key:
                     reads = {r: partition_key(r, c) if stage(r).partitioned else None for r in s.reads}

@@ -124,7 +124,7 @@ def verify_model(args) -> int:
             args.model, Path(args.download) if args.download else None, args.fingerprint
         )
     except (TamperedModel, MissingPlugin) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {environment.redact(str(e))}", file=sys.stderr)
         return 1
     if registered:
         anchor = "the fingerprint pinned" if args.fingerprint else "its signed registry tags"
