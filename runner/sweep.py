@@ -118,15 +118,16 @@ def run_sweep(
     watch_interrupts()  # a Ctrl-C from now on is raised at the latest when the next Dagster run ends
     data = data_root(data_dir or default_data_dir())
     own_configs = None if plan is None else load_sweep(spec).configs  # the rest this run added (a baseline)
+    # the settings and the servers before the plan, which reads the data dir (the plug-ins its runs recorded)
+    fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
+    require_fleet(data) if fleet else require_deployment(data)
+    check_all(is_remote(data), runs_steps=fleet)  # not minutes of retries at the first step that uses one
     plan = plan or load_plan(spec, store, data)
     require_extras(plan)  # a component whose extra is missing: before any work
     if evaluations_only and plan.sweep.search.adaptive:
         raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
     if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work
         load_data(plan.sweep)
-    fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
-    require_fleet(data) if fleet else require_deployment(data)
-    check_all(is_remote(data), runs_steps=fleet)  # not minutes of retries at the first step that uses one
     if (
         not fleet and plan.runs_local_models
     ):  # $RAG_DEVICE=cuda where there is none (a fleet's workers: theirs)
