@@ -546,7 +546,7 @@ class Deployment:
         )
 
     def start_daemon(self) -> subprocess.Popen:
-        return self._start("daemon", "rag-sweep-daemon", "run")
+        return self._start("daemon", "dagster-daemon", "run")
 
     def instance(self):
         import dagster as dg
