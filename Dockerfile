@@ -5,7 +5,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFF
 RUN pip install --no-cache-dir uv
 WORKDIR /opt/rag
 COPY pyproject.toml uv.lock README.md ./
-# every package of pyproject.toml's wheel (the daemon's rag-sweep-daemon among its scripts)
+# every package of pyproject.toml's wheel
 COPY rag_core rag_core
 COPY rag_assets rag_assets
 COPY resources resources

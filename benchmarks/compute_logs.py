@@ -34,8 +34,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     import numpy as np
-    from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
 
+    from rag_sweep.dagster_private import LocalComputeLogManager
     from runner.compute_logs import TailedComputeLogManager, _ends_with_this_process
 
     if _ends_with_this_process() is None:

@@ -1,11 +1,11 @@
 """Benchmark: a sweep materialized from the Dagster UI on a deployment against `rag-sweep run`, end to end.
 
     .venv/bin/python benchmarks/deployment.py [--repeats 1] [--skip-halving | --skip-grid] [--timeline
-        [--steps]] [--cpu] [--idle SECONDS] [--default-launcher]
+        [--steps]] [--cpu] [--idle SECONDS]
 
-A deployment as the whole-stack tests start it (the webserver and the daemon on a PostgreSQL instance,
-run scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and
-the CLI on the same machine, alternating, each into a fresh data dir and instance:
+A deployment as the whole-stack tests start it (the webserver and Dagster's stock daemon on a PostgreSQL
+instance with deploy/dagster.yaml's settings, Dagster's default run launcher among them; run
+scripts/ensure_servers.sh first; artifacts, LanceDB and MLflow in a local data dir, as the CLI's) and the CLI on the same machine, alternating, each into a fresh data dir and instance:
 1. the example grid sweep: on the deployment a backfill of its stages and leaderboard through GraphQL (the
    UI's "Materialize all"), then nothing but the daemon: the holdout driver, the confirmation and the
    champion follow; timed from the launch to the champion's registration. The CLI: `rag-sweep run`.
@@ -20,8 +20,6 @@ machine's busy CPU seconds and processes started, which a sampler misses when th
 each step's.
 `--idle S`: then the deployment with nothing to do for S seconds (its sensors and daemon loops alone): the
 machine's busy CPU seconds and processes started (a PostgreSQL backend per new connection).
-`--default-launcher`: a third side, the deployment with Dagster's default run launcher (a fresh process per
-run, started by the code server) in place of deploy/dagster.yaml's warm one (rag_sweep/run_launcher.py).
 """
 
 from __future__ import annotations
@@ -52,8 +50,6 @@ import dagster as dg  # noqa: E402
 from tests.servers import Postgres, deployment, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
-# appended to deploy/dagster.yaml (a later key wins): Dagster's own launcher, a fresh process per run
-DEFAULT_LAUNCHER = "\nrun_launcher:\n  module: dagster._core.launcher\n  class: DefaultRunLauncher\n"
 PY = ROOT / ".venv" / "bin" / "python"
 
 
@@ -78,9 +74,6 @@ def _role(cmdline: str) -> str | None:
         # a code server starts each run's worker with multiprocessing's spawn (dagster/_grpc/server.py)
         ("spawn_main", "run workers"),
         ("execute_run", "run workers"),
-        # the daemon's fork server of warm run workers (rag_sweep/run_launcher.py); its command line holds
-        # the daemon's main path too
-        ("forkserver", "fork server"),
         ("api grpc", "code servers (sensors, schedules)"),
         ("dagster-webserver", "webserver"),
         ("daemon", "daemon"),
@@ -105,7 +98,7 @@ class CpuByRole:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self) -> None:
-        procs = {}  # pid -> parent pid, session, CPU seconds, command line
+        procs = {}  # pid -> session, CPU seconds, command line
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -116,17 +109,14 @@ class CpuByRole:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
             procs[int(entry.name)] = (
-                int(fields[1]),
                 int(fields[3]),
                 (int(fields[11]) + int(fields[12])) / TICK,
                 cmdline,
             )
-        for pid, (ppid, session, cpu, cmdline) in procs.items():
-            parent = procs.get(ppid, (0, 0, 0.0, ""))[3]
-            # a warm run worker is forked from the fork server (its own session, the server's command line)
-            role = "run workers" if _role(parent) == "fork server" else _role(cmdline)
+        for pid, (session, cpu, cmdline) in procs.items():
+            role = _role(cmdline)
             # PostgreSQL is shared with the CLI's side (idle then)
-            if role and (session in self.sessions or role in ("PostgreSQL", "run workers", "fork server")):
+            if role and (session in self.sessions or role in ("PostgreSQL", "run workers")):
                 # a process started since the first sample counts from its start
                 start = self.seen.get(pid, (role, cpu, cpu if self._first else 0.0))[2]
                 self.seen[pid] = (role, cpu, start)
@@ -316,11 +306,8 @@ def main() -> None:
     ap.add_argument(
         "--idle", type=float, default=0.0, help="then the deployment idle this many seconds: its churn alone"
     )
-    ap.add_argument(
-        "--default-launcher", action="store_true", help="also the deployment with Dagster's default launcher"
-    )
     args = ap.parse_args()
-    sides = ["cli", "deployment"] + (["default-launcher"] if args.default_launcher else [])
+    sides = ["cli", "deployment"]
     pg = Postgres.start()
     results: dict[str, list[tuple[float, int]]] = {}
     try:
@@ -345,7 +332,6 @@ def main() -> None:
                                 show=args.timeline,
                                 cpu=args.cpu,
                                 steps=args.steps,
-                                instance_yaml=DEFAULT_LAUNCHER if where == "default-launcher" else "",
                                 idle=args.idle,
                             )
                         results.setdefault(f"{kind}/{where}", []).append(got)
@@ -364,12 +350,6 @@ def main() -> None:
         print(
             f"{kind}: CLI {c:.0f} s, deployment (from the UI to the champion) {d:.0f} s: x{d / c:.2f} (goal <= {goal})"
         )
-        if f"{kind}/default-launcher" in results:
-            b = statistics.median(w for w, _ in results[f"{kind}/default-launcher"])
-            print(
-                f"{kind}: with Dagster's default launcher {b:.0f} s: x{b / c:.2f} the CLI; the warm launcher"
-                f" x{d / b:.2f} of it"
-            )
 
 
 if __name__ == "__main__":

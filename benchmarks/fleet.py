@@ -53,7 +53,7 @@ def run(n: int, label: str, servers: dict, tmp: Path, tree: Path = ROOT) -> dict
     home.mkdir()
     (home / "dagster.yaml").write_text(
         (ROOT / "deploy" / "dagster.yaml").read_text()
-        + "\ncompute_logs:\n  module: dagster._core.storage.noop_compute_log_manager\n"
+        + "\ncompute_logs:\n  module: rag_sweep.dagster_private\n"
         "  class: NoOpComputeLogManager\n"
     )
     shared = {

@@ -6,11 +6,6 @@ Its tasks are dagster-celery's (execute one step of a Dagster run); the broker i
 results travel back on it (`rpc://`), so a worker needs no store of its own.
 """
 
-import functools
-
-import dagster_celery.tasks
-from dagster import DagsterInstance
-from dagster._serdes import deserialize_value, serialize_value
 from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 
@@ -25,25 +20,6 @@ CELERY_SETTINGS = {
     "task_reject_on_worker_lost": True,
     "worker_prefetch_multiplier": 1,
 }
-
-
-class _WorkerInstance:
-    """What dagster-celery's task calls `DagsterInstance`: the same, but a worker process opens the
-    instance of a ref once (its storage connections, its config read) instead of once per task."""
-
-    get = staticmethod(DagsterInstance.get)
-
-    @staticmethod
-    def from_ref(ref) -> DagsterInstance:
-        return _opened(serialize_value(ref))
-
-
-@functools.cache
-def _opened(ref: str) -> DagsterInstance:
-    return DagsterInstance.from_ref(deserialize_value(ref))
-
-
-dagster_celery.tasks.DagsterInstance = _WorkerInstance  # the name its task looks up at each call
 
 app = make_app({"broker": celery_broker_url(), "backend": "rpc://"})
 app.conf.update(CELERY_SETTINGS)

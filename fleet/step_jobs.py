@@ -84,18 +84,10 @@ def read_plan(data_dir: str, name: str) -> Plan:
         raise PlanFileError(f"{path}: {e}") from None
 
 
-# dagster-celery's orchestrating loop sleeps this long between looks at its steps' results (1 s by
-# default): a step's run paid up to a second after the worker finished it. Its results arrive on the
-# broker (rpc://), so looking is a local check.
-POLL_SECONDS = 0.05
-
-
 def fleet_executor() -> dg.ExecutorDefinition:
     """Dagster's Celery executor on $CELERY_BROKER_URL; configured in code, so the broker's credentials
-    never enter a run's config (which the instance stores)."""
-    import dagster_celery.core_execution_loop as loop
-
-    loop.TICK_SECONDS = POLL_SECONDS
+    never enter a run's config (which the instance stores). (Its loop looks at the steps' results every
+    second, dagster-celery's own interval: a step's run may wait up to a second after its worker ends.)"""
     return celery_executor.configured(
         {"broker": celery_broker_url(), "backend": "rpc://", "config_source": CELERY_SETTINGS}
     )

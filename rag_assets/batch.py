@@ -4,59 +4,41 @@ The run targets a partition key range (Dagster's range tags; `rag/partitions` na
 they are not the whole range). Dagster records a range's output as one data version for every partition,
 while each partition here has its own fingerprint: so the stage's asset (rag_assets/stage_asset.py) loops
 over the batch and records each partition itself, as a materialization with the tags Dagster writes for an
-Output (data and code versions, each input's data version and materialization). This module holds what
+Output (data and code versions, each input's data version and materialization), logged as public
+`AssetMaterialization` events. This module holds what
 that loop needs: the keys, each partition's inputs and context, its tags, the checks merged, the failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.data_version import (
-    CODE_VERSION_TAG,
-    DATA_VERSION_IS_USER_PROVIDED_TAG,
-    DATA_VERSION_TAG,
-    get_input_data_version_tag,
-    get_input_event_pointer_tag,
-)
 
 from rag_core.decision.holdout import holdout_key, is_holdout_key
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.stages import stage
+from rag_sweep.dagster_private import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    input_data_version_tag,
+    input_event_pointer_tag,
+)
 from resources.artifacts import ArtifactRef
 
 # A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
 BATCH_TAG = "rag/partitions"
 
-# Dagster writes a batch of materializations in one statement when this is set (its own partition-range
-# outputs use it): `record_together`. A user's own value wins.
-os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "10000")
 
-
-def record_together(context, events: list[dg.AssetMaterialization]) -> None:
-    """Log a batch's materializations (one asset's partitions) as one write where the storage takes batches
-    (PostgreSQL: one INSERT), as Dagster logs a partition range's output. Logged one by one, a backfill's
-    daemon could look in between and see some of the batch's partitions: it then requested the next stage for
-    those in one run and for the rest in a second, two runs of that stage side by side (and of every stage
-    after it). Each event is what `context.log_event` makes of it, with Dagster's batch marker."""
-    from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
-
-    op_context = getattr(context, "op_execution_context", context)  # an asset's context wraps an op's
-    step = getattr(op_context, "_step_execution_context", None)
-    buffered = getattr(op_context, "_events", None)
-    if len(events) < 2 or step is None or not isinstance(buffered, list):
-        for event in events:
-            context.log_event(event)
-        return
-    batch, last = generate_event_batch_id(), len(events) - 1
-    for i, event in enumerate(events):
-        # logged as it is made (DagsterEvent.from_step), then handed on as log_event hands it
-        buffered.append(
-            DagsterEvent.asset_materialization(step, event, DagsterEventBatchMetadata(batch, i == last))
-        )
+def record(context, events: list[dg.AssetMaterialization]) -> None:
+    """Log a batch's materializations (one asset's partitions, each with its own data version) through
+    Dagster's public event log, back to back when the batch ends: a UI backfill's daemon, which requests a
+    downstream partition once its parents are recorded, sees the whole batch at its next look (it could
+    split the next stage in two only by looking within the few milliseconds these writes take)."""
+    for event in events:
+        context.log_event(event)
 
 
 class PartitionsFailed(Exception):
@@ -178,10 +160,10 @@ def version_tags(
         if not isinstance(ref, ArtifactRef):
             continue
         upstream = dg.AssetKey(plan.asset_path(name, partition.reads.get(name)))
-        tags[get_input_data_version_tag(upstream)] = ref.fp
+        tags[input_data_version_tag(upstream)] = ref.fp
         pointer = pointers.get(name, {}).get(partition.reads.get(name))
         if pointer is not None:
-            tags[get_input_event_pointer_tag(upstream)] = str(pointer)
+            tags[input_event_pointer_tag(upstream)] = str(pointer)
     return tags
 
 

@@ -23,7 +23,7 @@ from rag_assets.batch import (
     input_pointers,
     inputs_of,
     merged_check,
-    record_together,
+    record,
     version_tags,
 )
 from rag_core.decision.holdout import holdout_key
@@ -343,9 +343,9 @@ class StageSteps:
         next starts, and recorded (its own materialization, fingerprint and metadata) when the batch ends,
         fails or is interrupted; yields each check's result merged over the batch. One that fails does not
         stop the others; the batch then raises, naming it."""
-        # Recorded together: Dagster's backfill requests a downstream partition as soon as its parents are
-        # recorded, so a batch recording as it went split the next stage of a UI backfill into a run per
-        # daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
+        # Recorded when the batch ends: Dagster's backfill requests a downstream partition as soon as its
+        # parents are recorded, so a batch recording as it went split the next stage of a UI backfill into a
+        # run per daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
         # its finished artifacts stay on disk and the rerun reuses them without computing.
         plan, name, s = self.plan, self.name, self.stage
         pointers = input_pointers(context, plan, s.reads, self.held)
@@ -368,7 +368,7 @@ class StageSteps:
                 for result in checks:
                     results.setdefault(result.check_name, []).append((k, result))
         finally:  # an interrupted batch records what it finished too
-            record_together(context, finished)
+            record(context, finished)
         context.log.info(
             f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"
         )

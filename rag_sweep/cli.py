@@ -113,9 +113,9 @@ def exit_now(code: int | None) -> None:
 
 def _interrupt(e: BaseException) -> bool:
     """Ctrl-C, or Dagster's word for it inside a run (Dagster is imported only by a run that computes)."""
-    errors = sys.modules.get("dagster._core.errors")
+    dagster = sys.modules.get("dagster")
     return isinstance(e, KeyboardInterrupt) or (
-        errors is not None and isinstance(e, errors.DagsterExecutionInterruptedError)
+        dagster is not None and isinstance(e, dagster.DagsterExecutionInterruptedError)
     )
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from dagster._core.definitions.data_version import DATA_VERSION_TAG, extract_data_version_from_entry
-from dagster._core.events import DagsterEventType
 
+from rag_sweep.dagster_private import DATA_VERSION_TAG
 from resources.storage import atomic_write_parquet, data_root, parquet_columns, read_parquet, readable_parquet
 
 
@@ -128,8 +127,13 @@ def latest_fingerprint(instance: dg.DagsterInstance, key: dg.AssetKey, partition
     record = instance.get_latest_data_version_record(key, is_source=False, partition_key=partition)
     if record is None:
         return None
-    version = extract_data_version_from_entry(record.event_log_entry)
-    return version.value if version else None
+    return recorded_version(record.event_log_entry)
+
+
+def recorded_version(entry) -> str | None:
+    """The data version an event log entry's materialization recorded (its data version tag), else None."""
+    materialization = entry.asset_materialization
+    return (materialization.tags or {}).get(DATA_VERSION_TAG) if materialization is not None else None
 
 
 def materialized_fingerprints(
@@ -140,8 +144,8 @@ def materialized_fingerprints(
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1000
     ).records
-    versions = (extract_data_version_from_entry(r.event_log_entry) for r in records)
-    return {v.value for v in versions if v is not None}
+    versions = (recorded_version(r.event_log_entry) for r in records)
+    return {v for v in versions if v is not None}
 
 
 def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
@@ -149,7 +153,7 @@ def latest_fingerprints(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[
     one query (the event log indexes the data version tag): asking partition by partition takes minutes on
     a sweep of thousands of configs."""
     tags = instance.event_log_storage.get_latest_tags_by_partition(
-        key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
+        key, dg.DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
     )
     latest = {p: t[DATA_VERSION_TAG] for p, t in tags.items() if DATA_VERSION_TAG in t}
     # a process killed between storing a materialization and indexing its tags (two writes on PostgreSQL)

@@ -170,12 +170,6 @@ def fleet_workers() -> int:
     return _positive("RAG_FLEET_WORKERS", 2)
 
 
-def daemon_tick_s() -> float:
-    """The longest the deployment's daemon waits between iterations of its backfill, sensor and automation
-    loops ($RAG_DAEMON_TICK_S, default 2 s; Dagster's own: 30 s and 5 s): rag_sweep/daemon.py."""
-    return env_number("RAG_DAEMON_TICK_S", 2.0, float, positive=True)
-
-
 def celery_broker_url() -> str | None:
     """The fleet's broker ($CELERY_BROKER_URL, e.g. amqp://user:password@rabbitmq:5672//), read by the
     runner and every worker; never stored (the executor is configured in code, not in a run's config)."""

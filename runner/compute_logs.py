@@ -19,10 +19,17 @@ import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 
-from dagster._core.execution.compute_logs import _fileno, mirror_stream_to_file, redirect_to_file
-from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
-from dagster._utils import ensure_file, touch_file
+from rag_sweep.dagster_private import (
+    IO_TYPE_EXTENSION,
+    CapturedLogContext,
+    ComputeIOType,
+    LocalComputeLogManager,
+    ensure_file,
+    fileno,
+    mirror_stream_to_file,
+    redirect_to_file,
+    touch_file,
+)
 
 
 @functools.cache
@@ -46,7 +53,7 @@ def _mirrored(stream, path: str) -> Generator[None, None, None]:
             yield
         return
     ensure_file(path)
-    out = stream if _fileno(stream) else None  # a test runner's stream without a descriptor: inherited
+    out = stream if fileno(stream) else None  # a test runner's stream without a descriptor: inherited
     # started from the thread that captures, which outlives the capture (the signal follows that thread)
     tail = subprocess.Popen([*ends, "tail", "-F", "-c", "+0", path], stdout=out)
     try:

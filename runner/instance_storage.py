@@ -13,9 +13,12 @@ import os
 from contextlib import contextmanager
 
 import sqlalchemy as db
-from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
-from dagster._core.storage.runs import SqliteRunStorage
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+
+from rag_sweep.dagster_private import (
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    ConsolidatedSqliteEventLogStorage,
+    SqliteRunStorage,
+)
 
 
 class _KeptEngine:

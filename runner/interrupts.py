@@ -5,9 +5,9 @@ or ends the run) to its next checkpoint, and the in-process executor has none af
 deferred interrupt was dropped when the run ended (Ctrl-C while the champion was registered ended
 `rag-sweep run` with exit 0); and a SIGINT whose handler raises while Python runs a weakref callback or a
 `__del__` (garbage collected at that moment) has its exception printed as "ignored" and dropped, so the run
-went on. Dagster's record of a deferred one is kept (`_InterruptsSeen`), and every SIGINT also writes a byte to
-a pipe (`signal.set_wakeup_fd`, at the C level, whichever Python handler then runs): a run that ends as if
-nothing happened raises KeyboardInterrupt when either says one came.
+went on. Every SIGINT writes a byte to a pipe (`signal.set_wakeup_fd`, at the C level, whichever Python
+handler then runs, Dagster's deferring one included): a run that ends as if nothing happened raises
+KeyboardInterrupt when the pipe says one came. Nothing of Dagster's is read or replaced.
 """
 
 from __future__ import annotations
@@ -17,27 +17,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-
-class _InterruptsSeen(dict):
-    """Dagster's record of a deferred SIGINT (`dagster._utils.interrupts._received_interrupt`), remembering
-    that one came even after Dagster clears it."""
-
-    seen = False
-
-    def __setitem__(self, key, value) -> None:
-        if key == "received" and value:
-            self.seen = True
-        super().__setitem__(key, value)
-
-
-def _interrupts_seen() -> _InterruptsSeen:
-    from dagster._utils import interrupts
-
-    if not isinstance(interrupts._received_interrupt, _InterruptsSeen):
-        interrupts._received_interrupt = _InterruptsSeen(interrupts._received_interrupt)
-    return interrupts._received_interrupt
-
 
 _PIPE: tuple[int, int, int] | None = None  # (the process it was made in, read end, write end)
 
@@ -78,19 +57,21 @@ def _sigint_came(pipe: int | None) -> bool:
 def interrupts_kept() -> Iterator[None]:
     """Around a Dagster run in this process: a Ctrl-C is raised (KeyboardInterrupt), wherever it landed,
     also one since the last run that nothing raised."""
-    seen = _interrupts_seen()
-    seen.seen = False
     pipe = watch_interrupts()
     if _sigint_came(pipe):
         raise KeyboardInterrupt
     try:
         yield
-    except BaseException:
-        _sigint_came(pipe)  # what propagates is the answer to it
-        if seen.seen:
-            seen.seen = False
-            raise KeyboardInterrupt  # noqa: B904 (the run's own error stays its context)
+    except BaseException as e:
+        # what propagates is the answer to a Ctrl-C, unless it is another error and one came meanwhile
+        if _sigint_came(pipe) and not _interrupt(e):
+            raise KeyboardInterrupt from e
         raise
-    if _sigint_came(pipe) or seen.seen:
-        seen.seen = False
+    if _sigint_came(pipe):
         raise KeyboardInterrupt
+
+
+def _interrupt(e: BaseException) -> bool:
+    import dagster
+
+    return isinstance(e, (KeyboardInterrupt, dagster.DagsterExecutionInterruptedError))

@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.errors import (
-    DagsterAssetCheckFailedError,
-    DagsterExecutionInterruptedError,
-    DagsterExecutionStepExecutionError,
-)
+from dagster import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
 
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.batches import steps_in
+from rag_sweep.dagster_private import DagsterAssetCheckFailedError
 from runner.errors import CheckFailed, StepFailed
 from runner.interrupts import interrupts_kept
 

@@ -273,7 +273,7 @@ def nothing_due(plan, instance, data: Path, stores, tracking, sources) -> bool:
 
 def record_observation(instance, source) -> None:
     """An input file's observation (its content hash as the data version), as the UI's observe records it."""
-    from dagster._core.definitions.data_version import DATA_VERSION_TAG
+    from rag_sweep.dagster_private import DATA_VERSION_TAG
 
     path = source.metadata["path"].path
     instance.report_runless_asset_event(

@@ -10,6 +10,9 @@ import dagster as dg
 # A driver sensor (the search's, the holdout's) that has nothing new to go on says its last answer again,
 # and asks everything again at least this often, in case something changed that it does not watch.
 RECHECK_S = 30.0
+# A driver asks again for its own runs that failed (a new run key, counted); Dagster's run retries
+# (deploy/dagster.yaml's run_retries) would ask a second time beside it.
+DRIVER_RUN_TAGS = {"dagster/max_retries": "0"}
 
 
 def seen_lately(last: dict, key: str, value) -> bool:

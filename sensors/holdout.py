@@ -29,7 +29,7 @@ from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores
-from sensors import seen_lately
+from sensors import DRIVER_RUN_TAGS, seen_lately
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -65,10 +65,8 @@ def sweep_busy(instance, plan: Plan) -> str | None:
         keys = run.asset_selection or set()
         if any(k.path[0] == prefix for k in keys) or run.tags.get("sweep") == plan.sweep.name:
             return f"run {run.run_id}"
-    from dagster._core.execution.backfill import BulkActionStatus
-
     for backfill in instance.get_backfills(filters=None, limit=50):
-        if backfill.status != BulkActionStatus.REQUESTED:
+        if backfill.status.value != "REQUESTED":  # Dagster's BulkActionStatus, by its value
             continue
         keys = backfill.asset_selection or []
         if any(k.path[0] == prefix for k in keys):
@@ -112,7 +110,7 @@ def next_holdout_request(
 def _attempt(instance, board_id: int, step: str, tags: dict, **request) -> dg.RunRequest | str:
     """The run of `step` for the leaderboard `board_id`: a failed or canceled one is asked again (a new run
     key) up to MAX_ATTEMPTS runs, then the driver says why it stopped asking instead."""
-    tags = {**tags, STEP_TAG: step}
+    tags = {**tags, STEP_TAG: step, **DRIVER_RUN_TAGS}
     failed = instance.get_runs(
         filters=dg.RunsFilter(tags={HOLDOUT_TAG: str(board_id), STEP_TAG: step}, statuses=ENDED_BADLY)
     )

@@ -37,7 +37,7 @@ from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores
-from sensors import seen_lately
+from sensors import DRIVER_RUN_TAGS, seen_lately
 
 LIVE = (
     dg.DagsterRunStatus.QUEUED,
@@ -276,7 +276,7 @@ def batched_requests(plan: Plan, state: SearchState, jobs: dict, ready: list) ->
         tries = max(t for _, _, t in found)
         steps = [(s, k, n) for s, k, _ in found]
         digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:12]
-        tags = {"sweep": plan.sweep.name, **batch_tags(state, steps)}
+        tags = {"sweep": plan.sweep.name, **batch_tags(state, steps), **DRIVER_RUN_TAGS}
         if job == HOLDOUT:  # every holdout stage's steps of the finalists, from the first one asked
             tags |= chain_tags([k for _, k, _ in found], first_stage(plan, (s for s, _, _ in found)))
         elif job == CHAIN:  # a rung's steps, every stage of them, in order

@@ -503,11 +503,11 @@ class Deployment:
         self.tmp = tmp
         self.home = tmp / "dagster_home"
         self.home.mkdir(parents=True)
-        # the deployment's instance, with run monitoring that gives up on a run whose worker never started
-        # after 20 s (180 s in deploy/): a run a killed daemon was launching is failed, then asked again
+        # the deployment's instance, its run monitoring looking every 5 s (its start timeout, 180 s, as in
+        # deploy/: a run worker the code server spawns imports everything first, ~1 min on a busy machine)
         instance = (ROOT / "deploy" / "dagster.yaml").read_text()
         instance = instance.replace(
-            "start_timeout_seconds: 180", "start_timeout_seconds: 20\n  poll_interval_seconds: 5"
+            "start_timeout_seconds: 180", "start_timeout_seconds: 180\n  poll_interval_seconds: 5"
         )
         assert "poll_interval_seconds: 5" in instance
         (self.home / "dagster.yaml").write_text(instance + instance_yaml)
@@ -546,7 +546,7 @@ class Deployment:
         )
 
     def start_daemon(self) -> subprocess.Popen:
-        return self._start("daemon", "rag-sweep-daemon", "run")
+        return self._start("daemon", "dagster-daemon", "run")
 
     def instance(self):
         import dagster as dg

@@ -96,26 +96,25 @@ def test_a_stage_is_one_run_and_each_partition_its_own_materialization(three_chu
     assert run.board.height == 3
 
 
-def test_a_batch_reaches_the_event_log_in_one_write(three_chunkings, tmp_path, monkeypatch):
-    """A stage's partitions are written together (PostgreSQL: one INSERT), so a UI backfill's daemon sees
-    all of them or none and requests the next stage as one run, not as two side by side."""
-    from dagster._core.storage.event_log.base import EventLogStorage
-
+def test_a_batch_is_recorded_back_to_back_when_it_ends(three_chunkings, tmp_path):
+    """A stage's partitions are recorded one after the other when the batch ends, through Dagster's public
+    events (no other event of the run between them), so a UI backfill's daemon sees the whole batch at its
+    next look and requests the next stage as one run."""
     from runner import run_sweep
 
-    writes: list[list[str]] = []
-    original = EventLogStorage.store_event_batch
-
-    def recorded(self, events):
-        writes.append([e.dagster_event.step_materialization_data.materialization.partition for e in events])
-        return original(self, events)
-
-    monkeypatch.setattr(EventLogStorage, "store_event_batch", recorded)
     run = run_sweep(str(three_chunkings), str(tmp_path / "d"), progress=False)
-    keys = sorted(run.plan.keys("chunksets"))
-    assert len(keys) == 3
-    assert sorted(keys) in [sorted(w) for w in writes]  # the chunksets batch: one write of all three
-    assert len(writes) >= 7  # every partitioned stage's batch
+    instance, key = run.instance, dg.AssetKey(run.plan.asset_path("chunksets"))
+    (batch,) = _runs_of(instance, key)
+    events = [e for e in instance.all_logs(batch) if e.is_dagster_event]
+    recorded = [
+        i
+        for i, e in enumerate(events)
+        if e.dagster_event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION
+        and e.dagster_event.asset_key == key
+    ]
+    assert len(recorded) == 3
+    assert recorded == list(range(recorded[0], recorded[0] + 3)), [e.dagster_event.event_type for e in events]
+    assert {events[i].dagster_event.partition for i in recorded} == set(run.plan.keys("chunksets"))
 
 
 def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunkings, tmp_path, monkeypatch):

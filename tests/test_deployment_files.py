@@ -1,11 +1,8 @@
 """The deployment's own files and processes, without a server: the image holds every package the wheel
-names, the daemon's loops are short and a bad tick is one line, the deployment's runs execute in their own
-process unless the fleet is configured."""
+names, the deployment runs on Dagster's stock daemon and default launcher with run retries, the
+deployment's runs execute in their own process unless the fleet is configured."""
 
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -25,45 +22,29 @@ def test_the_image_copies_every_package_of_the_wheel():
     assert set(packages) <= copied, f"the Dockerfile does not copy {sorted(set(packages) - copied)}"
 
 
-def test_the_compose_daemon_is_the_one_with_short_loops():
+def test_the_deployment_runs_on_dagsters_stock_daemon_and_default_launcher(tmp_path):
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    assert compose["services"]["daemon"]["command"][0] == "rag-sweep-daemon"
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["rag-sweep-daemon"] == "rag_sweep.daemon:main"
-
-
-def _daemon(code: str, tick: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAG_DAEMON_TICK_S"}
-    if tick is not None:
-        env["RAG_DAEMON_TICK_S"] = tick
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
-
-
-LOOPS = """
-from rag_sweep.daemon import main, shorten_loops
-from resources.environment import daemon_tick_s
-shorten_loops(daemon_tick_s())
-from dagster._daemon import asset_daemon, controller, sensor
-print(controller.DEFAULT_DAEMON_INTERVAL_SECONDS, sensor.MIN_INTERVAL_LOOP_TIME, asset_daemon.MIN_INTERVAL_LOOP_SECONDS)
-"""
-
-
-def test_the_daemon_loops_wait_the_tick_and_a_bad_tick_is_one_line():
-    # Dagster's own waits, which the wrapper replaces: a Dagster that changed them needs a look
-    from dagster._daemon import asset_daemon, controller, sensor
-
+    assert compose["services"]["daemon"]["command"][:2] == ["dagster-daemon", "run"]
     assert (
-        controller.DEFAULT_DAEMON_INTERVAL_SECONDS,
-        sensor.MIN_INTERVAL_LOOP_TIME,
-        asset_daemon.MIN_INTERVAL_LOOP_SECONDS,
-    ) == (30, 5, 5)
-    assert _daemon(LOOPS, None).stdout.split() == ["2.0"] * 3
-    assert _daemon(LOOPS, "0.5").stdout.split() == ["0.5"] * 3
-    bad = _daemon("import sys; from rag_sweep.daemon import main; sys.exit(main())", "soon")
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr
-    assert (
-        bad.stderr.strip() == "rag-sweep-daemon: $RAG_DAEMON_TICK_S='soon': expected a finite positive float"
+        "rag-sweep-daemon" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     )
+    # deploy/dagster.yaml as Dagster reads it (its PostgreSQL storage left out: no server here)
+    config = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())
+    del config["storage"]
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert type(instance.run_launcher) is dg.DefaultRunLauncher
+        # a run lost around its steps (a restarted daemon, a dead worker) runs again; a step's error does not
+        assert instance.run_retries_enabled and instance.run_retries_max_retries >= 1
+        assert not instance.run_retries_retry_on_asset_or_op_failure
+
+
+def test_a_drivers_runs_are_asked_again_by_the_driver_not_by_dagsters_run_retries(tmp_path):
+    from sensors.holdout import _attempt
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        request = _attempt(instance, 7, "confirmation", tags={"sweep": "s"}, job_name="confirm")
+    assert request.tags["dagster/max_retries"] == "0"
 
 
 def test_a_deployment_runs_its_steps_in_the_run_process_unless_a_fleet_is_configured(monkeypatch):

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.stack]
 # folder (a fleet keeps them in object storage: README, Deployment)
 NO_COMPUTE_LOGS = """
 compute_logs:
-  module: dagster._core.storage.noop_compute_log_manager
+  module: rag_sweep.dagster_private
   class: NoOpComputeLogManager
 """
 

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.stack]
 NAME, PREFIX = "fleet-ui", "fleet_ui"
 NO_COMPUTE_LOGS = """
 compute_logs:
-  module: dagster._core.storage.noop_compute_log_manager
+  module: rag_sweep.dagster_private
   class: NoOpComputeLogManager
 """
 
@@ -48,10 +48,10 @@ def _latest(instance, stage: str):
     return records[0] if records else None
 
 
-def _settled(d, instance, until, what: str, timeout: float = 600, quiet_s: float = 20) -> None:
-    """`until` holds, no run is in flight, and no new run was created for `quiet_s` (longer than the
-    sensors' intervals, 10 s at most, plus the daemon's 2 s tick: the automation sensor and the holdout
-    driver would have asked by then)."""
+def _settled(d, instance, until, what: str, timeout: float = 900, quiet_s: float = 40) -> None:
+    """`until` holds, no run is in flight, and no new run was created for `quiet_s` (longer than Dagster's
+    daemon's loops, 30 s for backfills and 5 s for sensors, plus the sensors' intervals, 10 s at most: the
+    backfill, the automation sensor and the holdout driver would have asked by then)."""
     live = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
     deadline, since, runs = time.monotonic() + timeout, None, -1
     while True:

@@ -1,4 +1,4 @@
-"""Which parts import which: a deployment (its definitions, sensors, run launcher and fleet workers) never
+"""Which parts import which: a deployment (its definitions, sensors and fleet workers) never
 imports the CLI's driver (runner/) or its printing, and what both need stays under orchestration/."""
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from tests.conftest import ROOT
 
 DEPLOYMENT = (
     "rag_sweep.definitions",
-    "rag_sweep.run_launcher",
-    "rag_sweep.daemon",
     "sensors.search",
     "sensors.holdout",
     "sensors.prompt_optimization",

@@ -136,38 +136,3 @@ def test_weaviate_and_embedded_store_agree(stack_run, spec, tmp_path):
     assert same >= 19, f"{same}/20 queries with identical vector top-5"
     for x, y in zip(ret["weaviate"]["scores"], ret["lancedb"]["scores"], strict=True):
         assert x.to_list() == pytest.approx(y.to_list(), abs=1e-4)
-
-
-def test_the_daemon_keeps_its_postgres_connections_open(postgres_server, tmp_path, monkeypatch):
-    # Outside its webserver Dagster opens a PostgreSQL connection for each query; the daemon's loops ask
-    # every second or two, so rag-sweep-daemon's instance keeps its connections (rag_sweep/daemon.py)
-    import sqlalchemy
-    from dagster._daemon import cli as daemon_cli
-
-    from rag_sweep.daemon import pool_connections
-
-    postgres_home(postgres_server, tmp_path, monkeypatch)
-    monkeypatch.setattr(daemon_cli, "get_instance_for_cli", daemon_cli.get_instance_for_cli)  # put back after
-    opened = []
-
-    def count(*_):
-        opened.append(1)
-
-    def connections_for_queries() -> int:
-        with daemon_cli.get_instance_for_cli() as instance:
-            opened.clear()
-            for _ in range(20):  # what a daemon loop asks: the queue, the backfills, a heartbeat's table
-                instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
-                instance.get_backfills(limit=5)
-                instance.get_daemon_heartbeats()
-            return len(opened)
-
-    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", count)
-    try:
-        before = connections_for_queries()
-        pool_connections()
-        after = connections_for_queries()
-    finally:
-        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "connect", count)
-    assert before >= 60, before  # a new connection per query
-    assert 1 <= after <= 3, after  # one per storage (runs, events, schedules), kept

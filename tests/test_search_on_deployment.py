@@ -21,7 +21,6 @@ import pytest
 
 from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_assets.board_files import read_decision
-from rag_sweep.run_launcher import WORKER_TAG
 from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.servers import Deployment, deployment
@@ -114,10 +113,6 @@ def test_a_halving_search_launched_from_the_ui_survives_its_daemon_and_matches_t
         done = _step_runs(instance, state, [dg.DagsterRunStatus.SUCCESS])
         asked = _step_runs(instance, state)
         runs = instance.get_runs(filters=dg.RunsFilter(tags={SEARCH_TAG: state.id}))
-        forked = [r for r in runs if WORKER_TAG in r.tags]
-    # the deployment's warm launcher forked runs' workers once its fork server was up (one per daemon, so
-    # again after the restart); the runs launched while it imports start as Dagster's own launcher starts them
-    assert forked, f"none of the search's {len(runs)} runs was forked warm"
     # every step done once; a run the killed daemon was launching never started, was failed by run
     # monitoring and asked again: the only steps asked twice
     assert max(done.values()) == 1, [s for s, n in done.items() if n > 1]
@@ -136,6 +131,6 @@ def test_a_halving_search_launched_from_the_ui_survives_its_daemon_and_matches_t
     again = [s for s, n in asked.items() if n > 1]
     print(
         f"search on the deployment: {len(done)} steps, asked again after the daemon died: {again}; "
-        f"{len(forked)} of {len(runs)} runs forked warm; "
+        f"{len(runs)} runs; "
         f"{time.perf_counter() - t0:.0f} s"
     )
