@@ -433,11 +433,12 @@ def test_the_gate_refuses_what_it_cannot_run_before_any_work(slice_data, tmp_pat
     assert not (tmp_path / "data" / "dagster_home").exists()  # no run was started
 
 
-def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, tmp_path, capsys):
-    """A pull request that changed nothing gates the champion's own config: a pass (exit 0), saying so."""
+def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, tmp_path):
+    """A pull request that changed nothing gates the champion's own config: a pass (exit 0), saying so.
+    As a user starts it, in a process of its own (a whole run in the test's process shares its captured
+    streams with Dagster's)."""
     from orchestration.plans import load_plan
-    from rag_sweep.cli import main
-    from tests.conftest import write_sweep
+    from tests.conftest import cli, write_sweep
 
     spec = write_sweep(
         tmp_path / "s.yaml",
@@ -446,6 +447,7 @@ def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, t
         retrieval={"mode": "bm25", "top_k": 2},
     )
     label = load_plan(spec).labels[load_plan(spec).config_keys[0]]
-    assert main(["gate", str(spec), "--against", label, "--data-dir", str(tmp_path / "data")]) == 0
-    out = capsys.readouterr().out
+    r = cli("gate", spec, "--against", label, "--data-dir", tmp_path / "data")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     assert "unchanged: the candidate is the baseline's own config" in out and "verdict: pass (exit 0)" in out
