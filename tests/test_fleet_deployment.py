@@ -55,7 +55,9 @@ def _settled(d, instance, until, what: str, timeout: float = 900, quiet_s: float
     live = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
     deadline, since, runs = time.monotonic() + timeout, None, -1
     while True:
-        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s\n{d.log('daemon')}"
+        assert time.monotonic() < deadline, (
+            f"no {what} after {timeout:.0f} s\n{_failures(instance)}\n{d.log('daemon')}"
+        )
         now = instance.get_runs_count()
         if until() and not instance.get_runs(filters=dg.RunsFilter(statuses=live)) and now == runs:
             if time.monotonic() - since >= quiet_s:
@@ -63,6 +65,21 @@ def _settled(d, instance, until, what: str, timeout: float = 900, quiet_s: float
         else:
             since, runs = time.monotonic(), now
         time.sleep(2)
+
+
+def _failures(instance) -> str:
+    """What each failed or still live run says: its job, status and the messages of its failure events."""
+    out = []
+    for run in instance.get_runs():
+        if run.status == dg.DagsterRunStatus.SUCCESS:
+            continue
+        said = [
+            entry.message or ""
+            for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+            for entry in instance.all_logs(run.run_id, of_type=kind)
+        ]
+        out.append(f"{run.job_name} {run.run_id[:8]} {run.status.value}: {' | '.join(said)[:2000]}")
+    return "runs not successful:\n" + "\n".join(out) if out else "every run successful"
 
 
 def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
