@@ -38,26 +38,33 @@ def contained(path: Path, data: Path, folder: bool = False) -> bool:
     return stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)
 
 
-def listed_files(folder: Path, data: Path, suffix: str = ".parquet") -> tuple[list[Path], list[Path]]:
-    """The regular files directly in `folder` ending in `suffix`, and the links met there (the folder
-    itself, when it is one): those gc leaves alone, and names."""
-    if is_remote(data):
-        return (sorted(folder.glob(f"*{suffix}")) if folder.exists() else []), []
+def _entries(folder: Path, data: Path) -> tuple[list[os.DirEntry], list[Path]]:
+    """(the entries directly in `folder`, []) for a real local folder under `data`; ([], [folder]) when it
+    is a link or outside; ([], []) when it is missing."""
     try:
         mode = os.lstat(folder).st_mode
     except FileNotFoundError:
         return [], []
     if stat.S_ISLNK(mode) or not contained(folder, data, folder=True):
         return [], [folder]
-    files, links = [], []
     with os.scandir(folder) as entries:
-        for entry in entries:
-            if not entry.name.endswith(suffix):
-                continue
-            if entry.is_symlink():
-                links.append(Path(entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                files.append(Path(entry.path))
+        return list(entries), []
+
+
+def listed_files(folder: Path, data: Path, suffix: str = ".parquet") -> tuple[list[Path], list[Path]]:
+    """The regular files directly in `folder` ending in `suffix`, and the links met there (the folder
+    itself, when it is one): those gc leaves alone, and names."""
+    if is_remote(data):
+        return (sorted(folder.glob(f"*{suffix}")) if folder.exists() else []), []
+    entries, links = _entries(folder, data)
+    files = []
+    for entry in entries:
+        if not entry.name.endswith(suffix):
+            continue
+        if entry.is_symlink():
+            links.append(Path(entry.path))
+        elif entry.is_file(follow_symlinks=False):
+            files.append(Path(entry.path))
     return sorted(files), sorted(links)
 
 
@@ -66,19 +73,13 @@ def subfolders(folder: Path, data: Path) -> tuple[list[Path], list[Path]]:
     links met there (`folder` itself, when it is one)."""
     if is_remote(data):
         return (sorted({p.parent for p in folder.glob("*/*.parquet")}) if folder.exists() else []), []
-    try:
-        mode = os.lstat(folder).st_mode
-    except FileNotFoundError:
-        return [], []
-    if stat.S_ISLNK(mode) or not contained(folder, data, folder=True):
-        return [], [folder]
-    found, links = [], []
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_symlink():
-                links.append(Path(entry.path))
-            elif entry.is_dir(follow_symlinks=False):
-                found.append(Path(entry.path))
+    entries, links = _entries(folder, data)
+    found = []
+    for entry in entries:
+        if entry.is_symlink():
+            links.append(Path(entry.path))
+        elif entry.is_dir(follow_symlinks=False):
+            found.append(Path(entry.path))
     return sorted(found), sorted(links)
 
 
