@@ -9,11 +9,7 @@ COPY pyproject.toml uv.lock README.md ./
 COPY rag_core rag_core
 COPY rag_assets rag_assets
 COPY resources resources
-COPY orchestration orchestration
-COPY runner runner
-COPY fleet fleet
 COPY sensors sensors
-COPY shipping shipping
 COPY rag_sweep rag_sweep
 COPY examples examples
 COPY workspace.yaml ./

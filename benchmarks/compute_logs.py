@@ -4,7 +4,7 @@
 
 Alternating, `--repeats` times: `--captures` step captures (one a run: the example's cold run has 12) with
 Dagster's LocalComputeLogManager (a `tail` and a Python watcher per stream) and with the CLI instance's
-TailedComputeLogManager (runner/compute_logs.py: one `tail` per stream, ended by the kernel), in a process
+TailedComputeLogManager (rag_sweep/runner/compute_logs.py: one `tail` per stream, ended by the kernel), in a process
 holding ~200 MB as a run does. Prints the medians of the CPU seconds of the processes they start, of this
 process's own, and of the wall time, and their ratios.
 """
@@ -36,7 +36,7 @@ def main() -> None:
     import numpy as np
 
     from rag_sweep.dagster_private import LocalComputeLogManager
-    from runner.compute_logs import TailedComputeLogManager, _ends_with_this_process
+    from rag_sweep.runner.compute_logs import TailedComputeLogManager, _ends_with_this_process
 
     if _ends_with_this_process() is None:
         print("setpriv cannot run here: the tailed manager falls back to Dagster's mirror", file=sys.stderr)

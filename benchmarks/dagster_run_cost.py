@@ -33,8 +33,8 @@ os.environ.pop("DAGSTER_HOME", None)  # the CLI's own SQLite instance, not one c
 from overhead import children_cpu  # noqa: E402
 from rerun_and_toy import toy_sweep  # noqa: E402
 
-from runner import run_sweep  # noqa: E402
-from runner.step_runs import StepRunner  # noqa: E402
+from rag_sweep.runner import run_sweep  # noqa: E402
+from rag_sweep.runner.step_runs import StepRunner  # noqa: E402
 from tests.servers import Postgres  # noqa: E402
 
 STAGES = ("chunksets", "retrievals", "rerankings")
@@ -105,7 +105,7 @@ def per_run(step: StepRunner, n: int, pg: Postgres | None) -> tuple[float, float
 def example_runs() -> int:
     """Dagster runs of the example's cold run: one per stage (its partitions in one batch), the input
     snapshots (one run), the leaderboard, the holdout's stages, the confirmation and the champion."""
-    from runner import load_plan
+    from rag_sweep.runner import load_plan
 
     plan = load_plan(str(EXAMPLE))
     return 1 + len(plan.partitions) + 1 + len(plan.holdout_partitions) + 2

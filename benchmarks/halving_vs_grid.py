@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from runner import run_sweep  # noqa: E402
+from rag_sweep.runner import run_sweep  # noqa: E402
 from tests.openai_stub import GoldAnswers, OpenAIStub  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"

@@ -65,7 +65,7 @@ INSTRUMENTED_RUN = """
 import json, resource, sys
 sys.path[:0] = [{root!r}, {benchmarks!r}]
 from model_timer import spent
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent}}))

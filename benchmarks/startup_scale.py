@@ -28,9 +28,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
-import runner.sweep as cli  # noqa: E402 (run_sweep and the `steps` it calls)
+import rag_sweep.runner.sweep as cli  # noqa: E402 (run_sweep and the `steps` it calls)
+from rag_sweep.runner import asset_key  # noqa: E402
 from resources.artifacts import ArtifactRef, latest_fingerprint  # noqa: E402
-from runner import asset_key  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 

@@ -1,5 +1,5 @@
 """Where a sweep's leaderboard files are, and its recommendation read back: Dagster-free, so the CLI prints
-an unchanged rerun's leaderboard without importing Dagster (runner/up_to_date.py)."""
+an unchanged rerun's leaderboard without importing Dagster (rag_sweep/runner/up_to_date.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from rag_assets.chains import chain_job
 from rag_assets.stage_asset import StageLogic
 from rag_core.planning.plan import Plan
 
-HOLDOUT = "holdout"  # the chain among a runner's steps (runner/, fleet/step_jobs.py)
+HOLDOUT = "holdout"  # the chain among a runner's steps (rag_sweep/runner/, rag_sweep/fleet/step_jobs.py)
 
 
 def chain_job_name(plan: Plan) -> str:

@@ -14,7 +14,7 @@ The input files are observed and snapshotted, then the plan's partitions run, a 
 one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
 (so `dagster dev` can show them). A partition whose latest materialization already holds the artifact these
 snapshots give is skipped, so re-running an unchanged spec recomputes nothing; a killed run resumes from
-what is complete. The work is the runner's (runner/); this module parses arguments and prints.
+what is complete. The work is the runner's (rag_sweep/runner/); this module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -47,15 +47,15 @@ from rag_sweep.printing import (  # noqa: F401
     _warn_unsegmented,
     serve_command,
 )
+from rag_sweep.runner.errors import CheckFailed, DataDirError, StepFailed
+from rag_sweep.runner.up_to_date import remembered
+from rag_sweep.shipping import ExportWarning
 from resources import (
     environment,  # first: the process defaults (rag_assets imports it first too)
     reachability,
 )
 from resources.devices import DeviceUnavailable
 from resources.storage import check_new_file, is_remote
-from runner.errors import CheckFailed, DataDirError, StepFailed
-from runner.up_to_date import remembered
-from shipping import ExportWarning
 
 
 def _check_output(output: str) -> None:
@@ -218,7 +218,7 @@ def _main(argv: list[str] | None) -> int:
         if run is not None:
             print("every partition is up to date: nothing to compute", file=sys.stderr)
         else:
-            from runner.sweep import run_sweep
+            from rag_sweep.runner.sweep import run_sweep
 
             run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
         return _print_run(run, args, time.perf_counter() - t0)
@@ -239,7 +239,7 @@ def _check_outputs(command: argparse.ArgumentParser, args) -> None:
 
 
 # commands that read local files only, and `run`, whose runner tries the servers once its settings are
-# checked (runner/sweep.py: the fleet's settings are said before an unreachable server)
+# checked (rag_sweep/runner/sweep.py: the fleet's settings are said before an unreachable server)
 NO_SERVERS = {"validate", "components", "run"}
 
 # what the product raises for bad input or a server it cannot use: its message is the whole story
@@ -288,8 +288,8 @@ def _interrupted() -> None:
 
 
 def _validate(spec: str) -> int:
-    from orchestration.plans import load_plan
-    from runner.estimate import load_data, require_extras
+    from rag_sweep.orchestration.plans import load_plan
+    from rag_sweep.runner.estimate import load_data, require_extras
 
     plan = load_plan(spec)
     require_extras(plan)
@@ -311,7 +311,7 @@ def _validate(spec: str) -> int:
 
 
 def _plan(args) -> int:
-    from runner.estimate import bill
+    from rag_sweep.runner.estimate import bill
 
     plan, estimate = bill(args.spec, args.data_dir, args.store)
     search = plan.sweep.search

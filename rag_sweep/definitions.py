@@ -57,7 +57,7 @@ def deployment_definitions(
 
 def fleet_executor():
     require("fleet", "$RAG_EXECUTOR=celery")
-    from fleet.step_jobs import fleet_executor as celery
+    from rag_sweep.fleet.step_jobs import fleet_executor as celery
 
     return celery()
 

@@ -14,9 +14,9 @@ from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
+from rag_sweep.runner.up_to_date import Remembered, Shipping, shipping_facts
 from resources import environment
 from resources.environment import batch_size
-from runner.up_to_date import Remembered, Shipping, shipping_facts
 
 LARGE_SWEEP = 500  # configs a grid evaluates one by one before validate suggests sampling them
 
@@ -140,7 +140,7 @@ def _print_export(label: str, key: str, out: Path, fingerprint: str) -> None:
 def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> None:
     """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
     supports it (`unsupported`: why it does not)."""
-    from shipping.registry import ALIAS
+    from rag_sweep.shipping.registry import ALIAS
 
     if not shipping.enabled:
         return
@@ -167,7 +167,7 @@ def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> 
             if secret
             else ""
         )
-        + f"  Load it:  mlflow.set_tracking_uri({load}); from shipping.registry import load_champion; "
+        + f"  Load it:  mlflow.set_tracking_uri({load}); from rag_sweep.shipping.registry import load_champion; "
         f"load_champion({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
         f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "

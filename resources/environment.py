@@ -144,7 +144,7 @@ def weaviate_settings() -> tuple[str, int, bool]:
 
 def executor() -> str:
     """Where a sweep run's steps execute: `in_process` (default: one after the other in the runner's
-    process) or `celery` (on a worker fleet through Dagster's Celery executor: fleet/)."""
+    process) or `celery` (on a worker fleet through Dagster's Celery executor: rag_sweep/fleet/)."""
     return env_choice("RAG_EXECUTOR", "in_process", ("in_process", "celery"))
 
 

@@ -126,7 +126,7 @@ def slice_sweep(slice_data, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sweep_run(slice_sweep, tmp_path_factory):
     """The slice sweep materialized once, in process, on the embedded defaults."""
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     data_dir = tmp_path_factory.mktemp("data")
     run = run_sweep(str(slice_sweep), str(data_dir), progress=False)

@@ -7,7 +7,7 @@
   buckets in a temp dir, with one bucket `rag`.
 - RabbitMQ: Debian's rabbitmq-server ($RABBITMQ_SERVER_BIN) as a plain process with its own node name,
   ports and files in a temp dir: the fleet's broker.
-- A Celery worker of the fleet (`celery -A fleet.celery_app worker`) in an empty working directory.
+- A Celery worker of the fleet (`celery -A rag_sweep.fleet.celery_app worker`) in an empty working directory.
 - A Dagster deployment: the webserver and the daemon on a PostgreSQL instance (`deployment`).
 Each start measures its own start-up time (printed in the test log).
 """
@@ -447,7 +447,7 @@ class CeleryWorker:
             [
                 str(Path(sys.executable).parent / "celery"),
                 "-A",
-                "fleet.celery_app",
+                "rag_sweep.fleet.celery_app",
                 "worker",
                 "-Q",
                 queues,

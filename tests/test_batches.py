@@ -60,7 +60,7 @@ def _runs_of(instance, key: dg.AssetKey) -> set[str]:
 
 
 def test_a_stage_is_one_run_and_each_partition_its_own_materialization(three_chunkings, tmp_path):
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     run = run_sweep(str(three_chunkings), str(tmp_path / "d"), progress=False)
     plan, instance = run.plan, run.instance
@@ -100,7 +100,7 @@ def test_a_batch_is_recorded_back_to_back_when_it_ends(three_chunkings, tmp_path
     """A stage's partitions are recorded one after the other when the batch ends, through Dagster's public
     events (no other event of the run between them), so a UI backfill's daemon sees the whole batch at its
     next look and requests the next stage as one run."""
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     run = run_sweep(str(three_chunkings), str(tmp_path / "d"), progress=False)
     instance, key = run.instance, dg.AssetKey(run.plan.asset_path("chunksets"))
@@ -119,7 +119,7 @@ def test_a_batch_is_recorded_back_to_back_when_it_ends(three_chunkings, tmp_path
 
 def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunkings, tmp_path, monkeypatch):
     from rag_assets.chunksets import Chunksets
-    from runner import StepFailed, run_sweep
+    from rag_sweep.runner import StepFailed, run_sweep
 
     plan_keys: list[str] = []
     original = Chunksets.compute
@@ -135,10 +135,10 @@ def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunk
     with pytest.raises(StepFailed, match=r"chunksets\[recursive-300-20\]: RuntimeError: disk full"):
         run_sweep(str(three_chunkings), str(data), progress=False)
     assert len(plan_keys) == 3  # the other two were computed after the failure too
-    from runner import local_instance
+    from rag_sweep.runner import local_instance
 
     instance = local_instance(data)
-    from runner import load_plan
+    from rag_sweep.runner import load_plan
 
     chunks = dg.AssetKey(load_plan(str(three_chunkings)).asset_path("chunksets"))
     assert sorted(instance.get_materialized_partitions(chunks)) == ["recursive-200-20", "recursive-400-20"]
@@ -151,7 +151,7 @@ def test_a_failed_partition_fails_alone_and_a_rerun_computes_only_it(three_chunk
 def _rerun_counting_chunksets(spec, data, monkeypatch, original):
     """The sweep run again on `data` with the chunker restored: (the chunksets it computed, the run)."""
     from rag_assets.chunksets import Chunksets
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     computed: list[str] = []
 
@@ -169,7 +169,7 @@ def test_an_interrupted_batch_records_what_it_finished_and_a_rerun_computes_the_
     """A batch records its partitions when it ends (a UI backfill's next stage is then one run); Ctrl-C in
     the middle of one records those it finished, so the rerun computes only the others."""
     from rag_assets.chunksets import Chunksets
-    from runner import load_plan, local_instance, run_sweep
+    from rag_sweep.runner import load_plan, local_instance, run_sweep
 
     original = Chunksets.compute
     seen: list[str] = []

@@ -69,7 +69,7 @@ class Webhook:
 
 
 def _latest_check(run) -> dg.AssetCheckEvaluation:
-    from runner import asset_key
+    from rag_sweep.runner import asset_key
 
     key = dg.AssetCheckKey(asset_key(run.plan, "leaderboard"), "nightly_drift")
     (record,) = run.instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
@@ -81,7 +81,7 @@ def test_a_provider_that_turns_wrong_fails_the_nightly_check_and_alerts_once(
     slice_data, tmp_path, monkeypatch, capsys
 ):
     from rag_assets.board_files import leaderboard_path
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
     from tests.conftest import write_sweep
     from tests.openai_stub import OpenAIStub, TurnsWrong
 

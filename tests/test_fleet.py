@@ -156,7 +156,7 @@ def eight(slice_data, tmp_path_factory) -> Path:
 
 
 def test_a_sweep_on_two_workers_gives_the_local_board(eight, fleet, sweep_run, tmp_path):
-    from runner import load_plan, run_sweep
+    from rag_sweep.runner import load_plan, run_sweep
 
     board = _finish(_start(eight, fleet, "fleet/eight", RAG_GPU_QUEUE="gpu"), fleet, "fleet/eight")
     # the same sweep in process; its embeddings come from the slice sweep's cache (same texts, same model)

@@ -107,8 +107,8 @@ def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
 def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champion(
     slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, weaviate_server, tmp_path
 ):
-    from runner import run_sweep
-    from shipping.registry import current_champion
+    from rag_sweep.runner import run_sweep
+    from rag_sweep.shipping.registry import current_champion
 
     t0 = time.perf_counter()
     spec = write_sweep(

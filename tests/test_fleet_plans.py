@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet import step_jobs
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import sweep_from_dict
+from rag_sweep.fleet import step_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = "Answer from the context only.\n{context}\n{query}"

@@ -7,7 +7,7 @@ import dagster as dg
 import yaml
 
 from rag_assets.sweep_assets import stage_assets
-from runner import load_plan
+from rag_sweep.runner import load_plan
 from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ PARAGRAPH = {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0}
 @pytest.fixture(scope="module")
 def champion(slice_data, tmp_path_factory):
     """Sweep `gated` with one config (hybrid, top 4) run: its recommendation is registered as version 1."""
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     root = tmp_path_factory.mktemp("gate")
     spec = write_sweep(
@@ -113,7 +113,7 @@ def test_a_config_of_the_sweep_or_another_sweeps_recommendation_is_a_baseline_to
         retrieval=[{**HYBRID, "top_k": 4}, {**HYBRID, "hybrid_alpha": 0.6, "top_k": 4}],
         gate={"margin": 0.05, "equivalence": True},
     )
-    from orchestration.plans import load_plan
+    from rag_sweep.orchestration.plans import load_plan
 
     plan = load_plan(spec, data_dir=data)
     label = plan.labels[plan.config_keys[0]]
@@ -130,7 +130,7 @@ def test_a_config_of_the_sweep_or_another_sweeps_recommendation_is_a_baseline_to
 def test_the_champion_stays_when_a_new_recommendation_is_worse_than_it(slice_data, champion):
     """Weights that see only nDCG@k favour a top-k of 1 (its one passage is gold on this slice: nDCG@1 is 1):
     it is recommended; the sweep's gate, with recall at most 0.05 below the champion's, shows it worse."""
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     root, data, client = champion["root"], champion["data"], champion["client"]
     spec = write_sweep(
@@ -166,7 +166,7 @@ def test_the_champion_stays_when_a_new_recommendation_is_worse_than_it(slice_dat
 
 
 def test_a_better_recommendation_passes_the_gate_and_is_registered(slice_data, champion):
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     root, data, client = champion["root"], champion["data"], champion["client"]
     first = write_sweep(

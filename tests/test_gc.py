@@ -28,9 +28,9 @@ def test_gc_removes_what_the_changed_sweep_no_longer_needs_and_nothing_else(
 ):
     import mlflow
 
+    from rag_sweep.runner import bill, run_sweep
+    from rag_sweep.shipping.registry import load_champion
     from resources.vector_stores import VectorStores
-    from runner import bill, run_sweep
-    from shipping.registry import load_champion
 
     data = tmp_path / "data"
     first = write_sweep(
@@ -79,7 +79,7 @@ def test_gc_removes_what_the_changed_sweep_no_longer_needs_and_nothing_else(
 
     # a second gc finds nothing (the deployment's job, its schedule off); a rerun computes nothing
     from rag_sweep.definitions import build_definitions
-    from runner import local_instance
+    from rag_sweep.runner import local_instance
 
     defs = build_definitions([after.plan, other_run.plan], data_dir=str(data))
     assert defs.get_schedule_def("storage_cleanup_weekly").default_status.value == "STOPPED"

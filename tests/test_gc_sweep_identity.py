@@ -35,9 +35,9 @@ def test_a_gate_file_named_as_its_sweep_is_a_sweep_of_its_own_to_gc(
     monkeypatch,
 ):
     from rag_sweep.cli import main
-    from runner import local_instance, run_sweep
-    from runner.gate import run_gate
-    from shipping.registry import load_champion
+    from rag_sweep.runner import local_instance, run_sweep
+    from rag_sweep.runner.gate import run_gate
+    from rag_sweep.shipping.registry import load_champion
 
     plugin_path(embedder_site(tmp_path / "plugin"))
     data = tmp_path / "data"

@@ -20,7 +20,7 @@ from tests.conftest import write_sweep
 def swept(slice_data, tmp_path_factory):
     """A two-config BM25 sweep with a holdout, run by `rag-sweep run`: its finalists' holdout in one run of
     the chain."""
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     root = tmp_path_factory.mktemp("chain")
     spec = write_sweep(

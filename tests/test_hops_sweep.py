@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def hops_run(slice_data, tmp_path_factory):
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     root = tmp_path_factory.mktemp("hops")
     spec = write_sweep(
@@ -85,7 +85,7 @@ def test_two_hops_against_single_shot_every_figure_from_the_trajectories(hops_ru
 
 
 def test_a_rerun_pays_nothing_and_the_exported_model_runs_the_same_loop(hops_run, tmp_path):
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     plan, data = hops_run.plan, hops_run.data
     before = len(hops_run.instance.get_runs())

@@ -1,4 +1,4 @@
-"""A Ctrl-C that Python itself drops is still raised after the run (runner/interrupts.py): a SIGINT whose
+"""A Ctrl-C that Python itself drops is still raised after the run (rag_sweep/runner/interrupts.py): a SIGINT whose
 handler runs inside a weakref callback (or a `__del__`) has its exception printed as "ignored" and dropped,
 so the run went on as if nothing had happened (seen under load: `rag-sweep run` exited 0 after a Ctrl-C)."""
 
@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 SCRIPT = """
 import os, signal, time, weakref
 import dagster as dg
-from runner.interrupts import interrupts_kept
+from rag_sweep.runner.interrupts import interrupts_kept
 
 @dg.asset
 def dropped():
@@ -47,7 +47,7 @@ def test_a_ctrl_c_python_drops_in_a_callback_still_interrupts_the_run():
 def test_runs_after_an_answered_ctrl_c_are_not_interrupted_again():
     script = """
 import os, signal
-from runner.interrupts import interrupts_kept
+from rag_sweep.runner.interrupts import interrupts_kept
 try:
     with interrupts_kept():
         os.kill(os.getpid(), signal.SIGINT)  # raised at once, as a KeyboardInterrupt

@@ -47,7 +47,7 @@ def test_a_judge_below_the_kappa_floor_is_reported_not_weighted(small_slice, tmp
     from sklearn.metrics import cohen_kappa_score
 
     from rag_assets.board_files import read_decision
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
 
     agree, disagree = tmp_path / "agree.jsonl", tmp_path / "disagree.jsonl"
     agree_human, agree_judged = labels_file(agree, flips={3})

@@ -1,5 +1,5 @@
 """Which parts import which: a deployment (its definitions, sensors and fleet workers) never
-imports the CLI's driver (runner/) or its printing, and what both need stays under orchestration/."""
+imports the CLI's driver (rag_sweep/runner/) or its printing, and what both need stays under rag_sweep/orchestration/."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ DEPLOYMENT = (
     "sensors.holdout",
     "sensors.prompt_optimization",
     "sensors.schedules",
-    "fleet.step_jobs",
-    "fleet.celery_app",
+    "rag_sweep.fleet.step_jobs",
+    "rag_sweep.fleet.celery_app",
 )
 
 LOADED = """
@@ -43,6 +43,11 @@ def test_a_deployment_never_imports_the_clis_driver():
 
 
 def test_the_plan_and_the_leaderboards_files_load_without_dagster():
-    """What an unchanged rerun reads (runner/up_to_date.py) before it knows it has nothing to do."""
-    loaded = _loaded("orchestration.plans", "rag_assets.board_files", "runner.up_to_date", "rag_sweep.cli")
+    """What an unchanged rerun reads (rag_sweep/runner/up_to_date.py) before it knows it has nothing to do."""
+    loaded = _loaded(
+        "rag_sweep.orchestration.plans",
+        "rag_assets.board_files",
+        "rag_sweep.runner.up_to_date",
+        "rag_sweep.cli",
+    )
     assert not {m for m in loaded if m.split(".")[0] in ("dagster", "mlflow", "lancedb")}

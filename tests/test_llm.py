@@ -9,8 +9,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from rag_sweep.runner import run_sweep
 from resources.llm import LLMClient
-from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import MALFORMED, GoldAnswers, OpenAIStub, TurnsWrong
 

@@ -43,9 +43,9 @@ def _mlflow_runs(data, sweep: str) -> dict[str, object]:
 
 def test_one_broken_llm_stage_at_a_time_is_refused_everywhere(slice_data, tmp_path):
     from rag_assets.board_files import read_decision
+    from rag_sweep.runner import run_sweep
+    from rag_sweep.runner.gate import run_gate
     from resources.llm import LLMClient
-    from runner import run_sweep
-    from runner.gate import run_gate
 
     spec = write_sweep(
         tmp_path / "outages.yaml",

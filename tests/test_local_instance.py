@@ -22,9 +22,13 @@ import pytest
 import yaml
 from dagster._core.storage.event_log import SqliteEventLogStorage
 
-from runner.compute_logs import _ends_with_this_process
-from runner.instance import local_instance
-from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage, release_connections
+from rag_sweep.runner.compute_logs import _ends_with_this_process
+from rag_sweep.runner.instance import local_instance
+from rag_sweep.runner.instance_storage import (
+    PooledSqliteEventLogStorage,
+    PooledSqliteRunStorage,
+    release_connections,
+)
 from tests.conftest import ROOT
 
 
@@ -103,7 +107,7 @@ cli.console()
 
 
 def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_path):
-    """What the up-to-date record stamps (runner/up_to_date.py): after `release_connections`, another
+    """What the up-to-date record stamps (rag_sweep/runner/up_to_date.py): after `release_connections`, another
     instance opening, reading and closing the files changes none of them."""
     data = tmp_path / "data"
     instance = local_instance(data)
@@ -117,7 +121,7 @@ def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_p
     before = files()
     assert not any(name.endswith("-wal") for name in before)  # folded into the database files
     reader = (
-        "import sys, dagster as dg; from runner.instance import local_instance\n"
+        "import sys, dagster as dg; from rag_sweep.runner.instance import local_instance\n"
         f"with local_instance(__import__('pathlib').Path({str(data)!r})) as i:\n"
         "    sys.exit(len(i.fetch_observations(dg.AssetKey('corpus'), limit=9).records) != 1)"
     )
@@ -138,7 +142,7 @@ def recorded(self, args, *rest, **kwargs):
     popen(self, args, *rest, **kwargs)
 subprocess.Popen.__init__ = recorded
 import dagster as dg
-from runner.instance import local_instance
+from rag_sweep.runner.instance import local_instance
 
 @dg.asset
 def talks():
@@ -162,7 +166,7 @@ print("started " + json.dumps(started), flush=True)
 
 
 def test_a_steps_output_reaches_the_terminal_and_the_ui_through_one_tail_per_stream(tmp_path):
-    """The instance's compute logs (runner/compute_logs.py): what a step prints, on stdout and stderr, is in
+    """The instance's compute logs (rag_sweep/runner/compute_logs.py): what a step prints, on stdout and stderr, is in
     the files the UI reads and on the command's own output; the processes it starts for that are two tails
     the kernel ends with it, no watcher interpreter beside each."""
     if _ends_with_this_process() is None:
@@ -191,7 +195,7 @@ def test_the_mirrors_tail_ends_when_the_process_is_killed_mid_step(tmp_path):
     script = f"""
 import os, signal
 from pathlib import Path
-from runner.instance import local_instance
+from rag_sweep.runner.instance import local_instance
 
 instance = local_instance(Path({str(tmp_path / "data")!r}))
 with instance.compute_log_manager.capture_logs(["run", "step"]):

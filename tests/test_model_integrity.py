@@ -23,9 +23,9 @@ from mlflow.tracking import MlflowClient
 
 from rag_core.planning.spec import SpecError
 from rag_sweep.cli import main
-from shipping.bundle import fingerprints, save
-from shipping.pipeline import TamperedModel, file_sha256
-from shipping.registry import download_verified, load_champion, register_champion
+from rag_sweep.shipping.bundle import fingerprints, save
+from rag_sweep.shipping.pipeline import TamperedModel, file_sha256
+from rag_sweep.shipping.registry import download_verified, load_champion, register_champion
 from tests.small_model import small_bundle
 
 QUESTION = "Who wrote Arthur's Magazine?"
@@ -238,7 +238,7 @@ def test_tags_rewritten_to_match_a_replaced_code_file_are_refused_by_their_signa
 
 
 def test_a_rewritten_prompt_with_rewritten_tags_is_refused_however_it_is_loaded(forged, champion, tmp_path):
-    from runner.gate import _registered
+    from rag_sweep.runner.gate import _registered
 
     _edit(champion, lambda m: m["config"]["generation"].update({"prompt_template": "Lie. {context} {query}"}))
     forged()
@@ -272,7 +272,7 @@ def test_an_unsigned_version_or_a_missing_key_refuses_and_a_pinned_fingerprint_s
 def test_a_key_others_can_read_is_refused(registered, champion, monkeypatch, tmp_path):
     import os
 
-    from shipping.signing import SigningKeyError, sign
+    from rag_sweep.shipping.signing import SigningKeyError, sign
 
     key = tmp_path / "open.key"
     monkeypatch.setenv("RAG_SWEEP_SIGNING_KEY", str(key))
@@ -300,7 +300,7 @@ def test_files_swapped_in_the_registry_while_loading_never_run_nor_are_used(cham
     import os
     import threading
 
-    from runner.gate import _registered
+    from rag_sweep.runner.gate import _registered
 
     marker = tmp_path / "ran"
     manifest = _manifest(champion)

@@ -15,8 +15,8 @@ import pytest
 from rag_core.generation.context import apply_budget, parse_compressed, word_count
 from rag_core.retrieval.query_transform import parse_reply
 from rag_core.retrieval.rerank import mmr, parse_ordering
+from rag_sweep.runner import run_sweep
 from resources.llm import LLMClient
-from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import GoldAnswers, OpenAIStub
 

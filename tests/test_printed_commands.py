@@ -14,7 +14,7 @@ import pytest
 
 from rag_assets.champion import serve_line
 from rag_sweep import cli
-from runner.up_to_date import Shipping, shipping_facts
+from rag_sweep.runner.up_to_date import Shipping, shipping_facts
 
 ODD = "my data $x 'q'"  # a space, a variable that must not expand, a quote
 

@@ -12,9 +12,9 @@ import polars as pl
 import psycopg2
 import pytest
 
+from rag_sweep.runner import run_sweep
 from resources.tracking import MlflowTracking
 from resources.vector_stores import VectorStores
-from runner import run_sweep
 from tests.conftest import write_sweep
 from tests.servers import mlflow_tracking
 

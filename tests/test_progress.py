@@ -2,7 +2,7 @@
 
 from rag_core.common.concurrency import map_concurrently
 from rag_core.common.progress import listening, report
-from runner.progress_bars import WorkBars
+from rag_sweep.runner.progress_bars import WorkBars
 
 
 def test_concurrent_work_reports_every_finished_item_once():

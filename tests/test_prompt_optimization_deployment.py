@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from rag_assets.board_files import leaderboard_path
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 from tests.openai_stub import OpenAIStub
 from tests.servers import _stop
@@ -54,10 +54,10 @@ def test_a_deployment_optimizes_after_its_leaderboard_and_requests_the_optimized
     later stages follow through the automation sensor); what is complete is never requested again."""
     import dagster as dg
 
-    from orchestration.plans import load_plan
+    from rag_sweep.orchestration.plans import load_plan
+    from rag_sweep.runner.step_runs import StepRunner
     from rag_sweep.sweep_defs import sweep_definitions
     from resources import build_resources
-    from runner.step_runs import StepRunner
 
     qa = pl.read_parquet(slice_data["qa"])
     plain, spec = _sweeps(slice_data, tmp_path, "gepa_deploy")

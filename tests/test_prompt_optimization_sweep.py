@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from rag_assets.prompt_optimization import optimized_prompts
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 from tests.conftest import cli, write_sweep
 from tests.openai_stub import GoldAnswers, OpenAIStub
 

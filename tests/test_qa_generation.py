@@ -274,7 +274,7 @@ def test_a_sweep_from_documents_alone_generates_its_qa_set_once_and_evaluates_it
     config on it and records the generator; a rerun and an edited (reviewed) copy make no new call."""
     from mlflow import MlflowClient
 
-    from runner import run_sweep
+    from rag_sweep.runner import run_sweep
     from tests.conftest import write_sweep
 
     qa_path = tmp_path / "generated_qa.jsonl"

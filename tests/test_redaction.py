@@ -252,7 +252,7 @@ class _Tracking:
 
 def test_the_commands_to_load_and_serve_the_champion_never_print_the_password(capsys):
     from rag_sweep.cli import _print_champion
-    from runner.up_to_date import shipping_facts
+    from rag_sweep.runner.up_to_date import shipping_facts
 
     _print_champion(shipping_facts(_Tracking(URI), "sweep"), "sweep", None)
     out = capsys.readouterr().out

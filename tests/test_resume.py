@@ -117,7 +117,7 @@ def _artifacts(data: Path, stage: str) -> list[Path]:
 
 
 def _dagster_runs(data: Path) -> list:
-    from runner import local_instance
+    from rag_sweep.runner import local_instance
 
     with local_instance(data) as instance:
         return list(instance.get_runs())

@@ -19,9 +19,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_assets.board_files import read_decision
-from runner import run_sweep
+from rag_sweep.orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
+from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 from tests.servers import Deployment, deployment
 

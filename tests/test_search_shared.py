@@ -8,7 +8,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow

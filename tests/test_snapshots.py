@@ -101,7 +101,7 @@ def test_nightly_holdout_schedule_requests_the_finalists_the_holdout_holds(tmp_p
 
 
 def test_input_files_are_observed_by_content(tmp_path, slice_data):
-    from runner import unobserved
+    from rag_sweep.runner import unobserved
 
     _, defs, data = _setup(tmp_path, slice_data)
     sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]

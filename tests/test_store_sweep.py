@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from rag_core.data.filters import matches, parse_filter
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow

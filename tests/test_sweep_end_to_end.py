@@ -16,7 +16,7 @@ from rag_core.metrics import scorable_metrics
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.stages import PARTITIONED
-from runner import run_sweep, stale_snapshots, steps
+from rag_sweep.runner import run_sweep, stale_snapshots, steps
 
 pytestmark = pytest.mark.slow
 PREFIX = "slice"

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from rag_sweep.definitions import build_definitions
-from runner import run_sweep
+from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 
 pytestmark = pytest.mark.slow

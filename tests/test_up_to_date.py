@@ -1,4 +1,4 @@
-"""An unchanged rerun answered from the last run's record (runner/up_to_date.py): the same output without
+"""An unchanged rerun answered from the last run's record (rag_sweep/runner/up_to_date.py): the same output without
 importing Dagster or MLflow, and any change to what the answer was read from (an artifact, the MLflow store,
 an input file, the spec) asked again through Dagster."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.up_to_date import RECORD
+from rag_sweep.runner.up_to_date import RECORD
 from tests.conftest import ROOT, write_sweep
 
 RUN = """
@@ -108,8 +108,8 @@ def test_what_the_answer_was_read_from_changed_is_asked_again(swept, tmp_path):
 
 
 def test_nothing_is_recorded_where_a_server_answers(swept, monkeypatch):
-    from orchestration.plans import load_plan
-    from runner.up_to_date import recordable
+    from rag_sweep.orchestration.plans import load_plan
+    from rag_sweep.runner.up_to_date import recordable
 
     spec, data, _ = swept
     plan = load_plan(spec, None, data)

@@ -1,5 +1,5 @@
 """`rag-sweep gate`: is each config of a sweep file not worse than a baseline (the registered champion)?
-Exit 0 pass, 1 fail, 3 inconclusive, 2 a usage or input error, 4 a step failed (runner/gate.py)."""
+Exit 0 pass, 1 fail, 3 inconclusive, 2 a usage or input error, 4 a step failed (rag_sweep/runner/gate.py)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def run(args) -> int:
 
     from rag_core.planning.spec import GateSpec
     from rag_sweep.printing import print_gate
-    from runner.gate import run_gate
+    from rag_sweep.runner.gate import run_gate
 
     margins = {}
     for item in args.metric_margin or []:

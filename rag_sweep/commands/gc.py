@@ -1,4 +1,4 @@
-"""`rag-sweep gc`: list (and with --apply remove) what no given sweep needs in a data dir (orchestration/gc.py)."""
+"""`rag-sweep gc`: list (and with --apply remove) what no given sweep needs in a data dir (rag_sweep/orchestration/gc.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from orchestration.gc import collect, parse_age, remove
-    from runner import load_plan, local_instance
-    from runner.lock import exclusive
+    from rag_sweep.orchestration.gc import collect, parse_age, remove
+    from rag_sweep.runner import load_plan, local_instance
+    from rag_sweep.runner.lock import exclusive
 
     age = parse_age(args.older_than)  # before any work
     data = data_root(args.data_dir or environment.default_data_dir())

@@ -45,8 +45,8 @@ def add_parsers(sub) -> None:
 
 def export(args) -> int:
     """The config as a model folder: the pipeline it was evaluated as, loadable and servable by MLflow."""
-    from runner import load_plan, local_instance
-    from shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
+    from rag_sweep.runner import load_plan, local_instance
+    from rag_sweep.shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
 
     data = data_root(args.data_dir or environment.default_data_dir())
     out = Path(args.out)
@@ -77,8 +77,15 @@ def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tupl
     import os
     import shutil
 
-    from shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, folder_files, folder_fingerprint, verify
-    from shipping.registry import check_regular_files, download_verified, private_folder
+    from rag_sweep.shipping.pipeline import (
+        BUNDLE,
+        MANIFEST,
+        TamperedModel,
+        folder_files,
+        folder_fingerprint,
+        verify,
+    )
+    from rag_sweep.shipping.registry import check_regular_files, download_verified, private_folder
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the command's output: its result
     try:
@@ -114,7 +121,7 @@ def verify_model(args) -> int:
     private copy. No code of the model runs."""
     import shutil
 
-    from shipping.pipeline import MissingPlugin, TamperedModel
+    from rag_sweep.shipping.pipeline import MissingPlugin, TamperedModel
 
     registered = args.model.startswith("models:/")
     if args.download and not registered:
@@ -152,7 +159,7 @@ def serve(args) -> int:
     import shutil
     import subprocess
 
-    from shipping.pipeline import MissingPlugin, TamperedModel
+    from rag_sweep.shipping.pipeline import MissingPlugin, TamperedModel
 
     try:
         folder, found = verified_copy(args.model, None, args.fingerprint)

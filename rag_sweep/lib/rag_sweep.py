@@ -17,8 +17,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from orchestration.plans import load_plan
 from rag_core.planning.plan import Plan
+from rag_sweep.orchestration.plans import load_plan
 from rag_sweep.sweep_defs import sweep_definitions
 
 

@@ -7,7 +7,6 @@ import os
 
 import polars as pl
 
-from orchestration.plans import load_plan
 from rag_assets.inputs import load_sweep_qa, snapshot_fingerprints
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.extras import missing_for
@@ -17,6 +16,7 @@ from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError, check_optimize_budget
+from rag_sweep.orchestration.plans import load_plan
 from resources.artifacts import ArtifactRef
 from resources.devices import ASSUMED_CPU_CHARS, measured_rate
 from resources.embedders import EmbeddingService

@@ -31,13 +31,13 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from orchestration.todo import Complete, completed, input_fingerprints
 from rag_core.metrics import overall_score
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, stage
 from rag_core.search import Halving, Space, make
 from rag_core.search.halving import question_scores
+from rag_sweep.orchestration.todo import Complete, completed, input_fingerprints
 from resources.artifacts import ArtifactRef
 from resources.llm_cache import open_cache
 from resources.storage import atomic_write_bytes, data_root

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rag_core.planning.spec import SpecError
+from rag_sweep.runner.errors import DataDirError
 from resources.locks import shared_lock
 from resources.storage import atomic_write_bytes, is_remote
-from runner.errors import DataDirError
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """Run a sweep end to end through the same Dagster assets a deployment runs: the input files are observed
-and snapshotted in this process, then the steps to do (orchestration/todo.py) run, each as a Dagster run, in this
-process or on a worker fleet (runner/step_runs.py, fleet/), into a persistent Dagster instance; an
-adaptive search is driven by its controller (orchestration/search.py)."""
+and snapshotted in this process, then the steps to do (rag_sweep/orchestration/todo.py) run, each as a Dagster run, in this
+process or on a worker fleet (rag_sweep/runner/step_runs.py, rag_sweep/fleet/), into a persistent Dagster instance; an
+adaptive search is driven by its controller (rag_sweep/orchestration/search.py)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,6 @@ from typing import Any, NamedTuple
 import dagster as dg
 from tqdm import tqdm
 
-from orchestration.plans import load_plan
-from orchestration.plugin_names import record as record_plugins
-from orchestration.search import SearchController, SearchReport, batch_tags, begin_search
-from orchestration.sweep_records import record_sweep
-from orchestration.todo import (
-    completed,
-    holdout_steps,
-    new_finalists,
-    reads,
-    stale_snapshots,
-    steps,
-    unobserved,
-)
 from rag_assets.board_files import leaderboard_path
 from rag_assets.champion import CHAMPION, champion_due
 from rag_assets.search_chain import CHAIN
@@ -37,6 +24,39 @@ from rag_core.common.progress import listening
 from rag_core.planning.batches import batch_reads, batches, steps_in
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.step_graph import StepGraph
+from rag_sweep.orchestration.plans import load_plan
+from rag_sweep.orchestration.plugin_names import record as record_plugins
+from rag_sweep.orchestration.search import SearchController, SearchReport, batch_tags, begin_search
+from rag_sweep.orchestration.sweep_records import record_sweep
+from rag_sweep.orchestration.todo import (
+    completed,
+    holdout_steps,
+    new_finalists,
+    reads,
+    stale_snapshots,
+    steps,
+    unobserved,
+)
+from rag_sweep.runner.errors import CheckFailed
+from rag_sweep.runner.estimate import load_data, require_extras
+from rag_sweep.runner.instance import (
+    RUNNER_PID_TAG,
+    close_abandoned_runs,
+    local_instance,
+    require_deployment,
+    require_fleet,
+)
+from rag_sweep.runner.instance_storage import release_connections
+from rag_sweep.runner.interrupts import watch_interrupts
+from rag_sweep.runner.lock import claim_prefix, exclusive
+from rag_sweep.runner.progress_bars import WorkBars, steps_bar
+from rag_sweep.runner.step_runs import (
+    FleetStepRunner,
+    StepRunner,
+    batch_label,
+    run_on_fleet,
+)
+from rag_sweep.runner.up_to_date import input_files, record, recordable, shipping_facts
 from resources import build_resources
 from resources.artifacts import ArtifactRef, latest_fingerprint
 from resources.devices import resolve_device
@@ -49,26 +69,6 @@ from resources.environment import (
 )
 from resources.reachability import check_all
 from resources.storage import data_root, is_remote, read_parquet
-from runner.errors import CheckFailed
-from runner.estimate import load_data, require_extras
-from runner.instance import (
-    RUNNER_PID_TAG,
-    close_abandoned_runs,
-    local_instance,
-    require_deployment,
-    require_fleet,
-)
-from runner.instance_storage import release_connections
-from runner.interrupts import watch_interrupts
-from runner.lock import claim_prefix, exclusive
-from runner.progress_bars import WorkBars, steps_bar
-from runner.step_runs import (
-    FleetStepRunner,
-    StepRunner,
-    batch_label,
-    run_on_fleet,
-)
-from runner.up_to_date import input_files, record, recordable, shipping_facts
 
 # MLflow announces creating and migrating its SQLite store on every new data dir, as INFO: nothing to act on
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -150,7 +150,7 @@ def run_sweep(
         }
         runner = StepRunner(defs, instance, tags, verbose, plan)
         if fleet:  # every step goes to the workers but the input snapshots, which read this machine's files
-            from fleet.step_jobs import publish_plan
+            from rag_sweep.fleet.step_jobs import publish_plan
 
             on_fleet = FleetStepRunner(
                 str(data), publish_plan(plan, str(data)), instance, tags, verbose, plan
@@ -235,7 +235,7 @@ def run_sweep(
                 except CheckFailed as e:  # the recommendation is worse than the champion: it stays
                     kept = str(e)
             # nothing left to do, known from this run's checks or asked again after its work: a rerun
-            # answers from the record while nothing it read changes (runner/up_to_date.py)
+            # answers from the record while nothing it read changes (rag_sweep/runner/up_to_date.py)
             if (
                 plan is not None
                 and kept is None

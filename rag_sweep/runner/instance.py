@@ -8,9 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_sweep.runner.errors import DataDirError
 from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
 from resources.storage import atomic_write_bytes, is_remote
-from runner.errors import DataDirError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RUNNER_PID_TAG = "rag/cli_pid"  # the process that ran a Dagster run in process (rag-sweep or a worker)
@@ -79,9 +79,9 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
 
 
 # The storage of an instance `rag-sweep run` creates keeps its SQLite connections, and its event log is one
-# file (runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
+# file (rag_sweep/runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
 # run a database of its own, created and migrated as the run starts. Its compute logs are Dagster's local
-# ones, mirrored to the terminal without a watcher process per stream (runner/compute_logs.py). `dagster dev`
+# ones, mirrored to the terminal without a watcher process per stream (rag_sweep/runner/compute_logs.py). `dagster dev`
 # on this home reads the same files. An instance made before this keeps its layout.
 STORAGE_MARK = "# rag-sweep run: this instance's storage"
 
@@ -91,17 +91,17 @@ def storage_config(home: Path) -> str:
     logs = json.dumps(str(home.resolve() / "storage"))  # where Dagster's default keeps them
     return f"""{STORAGE_MARK} (the paths follow the data dir: rewritten when it moves)
 compute_logs:
-  module: runner.compute_logs
+  module: rag_sweep.runner.compute_logs
   class: TailedComputeLogManager
   config:
     base_dir: {logs}
 run_storage:
-  module: runner.instance_storage
+  module: rag_sweep.runner.instance_storage
   class: PooledSqliteRunStorage
   config:
     base_dir: {history}
 event_log_storage:
-  module: runner.instance_storage
+  module: rag_sweep.runner.instance_storage
   class: PooledSqliteEventLogStorage
   config:
     base_dir: {history}

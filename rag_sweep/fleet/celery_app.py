@@ -1,6 +1,6 @@
 """The fleet's Celery app, what every worker runs:
 
-    celery -A fleet.celery_app worker -Q dagster[,gpu] -c 1 -n NAME@%h
+    celery -A rag_sweep.fleet.celery_app worker -Q dagster[,gpu] -c 1 -n NAME@%h
 
 Its tasks are dagster-celery's (execute one step of a Dagster run); the broker is $CELERY_BROKER_URL and
 results travel back on it (`rpc://`), so a worker needs no store of its own.

@@ -24,9 +24,10 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from orchestration.plans import load_plan, plan_document
 from rag_assets.board_files import leaderboard_path
 from rag_core.components.stores import keeps_files
+from rag_sweep.orchestration.plans import load_plan, plan_document
+from rag_sweep.runner.lock import exclusive
 from resources.environment import (
     dagster_home,
     default_data_dir,
@@ -36,7 +37,6 @@ from resources.environment import (
 )
 from resources.storage import atomic_write_bytes, data_root, is_remote, read_parquet
 from resources.store_answers import store_state
-from runner.lock import exclusive
 
 RECORD = ".rag-sweep.up-to-date.json"
 # written by a rerun that changes nothing: the lock, the record itself, and what MLflow's store answered
@@ -56,7 +56,7 @@ class Shipping(NamedTuple):
 
 
 class Remembered(NamedTuple):
-    """An unchanged rerun's result, as the CLI prints it (the fields of runner.sweep.SweepRun it reads)."""
+    """An unchanged rerun's result, as the CLI prints it (the fields of rag_sweep.runner.sweep.SweepRun it reads)."""
 
     board: Any  # the leaderboard (polars DataFrame)
     plan: Any
@@ -68,7 +68,7 @@ class Remembered(NamedTuple):
 
 def shipping_facts(tracking, sweep: str) -> Shipping:
     """`tracking` (an MlflowTracking)'s facts for the sweep (on a local store, answered from its memo)."""
-    from shipping.registry import champion_of
+    from rag_sweep.shipping.registry import champion_of
 
     if not tracking.enabled:
         return Shipping(False, None, tracking.display_uri(), tracking.resolved_uri(), None)

@@ -5,8 +5,8 @@ evaluation fingerprint) registers nothing: a rerun, a re-ranking or a nightly re
 registry as it is.
 
 A version's tags record what its model folder is (`model_fingerprint`, `model_files`, `bundle_fingerprint`,
-`bundle_parts`: shipping/bundle.py `fingerprints`) and their signature (`model_signature`, with this user's
-signing key: shipping/signing.py), which one who can rewrite the folder and the tracking store cannot make.
+`bundle_parts`: rag_sweep/shipping/bundle.py `fingerprints`) and their signature (`model_signature`, with this user's
+signing key: rag_sweep/shipping/signing.py), which one who can rewrite the folder and the tracking store cannot make.
 `load_champion` (and `rag-sweep verify-model`, `serve`, `gate --against models:/...`) copies a version into
 a private folder, checks every file of the copy against them, and loads that copy: MLflow runs no code of
 it before the check, and nothing is read again from the registry's folder."""
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the bundle imports MLflow's pyfunc: a rerun reading the champion need not
-    from shipping.bundle import Bundle
+    from rag_sweep.shipping.bundle import Bundle
 
 ALIAS = "champion"
 
@@ -72,8 +72,8 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     setting is changed."""
     from mlflow.exceptions import MlflowException
 
-    from shipping.bundle import fingerprints, save
-    from shipping.signing import sign
+    from rag_sweep.shipping.bundle import fingerprints, save
+    from rag_sweep.shipping.signing import sign
 
     client, name = tracking.client(), bundle.manifest["sweep"]
     uri = f"models:/{name}@{ALIAS}"
@@ -142,7 +142,7 @@ def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint
     import mlflow.artifacts
     from mlflow.tracking import MlflowClient
 
-    from shipping.pipeline import BUNDLE, MANIFEST, check_registered, registered_as
+    from rag_sweep.shipping.pipeline import BUNDLE, MANIFEST, check_registered, registered_as
 
     registered = registered_as(model_uri)
     if registered is None:
@@ -172,7 +172,7 @@ def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint
 
 def check_regular_files(folder: Path) -> None:
     """A verified copy holds plain files and folders only: a link would point outside what was checked."""
-    from shipping.pipeline import TamperedModel
+    from rag_sweep.shipping.pipeline import TamperedModel
 
     for path in folder.rglob("*"):
         if path.is_symlink() or not (path.is_file() or path.is_dir()):

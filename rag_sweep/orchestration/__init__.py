@@ -1,5 +1,5 @@
-"""What both ways of running a sweep need, the `rag-sweep` CLI's runner (runner/) and a deployment's
-definitions, sensors and fleet workers (rag_sweep/, sensors/, fleet/); it imports neither of them.
+"""What both ways of running a sweep need, the `rag-sweep` CLI's runner (rag_sweep/runner/) and a deployment's
+definitions, sensors and fleet workers (rag_sweep/, sensors/, rag_sweep/fleet/); it imports neither of them.
 
 - plans.py: a sweep file's plan with the deployment's settings (the one place that builds it), and the
   definitions a run materializes;

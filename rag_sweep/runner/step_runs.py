@@ -1,6 +1,6 @@
 """How a sweep run materializes a step (one stage, one partition) as a Dagster run: in this process, one
 step after the other (the embedded default), or on a worker fleet through Dagster's Celery executor
-(fleet/), several steps at once, each as soon as the partitions it reads are complete
+(rag_sweep/fleet/), several steps at once, each as soon as the partitions it reads are complete
 (rag_core/planning/step_graph.py).
 
 On a fleet this process only orchestrates: each step's run waits here for its Celery task while a worker
@@ -21,8 +21,8 @@ from dagster import DagsterExecutionInterruptedError, DagsterExecutionStepExecut
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.batches import steps_in
 from rag_sweep.dagster_private import DagsterAssetCheckFailedError
-from runner.errors import CheckFailed, StepFailed
-from runner.interrupts import interrupts_kept
+from rag_sweep.runner.errors import CheckFailed, StepFailed
+from rag_sweep.runner.interrupts import interrupts_kept
 
 # Steps a fleet run keeps in flight: the broker queues them until a worker is free, so this only bounds
 # the threads (and database connections) this process spends waiting on them.
@@ -109,7 +109,7 @@ def _blocking_check_failed(instance, where: str) -> CheckFailed:
 @dataclass
 class StepRunner:
     """Materializes one step of the plan's sweep as a Dagster run on `instance`; returns the warnings its
-    step logged (one line each), raises StepFailed or CheckFailed (runner/errors.py)."""
+    step logged (one line each), raises StepFailed or CheckFailed (rag_sweep/runner/errors.py)."""
 
     defs: Any
     instance: Any
@@ -165,11 +165,11 @@ class StepRunner:
 
 @dataclass
 class FleetStepRunner:
-    """Runs a step as a Dagster run whose executor is Celery (fleet/step_jobs.py): the step executes on a
+    """Runs a step as a Dagster run whose executor is Celery (rag_sweep/fleet/step_jobs.py): the step executes on a
     worker that serves its queue; this returns its warnings or raises as StepRunner does."""
 
     data_dir: str
-    plan_name: str  # the plan as published to the data dir (fleet.step_jobs.publish_plan)
+    plan_name: str  # the plan as published to the data dir (rag_sweep.fleet.step_jobs.publish_plan)
     instance: Any
     tags: dict[str, str]
     verbose: bool
@@ -182,8 +182,8 @@ class FleetStepRunner:
         self.instance.get_yaml_python_handlers = lambda: handlers
 
     def __call__(self, stage: str, key=None, extra_tags: dict | None = None) -> list[str]:
-        from fleet.step_jobs import reconstructable_step
         from rag_assets.sweep_assets import CHAINS
+        from rag_sweep.fleet.step_jobs import reconstructable_step
 
         # a holdout batch: the holdout asset; a chain (the holdout's, the search's): its job
         asset = stage if stage in CHAINS else self.plan.asset_path(stage, first_key(key))[-1]
