@@ -196,7 +196,7 @@ def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp
 
 
 def _original_code() -> str:
-    return (Path(__file__).parents[1] / "shipping" / "model_code.py").read_text()
+    return (Path(__file__).parents[1] / "rag_sweep" / "shipping" / "model_code.py").read_text()
 
 
 def _injected(marker: Path) -> str:

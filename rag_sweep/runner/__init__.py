@@ -46,7 +46,7 @@ _EXPORTS = {
 
 def __getattr__(name: str):
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'runner' has no attribute {name!r}")
+        raise AttributeError(f"module 'rag_sweep.runner' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
