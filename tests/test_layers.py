@@ -3,9 +3,11 @@ imports the CLI's driver (rag_sweep/runner/) or its printing, and what both need
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+import tomllib
 
 from tests.conftest import ROOT
 
@@ -37,7 +39,7 @@ def _loaded(*modules: str) -> set[str]:
 def test_a_deployment_never_imports_the_clis_driver():
     loaded = _loaded(*DEPLOYMENT)
     cli = sorted(
-        m for m in loaded if m == "runner" or m.startswith(("runner.", "rag_sweep.cli", "rag_sweep.printing"))
+        m for m in loaded if m.startswith(("rag_sweep.runner", "rag_sweep.cli", "rag_sweep.printing"))
     )
     assert cli == [], cli
 
@@ -51,3 +53,94 @@ def test_the_plan_and_the_leaderboards_files_load_without_dagster():
         "rag_sweep.cli",
     )
     assert not {m for m in loaded if m.split(".")[0] in ("dagster", "mlflow", "lancedb")}
+
+
+def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import a module can run, in functions too; not those under `if TYPE_CHECKING:` (never run)."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the product's modules it imports (the wheel's packages; `from a import b` names module a.b
+    when there is one, else a)."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]
+    files = {}
+    for package in packages["wheel"]["packages"]:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in files.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        graph[module] = set()
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1] + [base]).strip(
+                        "."
+                    )
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    graph[module].add(name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+                on_stack.discard(w)
+            on_stack.discard(v)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    """No module of the product imports, even inside a function, a module that imports it back."""
+    graph = import_graph()
+    assert "rag_sweep.runner.sweep" in graph and "rag_sweep.commands.align_judge" in graph
+    found = circles(graph)
+    assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)

@@ -38,10 +38,10 @@ def _kappa(result) -> str:
     return f"{result.kappa:.3f} (95% {result.kappa_low:.3f} to {result.kappa_high:.3f})"
 
 
-def align(args, model: str, prompt: str, rows: list[dict], labels: list[bool]) -> int:
+def align(args, model: str, prompt: str, rows: list[dict], labels: list[bool], judge_llm) -> int:
+    """`judge_llm(args)` makes the LLM client: passed in by calibrate_judge, never imported back from it."""
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
     from rag_core.metrics.judge_alignment import MIN_ALIGNMENT_LABELS, leaked, split
-    from rag_sweep.commands.calibrate_judge import judge_llm
 
     if not 0.0 < args.align_share < 1.0:
         raise SpecError(f"--align-share: between 0 and 1 (exclusive), got {args.align_share:g}")

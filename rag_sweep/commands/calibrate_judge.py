@@ -100,7 +100,7 @@ def run(args) -> int:
     if args.align:
         from rag_sweep.commands.align_judge import align
 
-        return align(args, model, prompt, rows, labels)
+        return align(args, model, prompt, rows, labels, judge_llm)
     if args.aligned_out:
         raise SpecError("--aligned-out: only with --align")
     if len(rows) < MIN_LABELS:
