@@ -12,7 +12,7 @@ from rag_sweep.runner.errors import DataDirError
 from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
 from resources.storage import atomic_write_bytes, is_remote
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_PID_TAG = "rag/cli_pid"  # the process that ran a Dagster run in process (rag-sweep or a worker)
 
 

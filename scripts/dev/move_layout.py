@@ -11,7 +11,8 @@ under the old names. What it does, on every file git knows (tracked or new, not 
 - rewrites dotted module paths (`runner.sweep`, `fleet.celery_app`: a name of a module of the package after
   the dot), `from <pkg> import`, `import <pkg>`, and paths of the package's files (`runner/instance.py`,
   `orchestration/`) in .py .md .yaml .yml .toml .cfg .ini .txt .sh files, the Dockerfile and .ci/run;
-- drops the packages from pyproject.toml's wheel package list and their `COPY` lines from the Dockerfile.
+- drops the packages from pyproject.toml's wheel package list and their `COPY` lines from the Dockerfile;
+- in a file it moves, `Path(__file__).parents[N]` becomes `parents[N+1]` (the file is a folder deeper).
 A file that holds the marker `move_layout: keep` (one that names the old paths on purpose: the legacy
 module aliases and their tests) is left as it is. Standard library only.
 """
@@ -67,6 +68,7 @@ def move_files(root: Path, check: bool) -> list[str]:
                 git(root, "mv", f, f"{HOME}/{f}")
             else:  # a new file git does not track yet
                 src.rename(dst)
+            deepen_file_paths(dst)
     if not check:
         for pkg in MOVED:  # what is left: caches and empty folders
             left = root / pkg
@@ -78,6 +80,21 @@ def move_files(root: Path, check: bool) -> list[str]:
     for c in conflicts:
         print(f"move_layout: {c}", file=sys.stderr)
     return done + conflicts
+
+
+def deepen_file_paths(path: Path) -> None:
+    """A moved module is a folder deeper: `Path(__file__).parents[1]` (the repo root before) becomes
+    `parents[2]`. Done once, as the file moves; other ways to climb from __file__ are reported."""
+    if path.suffix != ".py":
+        return
+    text = path.read_text()
+    new = re.sub(
+        r"(Path\(__file__\)(?:\.resolve\(\))?\.parents\[)(\d+)\]", lambda m: f"{m[1]}{int(m[2]) + 1}]", text
+    )
+    if new != text:
+        path.write_text(new)
+    if re.search(r"__file__\)(?:\.resolve\(\))?\.parent\b|os\.path\.dirname\(", new):
+        print(f"move_layout: {path}: a path climbs from __file__: check it by hand", file=sys.stderr)
 
 
 def package_entries(root: Path, pkg: str) -> tuple[list[str], list[str]]:
