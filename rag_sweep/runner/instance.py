@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dagster as dg
 
+from rag_sweep.legacy_modules import new_name
 from rag_sweep.runner.errors import DataDirError
 from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
 from resources.storage import atomic_write_bytes, is_remote
@@ -73,6 +75,8 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
             text += STORAGE_MARK
     if STORAGE_MARK in text:  # its path follows the data dir when that moves
         text = text.split(STORAGE_MARK)[0] + storage_config(home)
+    # an instance made before runner/ moved into rag_sweep/ names its classes by their old module paths
+    text = re.sub(r"(?m)^(\s*module:\s*)(\S+)", lambda m: m[1] + new_name(m[2]), text)
     if text != written:
         atomic_write_bytes(config, text.encode())
     return dg.DagsterInstance.from_config(str(home))
