@@ -75,7 +75,7 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
             text += STORAGE_MARK
     if STORAGE_MARK in text:  # its path follows the data dir when that moves
         text = text.split(STORAGE_MARK)[0] + storage_config(home)
-    # an instance made before runner/ moved into rag_sweep/ names its classes by their old module paths
+    # an instance made before the move into rag_sweep names its classes by their old module paths
     text = re.sub(r"(?m)^(\s*module:\s*)(\S+)", lambda m: m[1] + new_name(m[2]), text)
     if text != written:
         atomic_write_bytes(config, text.encode())
