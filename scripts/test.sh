@@ -7,6 +7,11 @@ bash scripts/bootstrap.sh --test
 eval "$(bash scripts/ensure_servers.sh)"
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
 .venv/bin/ruff check .
+# The docs site, built strictly into a temp dir (seconds): a broken link or anchor, a page missing from the
+# nav or a nav entry without its page fails the command (mkdocs.yml).
+site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
 # One pytest worker per core (pytest-xdist), a test file to a worker: module fixtures stay shared, and each
 # worker starts its own servers on free ports. Much of a stack test is waiting (daemon ticks, run workers,
 # server start-up), so two workers on two cores overlap one's waiting with the other's work.
