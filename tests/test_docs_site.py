@@ -50,3 +50,34 @@ def test_the_site_builds_strictly_and_a_broken_link_anchor_or_page_fails_it(tmp_
     assert "no-such-page.md" in broken.stderr
     assert "no-such-heading" in broken.stderr
     assert "orphan.md" in broken.stderr
+
+
+# exceptions that never reach a user as themselves, and why
+INTERNAL = {
+    "Pending": "a search loop's signal: a step is still running",
+    "BudgetSpent": "a search loop's signal: the budget stops it cleanly",
+    "PartitionsFailed": "reaches the user as StepFailed, naming the partition",
+    "ReflectionFailed": "GEPA skips that proposal and goes on",
+    "Unsupported": "the ONNX graph builder's: the embedder falls back to torch or says which extra it needs",
+}
+
+
+def test_the_troubleshooting_page_names_every_error_a_user_can_meet():
+    """Each exception class the product defines is on the page (what it means, what to do) or listed above
+    as one that never reaches a user: a new error class without either fails here."""
+    import ast
+
+    page = (ROOT / "docs/troubleshooting.md").read_text()
+    skip = {"tests", "benchmarks", "examples", "scripts", "docs", "site"}
+    classes = set()
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in skip or rel.parts[0].startswith("."):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            bases = [ast.unparse(b) for b in getattr(node, "bases", [])]
+            if isinstance(node, ast.ClassDef) and any(b.endswith(("Error", "Exception")) for b in bases):
+                classes.add(node.name)
+    assert {"SpecError", "DatasetError", "TamperedModel", "Unreachable"} <= classes
+    missing = sorted(c for c in classes if f"`{c}`" not in page and c not in INTERNAL)
+    assert not missing, f"error classes docs/troubleshooting.md does not explain: {missing}"

@@ -31,7 +31,7 @@ from rag_core.planning.prompts import (
 DEFAULT_PROMPT = ANSWER_PROMPT
 DEFAULT_COMPRESS_PROMPT = COMPRESS_PROMPT
 
-# Default weights: 0.3 on retrieval, 0.7 on generation (see docs in README "Score weights").
+# Default weights: 0.3 on retrieval, 0.7 on generation (the `weights` setting: docs/reference/settings.md).
 DEFAULT_WEIGHTS = {
     "recall_at_k": 0.15,
     "ndcg_at_k": 0.15,
