@@ -136,15 +136,20 @@ def _registered(dotted: str) -> str:
 
 
 def settings() -> list[dict]:
+    from rag_core.planning.spec import RagConfig
+
     rows = []
     for prefix, model, listable in _sections():
         for name, field in model.model_fields.items():
             dotted = f"{prefix}{name}"
             allowed = ", ".join(x for x in (_registered(dotted), _bounds(field)) if x)
+            kind = _type(field.annotation) + (" (or a list: a sweep dimension)" if listable else "")
+            if not prefix and name in RagConfig.model_fields:  # a stage section: its expansion's input
+                kind = "section, or a list of sections"
             rows.append(
                 {
                     "name": dotted,
-                    "type": _type(field.annotation) + (" (or a list: a sweep dimension)" if listable else ""),
+                    "type": kind,
                     "default": _default(field),
                     "allowed": allowed,
                     "description": (field.description or "").strip(),
