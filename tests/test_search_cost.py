@@ -31,7 +31,9 @@ N = 10  # questions
 
 
 def _plan(**search) -> Plan:
-    return Plan.resolve(sweep_from_dict({**RAW, **({"search": search} if search else {})}, Path("/tmp/c.yaml")))
+    return Plan.resolve(
+        sweep_from_dict({**RAW, **({"search": search} if search else {})}, Path("/tmp/c.yaml"))
+    )
 
 
 def _chain(plan: Plan, key: str) -> list[tuple[str, str]]:
@@ -198,3 +200,45 @@ def test_a_cost_aware_search_over_the_plan_keeps_to_its_index_builds():
     once = {step: cost for k in report.evaluated for step, cost in paid.steps[k]}
     calls = sum(cost.llm_calls for step, cost in once.items() if step in set(steps))
     assert 0 < calls <= 4 * N and len(report.evaluated) >= 2
+
+
+def test_the_deployments_search_job_starts_the_same_strategy_with_its_budget_in_index_builds(tmp_path):
+    """The search job the UI launches takes max_index_builds as run config; the controller its sensor
+    replays builds the cost_aware strategy with it (the CLI's drive_search uses the same controller), and
+    the search over that plan keeps to it."""
+    import dagster as dg
+
+    from orchestration.search import SearchController, SearchState
+    from rag_sweep.definitions import build_definitions
+
+    plan = Plan.resolve(
+        sweep_from_dict({**RAW, "search": {"strategy": "cost_aware"}}, tmp_path / "costs.yaml")
+    )
+    defs = build_definitions([plan], str(tmp_path))
+    job = defs.get_job_def("costs__search")
+    with dg.instance_for_test() as instance:
+        config = {"ops": {"costs__start_search": {"config": {"max_index_builds": 1}}}}
+        assert job.execute_in_process(run_config=config, instance=instance).success
+        state = SearchState.load(tmp_path, "costs")
+        controller = SearchController(plan, tmp_path, instance, state)
+    assert state.budget == {"max_index_builds": 1} and state.built == []  # nothing existed yet
+    deployed = controller.plan
+    assert deployed.sweep.search.budget.in_cost_units() == CostBudget(index_builds=1)
+    report, steps = _drive(deployed)
+    assert len({k for s, k in steps if s == "embeddings"}) == 1 and report.stopped_by == "max_index_builds"
+
+
+def test_plan_prints_what_the_search_expects_to_spend():
+    from rag_sweep.printing import search_spend_line
+
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})
+
+    def bill(plan):
+        return estimate(plan, set(), lambda key: chunks, lambda model: set(), N, _price)
+
+    plan = _plan(strategy="cost_aware", budget={"max_index_builds": 1, "max_configs": 3})
+    line = search_spend_line(plan, bill(plan))
+    every = bill(plan).cost_model.total(plan.config_keys)
+    assert "at most: 1 index builds (budget 1; every config: 2)" in line
+    assert f"LLM calls (no budget; every config: {every.llm_calls:,.0f})" in line
+    assert search_spend_line(_plan(strategy="bayesian"), bill(_plan())) is None  # it does not weigh costs
