@@ -33,7 +33,7 @@ import polars as pl
 
 from orchestration.todo import Complete, completed, input_fingerprints
 from rag_core.metrics import overall_score
-from rag_core.planning.bill import cost_model
+from rag_core.planning.bill import CHARS_PER_TOKEN, cost_model
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, stage
@@ -180,7 +180,14 @@ COST_UNITS = {"index_builds": "max_index_builds", "llm_calls": "max_llm_calls", 
 def search_costs(plan: Plan, keys: dict[tuple, str], built: set, n_queries: int) -> CostModel:
     """The plan's cost model (rag_core/planning/bill.py, as `rag-sweep plan` bills it) keyed by candidate,
     `built`: the (stage, key) steps that existed when the search began."""
-    model = cost_model(plan, built, n_queries)
+    from resources.llm import price
+
+    # a chunk's tokens before its chunks exist: its size (characters / 4), as the bill assumes for a prompt
+    tokens = {}
+    for c in plan.configs:
+        ch = c.chunking
+        tokens[plan.key_of(c, "chunksets")] = ch.chunk_size / (1 if ch.unit == "tokens" else CHARS_PER_TOKEN)
+    model = cost_model(plan, built, n_queries, tokens, price)
     return CostModel({ck: model.steps[k] for ck, k in keys.items()}, set(built))
 
 

@@ -242,3 +242,19 @@ def test_plan_prints_what_the_search_expects_to_spend():
     assert "at most: 1 index builds (budget 1; every config: 2)" in line
     assert f"LLM calls (no budget; every config: {every.llm_calls:,.0f})" in line
     assert search_spend_line(_plan(strategy="bayesian"), bill(_plan())) is None  # it does not weigh costs
+
+
+def test_a_cost_aware_search_over_the_plan_keeps_to_its_budget_in_dollars():
+    """litellm's prices of the calls each step makes (a chunk's tokens from its size before it exists)."""
+    from orchestration.search import search_costs, space_of
+
+    plan = _plan(strategy="cost_aware")
+    space, keys = space_of(plan)
+    priced = search_costs(plan, keys, set(), N)
+    every = priced.total(priced.steps)
+    assert every.usd > 0  # gpt-4o-mini has a price
+    budget = every.usd / 3
+    report, steps = _drive(_plan(strategy="cost_aware", budget={"max_cost_usd": budget}))
+    once = {step: cost for ck in priced.steps for step, cost in priced.steps[ck]}
+    assert 0 < sum(once[s].usd for s in set(steps)) <= budget
+    assert report.stopped_by == "max_cost_usd" and len(report.evaluated) < len(plan.config_keys)
