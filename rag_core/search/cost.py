@@ -4,9 +4,9 @@ own cost; a step that exists (built before, or by a candidate evaluated earlier)
 sharing a built prefix pays only for its new stages.
 
 Costs are in the units a sweep pays: index builds (a corpus embedded), LLM calls, and dollars where the
-price is known. `CostBudget` caps them; `CostModel.scalar` weighs the units into one number (each as a share
-of its budget) for choosing by improvement per unit of cost. Pure: the caller says what each step costs
-(rag_core/planning/bill.py `cost_model` for a sweep's plan, or a benchmark's own table).
+price is known. `CostBudget` caps them; `CostModel.scalar` weighs the units into one number (each against a
+fresh candidate's mean cost in it) for choosing by improvement per unit of cost. Pure: the caller says what
+each step costs (rag_core/planning/bill.py `cost_model` for a sweep's plan, or a benchmark's own table).
 """
 
 from __future__ import annotations
@@ -100,17 +100,17 @@ class CostModel:
                     total, seen = total + cost, seen | {step}
         return total
 
-    def scales(self, budget: CostBudget | None = None) -> dict[str, float]:
-        """What one unit of each kind weighs: its budget where one is set (a build of a budget of 6 builds
-        weighs 1/6), else the mean over candidates of a candidate's full cost in that unit, so that each
-        kind of cost counts about once per fresh candidate. Units no candidate pays are left out."""
+    def scales(self) -> dict[str, float]:
+        """What one unit of each kind weighs: the mean over candidates of a candidate's full cost in that
+        unit, so that each kind of cost counts about once per fresh candidate. Not the budget: a search
+        continued with a larger budget must make the same choices up to where the smaller one stopped it.
+        Units no candidate pays are left out."""
         out = {}
         n = max(len(self.steps), 1)
         for u in UNITS:
-            cap = getattr(budget, u) if budget is not None else None
             mean = sum(getattr(self.full_cost(c), u) for c in self.steps) / n
             if mean > 0:
-                out[u] = float(cap) if cap else mean
+                out[u] = mean
         return out
 
     @staticmethod

@@ -43,7 +43,7 @@ class CostAware(Strategy):
         self.sign = -1.0 if directions and directions[0] == "minimize" else 1.0
         self.budget = budget or CostBudget()
         self.costs: CostModel = space.costs()
-        self.scales = self.costs.scales(self.budget)
+        self.scales = self.costs.scales()
         self.evaluation_weight = evaluation_weight
         self.spent = Cost()
         self.exhausted: str | None = None  # the budget unit that stopped the search
