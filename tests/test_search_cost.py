@@ -119,6 +119,26 @@ def test_a_budget_in_cost_units_is_never_exceeded(builds, calls):
         assert strategy.exhausted in ("index_builds", "llm_calls") and n < len(space)
 
 
+def test_a_larger_budget_continues_the_same_search_until_the_smaller_one_bound_it():
+    """A search replayed with a larger budget (a rerun, the deployment's job launched again) proposes what
+    the smaller one proposed while that budget left every candidate affordable: the budget decides what may
+    be proposed, never how candidates are weighed."""
+
+    def order(builds: int) -> tuple[list, int]:
+        space = _llm_space()
+        strategy = CostAware(space, 3, budget=CostBudget(index_builds=builds))
+        out, free = [], 0
+        while strategy.spent.index_builds < builds and (c := strategy.propose()) is not None:
+            free += 1  # proposed while any candidate (one build at most) still fitted
+            strategy.observe(c, objective(c))
+            out.append(space.key(c))
+        return out, free
+
+    small, free = order(2)
+    large, _ = order(4)
+    assert free >= 2 and large[:free] == small[:free]
+
+
 def test_cost_aware_reaches_random_searchs_choice_for_half_its_builds():
     """On a structured space, at the same seeds: random search's 12 evaluations against cost_aware's with a
     budget of half random's index builds."""
@@ -258,3 +278,37 @@ def test_a_cost_aware_search_over_the_plan_keeps_to_its_budget_in_dollars():
     once = {step: cost for ck in priced.steps for step, cost in priced.steps[ck]}
     assert 0 < sum(once[s].usd for s in set(steps)) <= budget
     assert report.stopped_by == "max_cost_usd" and len(report.evaluated) < len(plan.config_keys)
+
+
+@pytest.mark.slow
+def test_rag_sweep_run_keeps_a_cost_aware_search_to_its_index_builds_and_resumes(slice_data, tmp_path):
+    """A real run (the CLI's controller, the example model): one index build allowed, then two."""
+    import dagster as dg
+
+    from runner import run_sweep
+    from tests.conftest import write_sweep
+
+    sections = dict(
+        name="costs",
+        chunking=[
+            {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+            {"method": "recursive", "chunk_size": 300, "chunk_overlap": 40},
+        ],
+        retrieval={"mode": ["vector", "bm25"], "top_k": [2, 5]},
+    )
+
+    def run(budget: dict):
+        spec = write_sweep(
+            tmp_path / "s.yaml", slice_data, search={"strategy": "cost_aware", "budget": budget}, **sections
+        )
+        return run_sweep(str(spec), str(tmp_path / "data"), progress=False)
+
+    first = run({"max_index_builds": 1, "max_configs": 6})
+    chunksets = {first.plan.key_of(first.plan.config(k), "chunksets") for k in first.search.evaluated}
+    assert first.search.index_builds == 1 and len(chunksets) == 1
+    assert first.search.stopped_by == "max_index_builds" and len(first.search.evaluated) == 4
+    second = run({"max_index_builds": 2, "max_configs": 6})  # the same search, a larger budget
+    assert len(second.search.evaluated) == 6 and first.search.index_builds + second.search.index_builds <= 2
+    records = second.instance.fetch_materializations(dg.AssetKey(["costs", "evaluations"]), limit=100).records
+    evaluations = [r.partition_key for r in records]
+    assert len(evaluations) == len(set(evaluations))  # no config evaluated twice
