@@ -45,6 +45,7 @@ from rag_sweep.printing import (  # noqa: F401
     _print_run,
     _warn_size,
     _warn_unsegmented,
+    search_spend_line,
     serve_command,
 )
 from resources import (
@@ -325,6 +326,8 @@ def _plan(args) -> int:
     )
     print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
     print("\n".join(estimate.lines()))
+    if spend := search_spend_line(plan, estimate):
+        print(spend)
     return 0
 
 

@@ -749,11 +749,21 @@ class SearchBudget(_Strict):
     max_configs: int | None = Field(default=None, gt=0)
     """grid: the first N configs; random: N sampled with `search.seed`; bayesian: N configs evaluated by
     `rag-sweep run`; halving: N sampled configs to start with."""
+    max_index_builds: int | None = Field(default=None, gt=0)
+    """cost_aware: corpora embedded (index builds) the search may pay for; never passed."""
     max_cost_usd: float | None = Field(default=None, gt=0)
-    """bayesian, halving: stop once the search's LLM calls cost this much (litellm's prices)."""
+    """bayesian, halving, cost_aware: stop once the search's LLM calls cost this much (litellm's prices)."""
     max_llm_calls: int | None = Field(default=None, gt=0)
-    """bayesian, halving: stop once the search has paid for this many LLM calls (answers from the call
-    cache are free)."""
+    """bayesian, halving, cost_aware: stop once the search has paid for this many LLM calls (answers from
+    the call cache are free)."""
+
+    def in_cost_units(self):
+        """The caps a strategy that weighs costs keeps to (rag_core/search/cost.py)."""
+        from rag_core.search.cost import CostBudget
+
+        return CostBudget(
+            index_builds=self.max_index_builds, llm_calls=self.max_llm_calls, usd=self.max_cost_usd
+        )
 
 
 class SearchSpec(_Strict):
@@ -761,11 +771,14 @@ class SearchSpec(_Strict):
     bayesian: the plan holds every config; `rag-sweep run` evaluates `max_configs` of them, one at a time,
     chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
     that reuses an existing index (rag_core/search). halving: every config answers `start_questions`
-    questions; a paired test drops those worse than the leader, the rest answer `growth` times more."""
+    questions; a paired test drops those worse than the leader, the rest answer `growth` times more.
+    cost_aware: like bayesian, one config at a time, the one with the most expected improvement per unit of
+    the cost it adds (index builds, LLM calls, USD, given what is built), never past budget.max_index_builds,
+    max_llm_calls or max_cost_usd (rag_core/search/cost_aware.py)."""
 
     strategy: str = "grid"
     """How configs are chosen: `grid`, `random`, `bayesian` (Optuna's TPE), `halving` (successive halving
-    over questions), or an installed plug-in's."""
+    over questions), `cost_aware` (expected improvement per unit of new cost), or an installed plug-in's."""
     budget: SearchBudget = Field(default_factory=SearchBudget)
     """Where a search stops (it keeps what it found so far)."""
     seed: int = 0
@@ -789,6 +802,22 @@ class SearchSpec(_Strict):
 
         STRATEGIES.get(v)  # UnknownComponent names the installed strategies
         return v
+
+    @model_validator(mode="after")
+    def _budget_in_builds_kept(self) -> SearchSpec:
+        import inspect
+
+        from rag_core.search.strategies import STRATEGIES
+
+        factory = STRATEGIES.get(self.strategy).factory
+        if self.budget.max_index_builds is not None and (
+            factory is None or "budget" not in inspect.signature(factory).parameters
+        ):
+            raise ValueError(
+                f"budget.max_index_builds: search.strategy {self.strategy!r} cannot keep to a budget in index "
+                "builds (cost_aware does)"
+            )
+        return self
 
     @property
     def how(self) -> str:
