@@ -14,10 +14,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rag_core.common.fingerprint import fingerprint, short_hash, slug
 from rag_core.data.qa.generation import QAGeneration
+from rag_core.planning.ann import AnnIndex
 from rag_core.planning.prompts import (
     ANSWER_PROMPT,
     COMPRESS_PROMPT,
@@ -169,6 +178,9 @@ class IndexConfig(_Strict):
         None  # a registered vector store (rag_core/components/stores.py): built in or a plug-in's
     )
     bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
+    # the vector search's structure (rag_core/planning/ann.py): `exact`, or a type's name, or a mapping with
+    # `type` and its settings ({type: hnsw, m: 16, ef_construction: 128, ef: 64})
+    ann: AnnIndex = AnnIndex()
 
     @field_validator("store")
     @classmethod
@@ -179,9 +191,26 @@ class IndexConfig(_Strict):
             STORES.get(v)  # UnknownComponent names the installed stores; PluginError the broken plug-in
         return v
 
+    @field_validator("ann", mode="before")
+    @classmethod
+    def _ann_by_name(cls, v: Any) -> Any:
+        return AnnIndex(type=v) if isinstance(v, str) else AnnIndex(**v) if isinstance(v, dict) else v
+
+    @model_serializer(mode="wrap")
+    def _exact_as_before(self, handler) -> dict[str, Any]:
+        # an exact index dumps as it did before `ann` existed: its fingerprints, keys and params unchanged
+        out = handler(self)
+        if not self.ann.approximate:
+            out.pop("ann", None)
+        return out
+
+    def effective(self) -> IndexConfig:
+        return self.model_copy(update={"ann": self.ann.effective()})
+
     @property
     def key(self) -> str:
-        return self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        key = self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        return f"{key}-{self.ann.key}" if self.ann.approximate else key
 
 
 class RetrievalConfig(_Strict):
