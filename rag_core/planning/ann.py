@@ -6,6 +6,9 @@ approximate index that trades recall for search time and memory.
   (num_partitions, m, ef_construction; at search nprobes, ef)
 - hnsw: an HNSW graph (m, ef_construction; at search ef): Weaviate, Chroma, Milvus Lite
 
+A graph search keeps at least as many candidates as it returns: its ef is raised to the search's depth
+(k plus the tie margin) where it is smaller, on every store.
+
 Which store offers which type is the store's fact (rag_core/components/stores.py `ann_types`). Every setting
 is part of the index's key and fingerprint; an `exact` index keeps the key and fingerprint it always had.
 """

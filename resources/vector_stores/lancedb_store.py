@@ -212,8 +212,8 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
                 q = q.bypass_vector_index()
             if "nprobes" in ann:
                 q = q.nprobes(ann["nprobes"])
-            if "ef" in ann:
-                q = q.ef(ann["ef"])
+            if "ef" in ann:  # a graph search keeps at least k candidates (as Chroma's and Milvus's do)
+                q = q.ef(max(ann["ef"], k))
             if "refine_factor" in ann:
                 q = q.refine_factor(ann["refine_factor"])
             if where:
