@@ -133,3 +133,14 @@ def test_the_cli_refuses_it_before_reading_the_data(tmp_path):
     first = r.stderr.splitlines()[0]
     assert first.startswith("error: ") and "field 'index.ann': qdrant has no 'hnsw' index" in first, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_example_sweep_plans_four_indexes_over_one_embedding_with_labels_apart():
+    from rag_core.planning.labels import short_labels
+    from tests.conftest import ROOT
+
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "ann.yaml")
+    plan = Plan.resolve(sweep)
+    assert len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 4
+    labels = short_labels(sweep.configs)
+    assert len(set(labels.values())) == len(labels) == 8
