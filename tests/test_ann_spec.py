@@ -144,3 +144,18 @@ def test_the_example_sweep_plans_four_indexes_over_one_embedding_with_labels_apa
     assert len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 4
     labels = short_labels(sweep.configs)
     assert len(set(labels.values())) == len(labels) == 8
+
+
+def test_a_config_with_an_approximate_index_round_trips_through_its_dump(tmp_path):
+    """A shipped model rebuilds its index from the config in its manifest (shipping/pipeline.py): the
+    approximate index and its settings come back from the dump; an exact one dumps no `ann` at all."""
+    import json
+
+    from rag_core.planning.spec import RagConfig
+
+    spec = {**BASE, "index": {"store": "chroma", "ann": ["exact", {"type": "hnsw", "m": 8}]}}
+    configs = load_sweep(write(tmp_path, spec)).configs
+    exact, approx = (next(c for c in configs if c.index.ann.type == t) for t in ("exact", "hnsw"))
+    assert "ann" not in exact.model_dump()["index"]
+    back = RagConfig.model_validate(json.loads(json.dumps(approx.model_dump())))
+    assert back == approx and back.index.ann.settings() == {"m": 8, "ef_construction": 128, "ef": 64}
