@@ -37,14 +37,11 @@ class Retrievals(StageLogic):
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         c = run.config
+        marker = run.read("vector_index")
         store, collection = live_index(
-            run.resources.vector_stores, c, run.read("vector_index"), run.partition.reads["vector_index"]
+            run.resources.vector_stores, c, marker, run.partition.reads["vector_index"]
         )
-        qa, marker, embed = (
-            run.read("qa_set"),
-            run.read("vector_index"),
-            run.resources.embedder.vectors_of(c.embedding.model),
-        )
+        qa, embed = run.read("qa_set"), run.resources.embedder.vectors_of(c.embedding.model)
         frame = retrieve(c, qa, run.read("chunksets"), store, collection, embed, run.llm)
         if c.index.ann.approximate and c.retrieval.reads_vector and qa.height:
             # what the approximate index loses: each question's vector search against the exact one, at
