@@ -229,9 +229,10 @@ def main() -> None:
     results = []
     for s in args.sizes.split(","):
         results.append(run_size(int(s), args.queries, args.dim))
-        print(f"measured {results[-1]['chunks']:,d} chunks", file=sys.stderr, flush=True)
-    if args.results:
-        Path(args.results).write_text(json.dumps(results, indent=1))
+        # each size's figures as soon as they are measured: a long run stopped later keeps them
+        print(f"measured {json.dumps(results[-1])}", file=sys.stderr, flush=True)
+        if args.results:
+            Path(args.results).write_text(json.dumps(results, indent=1))
     report(results)
 
 
