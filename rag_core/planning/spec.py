@@ -14,10 +14,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rag_core.common.fingerprint import fingerprint, short_hash, slug
 from rag_core.data.qa.generation import QAGeneration
+from rag_core.planning.ann import AnnIndex
 from rag_core.planning.prompts import (
     ANSWER_PROMPT,
     COMPRESS_PROMPT,
@@ -195,6 +204,16 @@ class IndexConfig(_Strict):
     config follows `data.language` (zh, ja, th) unless it names its analyzer; an analyzer for another
     language than `data.language` is an error. The segmenter's version joins the index fingerprint. See the
     vector stores guide."""
+    ann: AnnIndex = AnnIndex()
+    """The vector search's structure (rag_core/planning/ann.py): `exact` (default: every chunk compared; on
+    Chroma and Weaviate, whose only index is HNSW, their HNSW at its defaults), `ivf_pq` (LanceDB:
+    `num_partitions`, `num_sub_vectors`; at search `nprobes` (20), `refine_factor`), `ivf_hnsw_sq` (LanceDB:
+    `num_partitions`, `m` (16), `ef_construction` (128); at search `ef` (64), `nprobes` (20)), `hnsw`
+    (Weaviate, Chroma, Milvus Lite: `m` (16), `ef_construction` (128), `ef` (64)), or a mapping `{type: ...,
+    <settings>}`. Qdrant's local mode searches exactly only. A store without the type is refused when the
+    sweep is planned. In the index's key (`__lancedb-ivf_pq-np20`) and fingerprint; `exact` keeps its keys
+    and fingerprints. Each approximate config's `ann_recall_at_k` (against the store's exact search),
+    `index_build_s` and `index_build_peak_mb` are on the board and in MLflow."""
 
     @field_validator("store")
     @classmethod
@@ -205,9 +224,26 @@ class IndexConfig(_Strict):
             STORES.get(v)  # UnknownComponent names the installed stores; PluginError the broken plug-in
         return v
 
+    @field_validator("ann", mode="before")
+    @classmethod
+    def _ann_by_name(cls, v: Any) -> Any:
+        return AnnIndex(type=v) if isinstance(v, str) else AnnIndex(**v) if isinstance(v, dict) else v
+
+    @model_serializer(mode="wrap")
+    def _exact_as_before(self, handler) -> dict[str, Any]:
+        # an exact index dumps as it did before `ann` existed: its fingerprints, keys and params unchanged
+        out = handler(self)
+        if not self.ann.approximate:
+            out.pop("ann", None)
+        return out
+
+    def effective(self) -> IndexConfig:
+        return self.model_copy(update={"ann": self.ann.effective()})
+
     @property
     def key(self) -> str:
-        return self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        key = self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        return f"{key}-{self.ann.key}" if self.ann.approximate else key
 
 
 class RetrievalConfig(_Strict):
