@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import dagster as dg
@@ -77,21 +75,19 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
         text = text.split(STORAGE_MARK)[0] + storage_config(home)
     if text != written:
         atomic_write_bytes(config, text.encode())
-    instance = dg.DagsterInstance.from_config(str(home))
-    if STORAGE_MARK in text:
-        migrate_event_log(instance, home)
-    return instance
+    return dg.DagsterInstance.from_config(str(home))
 
 
-# The storage of an instance `rag-sweep run` creates: Dagster's SQLite storage, configured publicly
-# (`storage: sqlite:`, the layout of Dagster's default home) with its path written out, so `dagster dev`
-# pointed at the file finds the same runs. Its compute logs are Dagster's local ones, mirrored to the terminal
-# without a watcher process per stream (runner/compute_logs.py). An instance made before this keeps its layout.
+# The storage of an instance `rag-sweep run` creates keeps its SQLite connections, and its event log is one
+# file (runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
+# run a database of its own, created and migrated as the run starts. Its compute logs are Dagster's local
+# ones, mirrored to the terminal without a watcher process per stream (runner/compute_logs.py). `dagster dev`
+# on this home reads the same files. An instance made before this keeps its layout.
 STORAGE_MARK = "# rag-sweep run: this instance's storage"
 
 
 def storage_config(home: Path) -> str:
-    base = json.dumps(str(home.resolve()))
+    history = json.dumps(str(home.resolve() / "history"))
     logs = json.dumps(str(home.resolve() / "storage"))  # where Dagster's default keeps them
     return f"""{STORAGE_MARK} (the paths follow the data dir: rewritten when it moves)
 compute_logs:
@@ -99,29 +95,17 @@ compute_logs:
   class: TailedComputeLogManager
   config:
     base_dir: {logs}
-storage:
-  sqlite:
-    base_dir: {base}
+run_storage:
+  module: runner.instance_storage
+  class: PooledSqliteRunStorage
+  config:
+    base_dir: {history}
+event_log_storage:
+  module: runner.instance_storage
+  class: PooledSqliteEventLogStorage
+  config:
+    base_dir: {history}
 """
-
-
-def migrate_event_log(instance: dg.DagsterInstance, home: Path) -> int:
-    """Store the events of an instance's former single event log file (`history/event_log.db`, written by
-    the storage classes this project had before) into its Dagster storage, once: the runs, materializations
-    and data versions it recorded stay (a sweep's completed steps are not run again). The file is then
-    renamed `event_log.db.migrated` (a migration killed before that is done again whole: its events twice).
-    Returns the number of events stored."""
-    old = home / "history" / "event_log.db"
-    if not old.exists():
-        return 0
-    with closing(sqlite3.connect(old)) as conn:
-        rows = conn.execute("SELECT event FROM event_logs ORDER BY id").fetchall()
-    for (event,) in rows:
-        instance.event_log_storage.store_event(dg.deserialize_value(event, dg.EventLogEntry))
-    os.replace(old, old.with_name("event_log.db.migrated"))
-    for suffix in ("-wal", "-shm"):
-        old.with_name(old.name + suffix).unlink(missing_ok=True)
-    return len(rows)
 
 
 def _alive(pid: int) -> bool:

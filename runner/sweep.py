@@ -58,6 +58,7 @@ from runner.instance import (
     require_deployment,
     require_fleet,
 )
+from runner.instance_storage import release_connections
 from runner.interrupts import watch_interrupts
 from runner.lock import claim_prefix, exclusive
 from runner.progress_bars import WorkBars, steps_bar
@@ -242,6 +243,7 @@ def run_sweep(
                 and recordable(plan, data)
                 and (not launched or nothing_due(plan, instance, data, stores, tracking, sources))
             ):
+                release_connections(instance)  # the instance's files as they will stay: then stamped
                 record(plan, data, shipping_facts(tracking, plan.sweep.name), inputs_at_start)
         if plan is not None:
             board = read_parquet(leaderboard_path(data, plan.sweep.name))

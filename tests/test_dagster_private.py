@@ -159,6 +159,15 @@ def test_the_compute_log_parts_the_cli_instance_builds_on():
     assert private.CapturedLogContext(["run", "step"]).log_key == ["run", "step"]
 
 
+def test_the_sqlite_storages_the_cli_instance_builds_on(tmp_path):
+    events, runs = private.ConsolidatedSqliteEventLogStorage, private.SqliteRunStorage
+    assert _params(events.__init__)[:1] == ["base_dir"] and "inst_data" in _params(events.__init__)
+    assert _params(runs.from_local)[:1] == ["base_dir"]
+    for cls, methods in ((events, ("_connect", "has_table", "dispose")), (runs, ("connect", "dispose"))):
+        assert all(callable(getattr(cls, m, None)) for m in methods), cls
+    assert isinstance(private.SQLITE_BUSY_TIMEOUT_SECONDS, (int, float))
+
+
 def test_the_no_op_compute_logs_are_configured_through_this_module(tmp_path):
     overrides = {"compute_logs": {"module": "rag_sweep.dagster_private", "class": "NoOpComputeLogManager"}}
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:

@@ -1,8 +1,7 @@
 """The Dagster instance `rag-sweep run` creates in its data dir, and the command's exit.
 
-A new instance is Dagster's SQLite storage, configured publicly (`storage: sqlite:`), whose path follows
-the data dir when it moves; an instance Dagster laid out before keeps its layout, and one with the single
-event log file this project's own storage classes kept has its events moved into Dagster's storage. The `rag-sweep` command exits
+A new instance keeps its event log in one SQLite file (no database per run), whose path follows the data
+dir when it moves; an instance Dagster laid out before keeps its layout. The `rag-sweep` command exits
 without the interpreter's teardown but with what that teardown is for: threads joined, atexit handlers run,
 output flushed, the exit code kept.
 """
@@ -21,9 +20,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from dagster._core.storage.event_log import SqliteEventLogStorage
 
 from runner.compute_logs import _ends_with_this_process
-from runner.instance import STORAGE_MARK, local_instance
+from runner.instance import local_instance
+from runner.instance_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage, release_connections
 from tests.conftest import ROOT
 
 
@@ -37,16 +38,17 @@ def _observed(instance: dg.DagsterInstance, name: str) -> int:
     )
 
 
-def test_a_new_instance_is_dagsters_sqlite_storage_that_follows_its_data_dir(tmp_path):
+def test_a_new_instance_has_one_event_log_file_that_follows_its_data_dir(tmp_path):
     data = tmp_path / "data"
     with local_instance(data) as instance:
+        assert isinstance(instance.event_log_storage, PooledSqliteEventLogStorage)
+        assert isinstance(instance.run_storage, PooledSqliteRunStorage)
         _observe(instance, "corpus")
     home = data / "dagster_home"
+    assert (home / "history" / "event_log.db").exists()
+    assert not (home / "history" / "runs").exists()  # no database per run
     config = yaml.safe_load((home / "dagster.yaml").read_text())
-    # the public form only: no storage class of the project's (nor any module path) in the instance's file
-    assert config["storage"] == {"sqlite": {"base_dir": str(home.resolve())}}
-    assert not {"run_storage", "event_log_storage", "schedule_storage"} & set(config)
-    assert (home / "history" / "runs.db").exists()  # Dagster's default layout
+    assert config["event_log_storage"]["config"]["base_dir"] == str(home.resolve() / "history")
     assert config["concurrency"]["pools"]["default_limit"] == 2  # the repo's settings are kept
 
     moved = tmp_path / "moved"
@@ -56,7 +58,9 @@ def test_a_new_instance_is_dagsters_sqlite_storage_that_follows_its_data_dir(tmp
         _observe(instance, "corpus")
         assert _observed(instance, "corpus") == 2
     config = yaml.safe_load((moved / "dagster_home" / "dagster.yaml").read_text())
-    assert config["storage"]["sqlite"]["base_dir"] == str(moved.resolve() / "dagster_home")
+    assert config["event_log_storage"]["config"]["base_dir"] == str(
+        moved.resolve() / "dagster_home" / "history"
+    )
     assert not data.exists()  # nothing was written where the data dir was
 
 
@@ -67,68 +71,9 @@ def test_an_instance_dagster_laid_out_keeps_its_layout(tmp_path):
     with dg.DagsterInstance.from_config(str(home)) as instance:
         _observe(instance, "corpus")  # Dagster's default: history/runs/*.db
     with local_instance(data) as instance:
+        assert type(instance.event_log_storage) is SqliteEventLogStorage
         assert _observed(instance, "corpus") == 1
-    assert "storage" not in yaml.safe_load((home / "dagster.yaml").read_text())
-
-
-# What the instance's dagster.yaml said before: the project's storage classes, one event log file
-FORMER_STORAGE = """
-run_storage:
-  module: runner.instance_storage
-  class: PooledSqliteRunStorage
-  config:
-    base_dir: {history}
-event_log_storage:
-  module: runner.instance_storage
-  class: PooledSqliteEventLogStorage
-  config:
-    base_dir: {history}
-"""
-
-
-def test_an_instance_of_the_former_single_event_log_file_keeps_its_runs_and_materializations(tmp_path):
-    """A data dir made by an earlier rag-sweep: its runs, materializations and data versions survive the
-    move to Dagster's storage (a sweep's completed steps are not run again)."""
-    data = tmp_path / "data"
-    home = data / "dagster_home"
-    history = home / "history"
-    history.mkdir(parents=True)
-
-    @dg.asset
-    def chunks():
-        return dg.MaterializeResult(data_version=dg.DataVersion("v1"))
-
-    # the former file, written as the former storage did: one `event_logs` table of Dagster's schema
-    # (Dagster's consolidated SQLite event log, which the tests may reach privately)
-    from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
-
-    overrides = {
-        "run_storage": {"module": "dagster._core.storage.runs", "class": "SqliteRunStorage",
-                        "config": {"base_dir": str(history)}},
-        "event_log_storage": {"module": "dagster._core.storage.event_log",
-                              "class": "ConsolidatedSqliteEventLogStorage", "config": {"base_dir": str(history)}},
-    }  # fmt: skip
-    (home / "dagster.yaml").write_text(yaml.safe_dump(overrides))
-    with dg.DagsterInstance.from_config(str(home)) as old:
-        assert isinstance(old.event_log_storage, ConsolidatedSqliteEventLogStorage)
-        run_id = dg.materialize([chunks], instance=old).run_id
-    assert (history / "event_log.db").exists()
-    (home / "dagster.yaml").write_text(
-        (ROOT / "dagster.yaml").read_text() + STORAGE_MARK + FORMER_STORAGE.format(history=history)
-    )
-
-    with local_instance(data) as instance:
-        assert instance.get_run_by_id(run_id).is_success
-        record = instance.get_latest_data_version_record(chunks.key)
-        assert record.asset_materialization.tags["dagster/data_version"] == "v1"
-        events = instance.all_logs(run_id)
-        assert any(
-            e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.RUN_SUCCESS for e in events
-        )
-    assert not (history / "event_log.db").exists() and (history / "event_log.db.migrated").exists()
-    assert "runner.instance_storage" not in (home / "dagster.yaml").read_text()
-    with local_instance(data) as instance:  # once: the events are not stored twice
-        assert len(instance.fetch_materializations(chunks.key, limit=10).records) == 1
+    assert "event_log_storage" not in yaml.safe_load((home / "dagster.yaml").read_text())
 
 
 def test_the_command_exits_with_its_code_after_its_threads_and_atexit_handlers(tmp_path):
@@ -157,20 +102,17 @@ cli.console()
     assert out.read_text() == "thread\natexit\n"
 
 
-def test_a_later_reader_leaves_the_instance_files_as_it_finds_them(tmp_path):
-    """What the up-to-date record stamps (runner/up_to_date.py): after a run's instance is done with, another
+def test_released_connections_leave_the_files_as_a_later_reader_finds_them(tmp_path):
+    """What the up-to-date record stamps (runner/up_to_date.py): after `release_connections`, another
     instance opening, reading and closing the files changes none of them."""
     data = tmp_path / "data"
     instance = local_instance(data)
     _observe(instance, "corpus")
-    home = data / "dagster_home"
+    release_connections(instance)
+    history = data / "dagster_home" / "history"
 
     def files() -> dict:
-        return {
-            str(p.relative_to(home)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(home.rglob("*"))
-            if p.is_file()
-        }
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(history.iterdir())}
 
     before = files()
     assert not any(name.endswith("-wal") for name in before)  # folded into the database files
@@ -196,7 +138,7 @@ def recorded(self, args, *rest, **kwargs):
     popen(self, args, *rest, **kwargs)
 subprocess.Popen.__init__ = recorded
 import dagster as dg
-from runner.instance import STORAGE_MARK, local_instance
+from runner.instance import local_instance
 
 @dg.asset
 def talks():
@@ -249,7 +191,7 @@ def test_the_mirrors_tail_ends_when_the_process_is_killed_mid_step(tmp_path):
     script = f"""
 import os, signal
 from pathlib import Path
-from runner.instance import STORAGE_MARK, local_instance
+from runner.instance import local_instance
 
 instance = local_instance(Path({str(tmp_path / "data")!r}))
 with instance.compute_log_manager.capture_logs(["run", "step"]):
