@@ -486,6 +486,13 @@ class CeleryWorker:
         _stop(self.proc)
 
 
+def deployment_env() -> dict[str, str]:
+    """The environment docker-compose.yml gives every container of the deployment (`x-rag-env`)."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-rag-env"]
+
+
 class Deployment:
     """The webserver and the daemon of a deployment whose instance lives in PostgreSQL, on one sweep file
     (`$RAG_SWEEP`). `env` adds to or overrides the deployment's environment (an MLflow server, a fleet);
@@ -506,9 +513,7 @@ class Deployment:
         # the deployment's instance, its run monitoring looking every 5 s (its start timeout, 180 s, as in
         # deploy/: a run worker the code server spawns imports everything first, ~1 min on a busy machine)
         instance = (ROOT / "deploy" / "dagster.yaml").read_text()
-        instance = instance.replace(
-            "start_timeout_seconds: 180", "start_timeout_seconds: 180\n  poll_interval_seconds: 5"
-        )
+        instance = instance.replace("poll_interval_seconds: 30", "poll_interval_seconds: 5")
         assert "poll_interval_seconds: 5" in instance
         (self.home / "dagster.yaml").write_text(instance + instance_yaml)
         self.env = {
@@ -524,6 +529,8 @@ class Deployment:
             "RAG_VECTOR_STORE": "lancedb",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "DAGSTER_DISABLE_TELEMETRY": "1",
+            # the deployment's launch deadline (a run worker's start on a busy machine), as docker-compose's
+            "DAGSTER_GRPC_TIMEOUT_SECONDS": deployment_env()["DAGSTER_GRPC_TIMEOUT_SECONDS"],
             **(env or {}),
         }
         self._bin = Path(sys.executable).parent
