@@ -95,15 +95,6 @@ def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
     return out
 
 
-# Known failure, kept running so that it reports: on the stock dagster-daemon and Dagster's default
-# launcher (issue 73), in the whole suite's run of the merged tree the backfill reached its champion but the
-# nightly's confirmation and champion did not follow within 900 s (the daemon idle, the holdout driver
-# seeing its leaderboard confirmed); on its own it passed, before the merge (1,277 s) and on the merged tree
-# (657 s, --runxfail): a failure under the suite's load, not yet explained. Issue 73 stays open on it.
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 73: the nightly's confirmation and champion after the daemon restarts, on the stock daemon",
-)
 def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champion(
     slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, weaviate_server, tmp_path
 ):
