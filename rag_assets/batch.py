@@ -147,10 +147,11 @@ def input_pointers(context, plan: Plan, reads, held: bool = False) -> dict[str, 
 
 
 def version_tags(
-    plan: Plan, fp: str, code_version: int, partition: Partition, inputs: dict[str, Any], pointers: dict
+    plan: Plan, fp: str, code_version: int, reads: dict[str, str], inputs: dict[str, Any], pointers: dict
 ) -> dict[str, str]:
     """The tags a materialization's data version and provenance are read from, as Dagster writes them for
-    an Output: its data and code versions, and each input's data version and materialization."""
+    an Output: its data and code versions, and each input's data version and materialization. `reads`:
+    the upstream partition each partitioned input is read from (`Partition.reads`; none unpartitioned)."""
     tags = {
         DATA_VERSION_TAG: fp,
         DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
@@ -159,9 +160,9 @@ def version_tags(
     for name, ref in inputs.items():
         if not isinstance(ref, ArtifactRef):
             continue
-        upstream = dg.AssetKey(plan.asset_path(name, partition.reads.get(name)))
+        upstream = dg.AssetKey(plan.asset_path(name, reads.get(name)))
         tags[input_data_version_tag(upstream)] = ref.fp
-        pointer = pointers.get(name, {}).get(partition.reads.get(name))
+        pointer = pointers.get(name, {}).get(reads.get(name))
         if pointer is not None:
             tags[input_event_pointer_tag(upstream)] = str(pointer)
     return tags

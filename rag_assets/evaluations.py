@@ -22,6 +22,7 @@ from rag_core.evaluation.evaluate import (
     per_question_table,
     variance_split,
 )
+from rag_core.retrieval.ann_recall import index_figures
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
 
@@ -34,6 +35,7 @@ PLOTTED_METRICS = (
     "retrieval_p95_ms",
     "generation_p95_ms",
     "cost_usd",
+    "ann_recall_at_k",  # an approximate index's (rag_core/retrieval/ann_recall.py)
 )
 
 
@@ -81,6 +83,7 @@ class Evaluations(StageLogic):
             else None,
             language=sweep.language,
         )
+        metrics |= index_figures(ret)  # ann_recall_at_k of an approximate index, the build's time and memory
         metrics |= variance_split(per_query, sweep.weights) or {}  # several answers per question
         metrics |= language_slices(per_query, qa, sweep.weights, sweep.language)  # a QA set in several
         if forced(run.context) and run.ref.intact():  # re-evaluated (the nightly): what changed since

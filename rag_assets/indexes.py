@@ -8,6 +8,7 @@ import dagster as dg
 import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun
+from rag_core.common.peak_memory import measured
 from resources.embedders import vectors_from_column
 
 
@@ -48,15 +49,30 @@ class VectorIndex(StageLogic):
         collection = collection_name(run.context.partition_key, run.ref.fp)
         store = self._store(run)
         rows = chunks.select("chunk_id", "doc_id", pl.col("index_text").alias("text"), "metadata").to_dicts()
-        n = store.upsert(collection, rows, vectors_from_column(emb["vector"]), run.config.index.bm25_analyzer)
-        return pl.DataFrame({"collection": [collection], "store": [store.backend], "count": [n]})
+        index = run.config.index
+        # an approximate index is passed only to a store that builds it (the plan refused the others)
+        ann = {"ann": index.ann} if index.ann.approximate else {}
+        with measured() as build:
+            n = store.upsert(collection, rows, vectors_from_column(emb["vector"]), index.bm25_analyzer, **ann)
+        return pl.DataFrame(
+            {
+                "collection": [collection],
+                "store": [store.backend],
+                "count": [n],
+                "build_s": [round(build.seconds, 4)],
+                "build_peak_mb": [round(build.peak_mb, 2)],
+            }
+        )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
+        built = {c: float(frame[c][0]) for c in ("build_s", "build_peak_mb") if c in frame.columns}
         return {
             "collection": frame["collection"][0],
             "store": frame["store"][0],
             "bm25_analyzer": run.config.index.bm25_analyzer,
+            "ann": run.config.index.ann.key,
             "dagster/row_count": int(frame["count"][0]),
+            **built,  # markers written before build figures were kept have none
         }
 
     def check(self, run: StageRun, frame: pl.DataFrame) -> list[dg.AssetCheckResult]:

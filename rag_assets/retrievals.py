@@ -9,6 +9,7 @@ from rag_assets.stage_asset import StageLogic, StageRun
 from rag_core.common.redaction import redact_url
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.metrics import percentile
+from rag_core.retrieval.ann_recall import BUILD_FIGURES, RECALL, ann_recalls
 from rag_core.retrieval.hops import loop_counts
 from rag_core.retrieval.keywords import segments
 from rag_core.retrieval.retrieve import retrieve
@@ -36,18 +37,20 @@ class Retrievals(StageLogic):
 
     def compute(self, run: StageRun) -> pl.DataFrame:
         c = run.config
+        marker = run.read("vector_index")
         store, collection = live_index(
-            run.resources.vector_stores, c, run.read("vector_index"), run.partition.reads["vector_index"]
+            run.resources.vector_stores, c, marker, run.partition.reads["vector_index"]
         )
-        return retrieve(
-            c,
-            run.read("qa_set"),
-            run.read("chunksets"),
-            store,
-            collection,
-            run.resources.embedder.vectors_of(c.embedding.model),
-            run.llm,
-        )
+        qa, embed = run.read("qa_set"), run.resources.embedder.vectors_of(c.embedding.model)
+        frame = retrieve(c, qa, run.read("chunksets"), store, collection, embed, run.llm)
+        if c.index.ann.approximate and c.retrieval.reads_vector and qa.height:
+            # what the approximate index loses: each question's vector search against the exact one, at
+            # the config's depth (its vectors come from the embedder's cache)
+            vectors = embed(qa["question"].to_list())
+            recalls = ann_recalls(store, collection, vectors, c.fetch_k, c.retrieval.filter)
+            frame = frame.with_columns(pl.Series(RECALL, recalls, pl.Float64))
+        built = [pl.lit(marker[m][0]).alias(col) for m, col in BUILD_FIGURES.items() if m in marker.columns]
+        return frame.with_columns(built) if built else frame
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         c, lat = run.config, frame["latency_ms"].to_list()
@@ -66,6 +69,12 @@ class Retrievals(StageLogic):
             "mean_hits": float(frame["chunk_ids"].list.len().mean()),
             "fetch_k": c.fetch_k,
             "store": c.index.store,
+            "ann": c.index.ann.key,
+            **(
+                {RECALL: round(float(frame[RECALL].drop_nulls().mean() or 0.0), 4)}
+                if RECALL in frame.columns
+                else {}
+            ),
             "transform_fallbacks": int(frame["transform_fallback"].sum()),
             **keyword,
             **(hop_metadata(frame) if "hops" in frame.columns else {}),

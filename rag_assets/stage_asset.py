@@ -40,11 +40,25 @@ QUESTIONS_TAG = "rag/questions"
 warnings.filterwarnings("ignore", message="Parameter `data_version`", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
 
+# On every run of a chain (rag_assets/chains.py), which computes the stages after the ones it records
+# itself: the eager conditions below do not request them for what such a run records.
+CHAIN_RUN_TAG = "rag/chain_run"
+
 # A stage follows its inputs: it runs when an input was updated (by a run that did not already target the
-# stage), never merely because it is missing, so a new deployment or an opened UI starts nothing by itself.
+# stage, nor by a chain's), never merely because it is missing, so a new deployment or an opened UI starts
+# nothing by itself. `any_deps_updated` with the chain's runs left out (Dagster's documented way to keep
+# runs with a tag from triggering downstream conditions).
 _A = dg.AutomationCondition
+_DEPS_UPDATED = _A.any_deps_match(
+    (
+        _A.newly_updated()
+        & ~_A.executed_with_root_target()
+        & ~_A.all_new_updates_have_run_tags(tag_keys={CHAIN_RUN_TAG})
+    ).with_label("newly_updated_outside_chains")
+    | _A.will_be_requested()
+).with_label("any_deps_updated")
 FOLLOWS_INPUTS = (
-    _A.any_deps_updated().since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
+    _DEPS_UPDATED.since(_A.newly_requested() | _A.newly_updated() | _A.initial_evaluation())
     & ~_A.any_deps_missing()
     & ~_A.any_deps_in_progress()
     & ~_A.in_progress()
@@ -363,7 +377,9 @@ class StageSteps:
                     failed.append((k, e))
                     continue
                 store_artifact(out)
-                tags = version_tags(plan, out.ref.fp, s.version, plan.partition(name, k), inputs, pointers)
+                tags = version_tags(
+                    plan, out.ref.fp, s.version, plan.partition(name, k).reads, inputs, pointers
+                )
                 finished.append(dg.AssetMaterialization(self.key, partition=k, metadata=meta, tags=tags))
                 for result in checks:
                     results.setdefault(result.check_name, []).append((k, result))
@@ -375,6 +391,24 @@ class StageSteps:
         yield from (merged_check(self.key, found) for found in results.values())
         if failed:
             raise PartitionsFailed(name, failed)
+
+    def single(self, context, loaded: dict):
+        """An unpartitioned stage in a chain's run (rag_assets/chains.py): its artifact, recorded as its
+        asset's materialization with the tags its Output would have had; yields its checks' results."""
+        plan, s = self.plan, self.stage
+        pointers = input_pointers(context, plan, s.reads, self.held)
+        out, meta, checks = self.step(context, None, loaded)
+        store_artifact(out)
+        tags = version_tags(plan, out.ref.fp, s.version, {}, loaded, pointers)
+        record(context, [dg.AssetMaterialization(self.key, metadata=meta, tags=tags)])
+        for result in checks:  # a step's results name no asset: an asset's own step infers it
+            yield dg.AssetCheckResult(
+                asset_key=self.key,
+                check_name=result.check_name,
+                passed=result.passed,
+                metadata=result.metadata,
+                severity=result.severity,
+            )
 
 
 def stage_asset(

@@ -45,6 +45,7 @@ from rag_sweep.printing import (  # noqa: F401
     _print_run,
     _warn_size,
     _warn_unsegmented,
+    search_spend_line,
     serve_command,
 )
 from rag_sweep.runner.errors import CheckFailed, DataDirError, StepFailed
@@ -135,9 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
-    val.add_argument("spec")
+    val.add_argument("spec", help="sweep YAML file")
     pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
-    pln.add_argument("spec")
+    pln.add_argument("spec", help="sweep YAML file")
     pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     pln.add_argument("--store", help="vector store of configs that name none")
     gen = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
@@ -325,6 +326,8 @@ def _plan(args) -> int:
     )
     print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
     print("\n".join(estimate.lines()))
+    if spend := search_spend_line(plan, estimate):
+        print(spend)
     return 0
 
 

@@ -9,7 +9,7 @@ the signatures the project relies on, so a Dagster release that moves or changes
 | `DagsterAssetCheckFailedError` | rag_sweep/runner/step_runs.py | What `materialize()` raises when a blocking check fails; not exported at the top level (its siblings are). |
 | `LocalComputeLogManager`, `CapturedLogContext`, `ComputeIOType`, `IO_TYPE_EXTENSION`, `mirror_stream_to_file`, `redirect_to_file`, `fileno`, `ensure_file`, `touch_file` | rag_sweep/runner/compute_logs.py, benchmarks/compute_logs.py | The CLI instance's compute logs are Dagster's local files with another mirror to the terminal; a compute log manager is configured by module and class, and Dagster's base classes and helpers are not exported. |
 | `NoOpComputeLogManager` | benchmarks/fleet.py (as `module: rag_sweep.dagster_private` in a dagster.yaml) | Dagster's manager that keeps no logs, configurable only by its private module path. |
-| `ConsolidatedSqliteEventLogStorage`, `SqliteRunStorage`, `SQLITE_BUSY_TIMEOUT_SECONDS` | rag_sweep/runner/instance_storage.py | The CLI instance's SQLite storages keep their connections (Dagster's open one per event); configured by module and class, their bases are not exported. |
+| `ConsolidatedSqliteEventLogStorage`, `SqliteRunStorage` | rag_sweep/runner/instance_storage.py | The CLI instance's SQLite storages keep their connections (Dagster's open one per event); configured by module and class, their bases are not exported. |
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
 from dagster._core.storage.runs import SqliteRunStorage
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._utils import ensure_file, touch_file
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
     "IO_TYPE_EXTENSION",
-    "SQLITE_BUSY_TIMEOUT_SECONDS",
     "CapturedLogContext",
     "ComputeIOType",
     "ConsolidatedSqliteEventLogStorage",

@@ -4,6 +4,7 @@ exported model, and what validate and plan say of a sweep's size (every value qu
 
 from __future__ import annotations
 
+import inspect
 import shlex
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
+from rag_core.search.strategies import STRATEGIES
 from rag_sweep.runner.up_to_date import Remembered, Shipping, shipping_facts
 from resources import environment
 from resources.environment import batch_size
@@ -25,6 +27,31 @@ def _of_them(plan) -> str:
     """How many of the sweep's configs a search evaluates, as it will be: never more than there are."""
     n = len(plan.config_keys)
     return f"all {n}" if plan.trial_budget >= n else f"{plan.trial_budget} of the {n}"
+
+
+def search_spend_line(plan, bill) -> str | None:
+    """What a search that weighs costs (cost_aware) expects to spend at most, against its budget in cost
+    units and what the whole space would cost."""
+    from rag_core.search.cost import most_spent
+
+    search = plan.sweep.search
+    strategy = STRATEGIES.get(search.strategy)
+    if bill.cost_model is None or strategy.factory is None:
+        return None
+    if "budget" not in inspect.signature(strategy.factory).parameters:
+        return None
+    budget = search.budget.in_cost_units()
+    most, every = most_spent(bill.cost_model, budget, plan.trial_budget)
+
+    def part(unit: str, what: str, fmt: str) -> str:
+        cap = getattr(budget, unit)
+        limit = f"budget {format(cap, fmt)}" if cap is not None else "no budget"
+        return f"{format(getattr(most, unit), fmt)} {what} ({limit}; every config: {format(getattr(every, unit), fmt)})"
+
+    return (
+        f"  search {search.strategy} expects to spend at most: {part('index_builds', 'index builds', ',.0f')}, "
+        f"{part('llm_calls', 'LLM calls', ',.0f')}, ${part('usd', 'USD', '.4f')}"
+    )
 
 
 def _warn_size(plan) -> None:

@@ -1,8 +1,9 @@
-"""The Dagster definitions of one sweep, read from its plan: its assets (rag_assets/sweep_assets.py), the
-evaluation job and its nightly schedule, the drift alerts, for an adaptive search the job that starts it
-and the sensor that drives it, for a grid sweep with a holdout the sensor that confirms each leaderboard
-on it, and for prompt optimization the sensor that requests it. Shared parts
-(resources, the automation sensor) are added once per deployment (definitions.py).
+"""The Dagster definitions of one sweep, read from its plan: its assets (rag_assets/sweep_assets.py), for a
+grid sweep the job that runs it in one run (`<sweep>__sweep`), the evaluation job and its nightly schedule,
+the drift alerts, for an adaptive search the job that starts it and the sensor that drives it, for a grid
+sweep with a holdout the sensor that confirms each leaderboard on it, and for prompt optimization the sensor
+that requests it. Shared parts (resources, the automation sensor) are added once per deployment
+(definitions.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dagster as dg
 from rag_assets.holdout_chain import holdout_chain_job
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import LOGIC, stage_assets
+from rag_assets.sweep_chain import chained, sweep_chain_job
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from sensors.alerts import drift_alerts
@@ -42,10 +44,13 @@ def sweep_definitions(
     optimizing = optimization_jobs(plan) if plan.optimizable_keys else {}
     # a grid sweep's holdout (an adaptive search's driver confirms its own leaderboard)
     holdout = holdout_jobs(plan, chain) if plan.holdout and not adaptive else {}
+    # what the UI launches for a grid sweep: its stages to the leaderboard in one run (sweep_chain.py)
+    whole = [sweep_chain_job(plan, LOGIC)] if chained(plan) else []
     return dg.Definitions(
         assets=stage_assets(plan),
         jobs=[
             evaluate_job,
+            *whole,
             *([chain] if chain else []),
             *(
                 [search_job(plan, data_dir), *(j for j in steps.values() if j is not chain)]

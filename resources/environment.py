@@ -1,5 +1,6 @@
 """Every environment variable the project reads, in one module: the deployment's settings (data dir, vector
 store, LLM endpoint, servers, limits) and the process defaults set before litellm and MLflow are imported.
+VARIABLES declares each one with its default and what it does (the docs' reference is generated from it).
 
 Anything else asks these functions; a bad value is a one-line error naming the variable.
 """
@@ -7,6 +8,7 @@ Anything else asks these functions; a bad value is a one-line error naming the v
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 # Process defaults, set once before litellm, MLflow or Dagster are imported: litellm fetches a remote cost
@@ -33,6 +35,275 @@ for _name, _value in {
     os.environ.setdefault(_name, _value)
 
 SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment variable the product reads (or sets for the libraries it imports): the docs'
+    reference is generated from VARIABLES, and a test fails when the code reads a variable not declared here."""
+
+    name: str
+    default: str  # what applies when it is unset ("" for nothing)
+    description: str
+    topic: str
+
+
+VARIABLES = (
+    # where things are
+    Variable(
+        "RAG_DATA_DIR",
+        "./.rag_data",
+        "The data dir: artifacts, input snapshots, the embedding cache, "
+        "embedded vector stores, leaderboards, ship reports, search state, and on the embedded default the "
+        "Dagster instance and the MLflow store. A local folder, or `s3://bucket/prefix` (a deployment's: "
+        "then `$DAGSTER_HOME`, `$DAGSTER_PG_HOST` and `$MLFLOW_TRACKING_URI` must be set).",
+        "data",
+    ),
+    Variable(
+        "RAG_SWEEP",
+        "",
+        "One sweep file that replaces the deployment's `rag_sweep/defs/` folder (what "
+        "`rag-sweep run` prints for its Dagster UI).",
+        "data",
+    ),
+    Variable(
+        "RAG_VECTOR_STORE",
+        "lancedb",
+        "The vector store of configs that name none (`index.store`): "
+        "`lancedb`, `qdrant`, `chroma`, `milvus`, `weaviate` or a plug-in's.",
+        "data",
+    ),
+    Variable(
+        "XDG_CACHE_HOME",
+        "~/.cache",
+        "Where what is built once per machine goes (`rag-sweep/`: ONNX graphs, "
+        "the empty MLflow store, the GPU calibration).",
+        "data",
+    ),
+    Variable(
+        "XDG_CONFIG_HOME",
+        "~/.config",
+        "Where the model-signing key is kept (`rag-sweep/signing.key`).",
+        "data",
+    ),
+    Variable(
+        "RAG_SWEEP_SIGNING_KEY",
+        "",
+        "Another file holding the key that signs registered models (32 random "
+        "bytes, mode 0600; default `$XDG_CONFIG_HOME/rag-sweep/signing.key`).",
+        "data",
+    ),
+    # LLMs
+    Variable(
+        "RAG_LLM_API_BASE",
+        "",
+        "The OpenAI-protocol endpoint LLM calls go to; part of the fingerprint of "
+        "every partition that calls an LLM (the same model name on another server is another model).",
+        "llm",
+    ),
+    Variable(
+        "RAG_LLM_API_KEY",
+        "",
+        "The LLM endpoint's key (else litellm reads the provider's own variable, "
+        "e.g. `OPENAI_API_KEY`); reaches Dagster as an `EnvVar`, never stored.",
+        "llm",
+    ),
+    Variable(
+        "OPENAI_API_KEY",
+        "",
+        "A provider's own key (`ANTHROPIC_API_KEY` and the like too), read by litellm "
+        "when `$RAG_LLM_API_KEY` is unset.",
+        "llm",
+    ),
+    Variable("RAG_LLM_TIMEOUT_S", "60", "Seconds one LLM call may take (a finite number above 0).", "llm"),
+    Variable(
+        "RAG_LLM_MAX_RETRIES",
+        "2",
+        "Retries of a failed LLM call (429, 500, a reply off the protocol, an empty completion, a timeout).",
+        "llm",
+    ),
+    Variable("RAG_LLM_MAX_CONCURRENCY", "4", "LLM calls in flight at once within a stage.", "llm"),
+    Variable(
+        "RAG_LLM_REQUESTS_PER_MINUTE",
+        "0",
+        "The provider's quota: request starts are spaced 60/N s apart, "
+        "shared by every stage and thread of a process per provider and endpoint; at least 1, or 0 for no "
+        "limit. A wait longer than 5 s is logged once.",
+        "llm",
+    ),
+    # local models
+    Variable("RAG_EMBEDDING_API_BASE", "", "The endpoint of a litellm embedding model.", "models"),
+    Variable(
+        "RAG_EMBEDDING_BACKEND",
+        "onnx",
+        "How a local model embeds: `onnx` (ONNX Runtime, when its graph "
+        "computes torch's vectors) or `torch` (sentence-transformers; the torch extra).",
+        "models",
+    ),
+    Variable(
+        "RAG_DEVICE",
+        "auto",
+        "Where local embedders and cross-encoders run: `auto` (the first CUDA device "
+        "torch sees, else the CPU), `cpu`, `cuda` or `cuda:N` (an error before any work where there is no "
+        "such device). Each embedding step's metadata says which device ran it and why.",
+        "models",
+    ),
+    Variable(
+        "TOKENIZERS_PARALLELISM",
+        "false",
+        "The tokenizer's threads: off unless chosen (a process that "
+        "forks after using them is warned at); a GPU encoder turns them on unless the user chose.",
+        "models",
+    ),
+    # servers of a deployment
+    Variable(
+        "DAGSTER_HOME",
+        "",
+        "The Dagster instance of a deployment (`deploy/dagster.yaml`); unset, "
+        "`rag-sweep run` keeps its own in `<data dir>/dagster_home`.",
+        "servers",
+    ),
+    Variable(
+        "DAGSTER_PG_HOST",
+        "",
+        "The deployment's PostgreSQL (the Dagster instance's; also the LLM call "
+        "cache, the ledger and the locks); unset: SQLite and file locks in the data dir.",
+        "servers",
+    ),
+    Variable("DAGSTER_PG_PORT", "5432", "Its port.", "servers"),
+    Variable("DAGSTER_PG_USER", "postgres", "Its user.", "servers"),
+    Variable(
+        "DAGSTER_PG_PASSWORD", "", "Its password (redacted from whatever is printed or stored).", "servers"
+    ),
+    Variable("DAGSTER_PG_DB", "dagster", "Its database.", "servers"),
+    Variable(
+        "MLFLOW_TRACKING_URI",
+        "",
+        "The MLflow tracking server; unset: `sqlite:///<data dir>/mlflow.db`.",
+        "servers",
+    ),
+    Variable(
+        "MLFLOW_UI_URL", "http://127.0.0.1:5000", "The MLflow UI the printed links point at.", "servers"
+    ),
+    Variable(
+        "WEAVIATE_URL", "http://127.0.0.1:8080", "The Weaviate server of the `weaviate` store.", "servers"
+    ),
+    Variable("WEAVIATE_GRPC_PORT", "50051", "Its gRPC port.", "servers"),
+    Variable("WEAVIATE_API_KEY", "", "Its key (reaches Dagster as an `EnvVar`, never stored).", "servers"),
+    Variable(
+        "AWS_ENDPOINT_URL",
+        "",
+        "The S3-compatible server of an `s3://` data dir other than AWS (`AWS_ENDPOINT_URL_S3` too).",
+        "servers",
+    ),
+    Variable("AWS_ENDPOINT_URL_S3", "", "The same, for S3 only.", "servers"),
+    Variable("AWS_REGION", "us-east-1", "The S3 region (`AWS_DEFAULT_REGION` too).", "servers"),
+    Variable("AWS_DEFAULT_REGION", "us-east-1", "The same, as the AWS tools name it.", "servers"),
+    Variable(
+        "AWS_ACCESS_KEY_ID",
+        "",
+        "The S3 credentials (with `AWS_SECRET_ACCESS_KEY`), read by the S3 clients "
+        "themselves: never in a URI, an artifact or a run record.",
+        "servers",
+    ),
+    Variable(
+        "RAG_CONNECT_TIMEOUT_S",
+        "10",
+        "Seconds within which every server a command may use must take a connection, before any work.",
+        "servers",
+    ),
+    # the fleet and the deployment's runs
+    Variable(
+        "RAG_EXECUTOR",
+        "in_process",
+        "Where a run's steps execute: `in_process` (one after the other in "
+        "the runner's process) or `celery` (a worker fleet; the fleet extra).",
+        "fleet",
+    ),
+    Variable(
+        "CELERY_BROKER_URL",
+        "",
+        "The fleet's broker, e.g. `amqp://user:password@rabbitmq:5672//`, read by "
+        "the runner and every worker.",
+        "fleet",
+    ),
+    Variable(
+        "RAG_GPU_QUEUE",
+        "",
+        "The Celery queue of the steps that run a model over many texts (embedding, "
+        "cross-encoder reranking, semantic chunking); unset: the default queue `dagster`.",
+        "fleet",
+    ),
+    Variable(
+        "RAG_INPUT_QUEUE",
+        "",
+        "The Celery queue of the steps that read the sweep's input files, served "
+        "where those files are; unset: the default queue.",
+        "fleet",
+    ),
+    Variable(
+        "RAG_BATCH_SIZE", "100", "The most partitions of a stage one Dagster run materializes.", "fleet"
+    ),
+    Variable(
+        "RAG_FLEET_WORKERS", "2", "The batches a stage's partitions are split into on the fleet.", "fleet"
+    ),
+    Variable(
+        "RAG_NIGHTLY_CRON",
+        "0 2 * * *",
+        "When the nightly re-evaluation of a `$RAG_SWEEP` deployment runs "
+        "(a `defs/` instance sets `nightly_cron`).",
+        "fleet",
+    ),
+    Variable(
+        "RAG_ALERT_WEBHOOK",
+        "",
+        "Where failed `nightly_drift` checks are posted as JSON (an http(s) URL); unset: no alert is sent.",
+        "fleet",
+    ),
+    Variable("RAG_DAGSTER_URL", "http://127.0.0.1:3000", "The Dagster UI the alerts link to.", "fleet"),
+    Variable(
+        "DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH",
+        "0",
+        "Seconds to wait for a step's captured output "
+        "before its mirror to the terminal stops, as with Dagster's own mirror.",
+        "fleet",
+    ),
+    # set by the product for the libraries it imports, unless already set
+    *(
+        Variable(
+            name, value, f"Set to `{value}` when unset, before the library is imported: {why}.", "process"
+        )
+        for name, value, why in (
+            (
+                "LITELLM_LOCAL_MODEL_COST_MAP",
+                "True",
+                "litellm's cost map from the package (its remote fetch deadlocks with MLflow's import)",
+            ),
+            ("DAGSTER_DISABLE_TELEMETRY", "1", "no telemetry"),
+            ("MLFLOW_DISABLE_TELEMETRY", "true", "no telemetry"),
+            ("HF_HUB_OFFLINE", "1", "local models are read from the local cache only"),
+            (
+                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+                "true",
+                "MLflow would print the tracking URI with its "
+                "password; the product prints the run's link itself, redacted",
+            ),
+            (
+                "AWS_REQUEST_CHECKSUM_CALCULATION",
+                "when_required",
+                "S3-compatible servers often refuse the AWS SDKs' newer streamed checksums",
+            ),
+            ("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required", "the same"),
+            (
+                "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+                "false",
+                "export and serve print their result, not MLflow's progress bars",
+            ),
+            ("PYTHAINLP_OFFLINE", "1", "PyThaiNLP downloads no corpus (newmm's is in the package)"),
+            ("PYTHAINLP_READ_ONLY", "1", "PyThaiNLP creates no data folder in the home directory"),
+        )
+    ),
+)
 
 
 class Unreachable(RuntimeError):

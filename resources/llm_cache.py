@@ -93,7 +93,7 @@ def open_cache(path: str | Path) -> LLMCache | PostgresLLMCache:
     if is_remote(path):
         raise NoSharedLock(
             f"{path}: a data dir on object storage keeps its LLM call cache in the deployment's PostgreSQL "
-            "($DAGSTER_PG_HOST ...: see README, Deployment)"
+            "($DAGSTER_PG_HOST ...: see docs/guides/deployment.md)"
         )
     return LLMCache(path)
 

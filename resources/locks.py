@@ -61,7 +61,7 @@ def shared_lock(name: str, local_file: Path, waiting: Callable[[str], None] | No
     if is_remote(local_file):
         raise NoSharedLock(
             f"{name}: a data dir on object storage needs the deployment's PostgreSQL to lock in "
-            "($DAGSTER_PG_HOST ...: see README, Deployment)"
+            "($DAGSTER_PG_HOST ...: see docs/guides/deployment.md)"
         )
     local_file.parent.mkdir(parents=True, exist_ok=True)
     with open(local_file, "a+") as lock:

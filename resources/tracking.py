@@ -210,7 +210,7 @@ class MlflowTracking(dg.ConfigurableResource):
         if is_remote(self.default_dir):
             raise ValueError(
                 f"data dir {self.default_dir}: on object storage the config runs are tracked on the "
-                "deployment's MLflow server: set $MLFLOW_TRACKING_URI (see README, Deployment)"
+                "deployment's MLflow server: set $MLFLOW_TRACKING_URI (see docs/guides/deployment.md)"
             )
         Path(self.default_dir).mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"

@@ -7,6 +7,17 @@ bash scripts/bootstrap.sh --test
 eval "$(bash scripts/ensure_servers.sh)"
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
 .venv/bin/ruff check .
+# The docs site, built strictly into a temp dir (seconds): a broken link or anchor, a page missing from the
+# nav or a nav entry without its page fails the command (mkdocs.yml).
+site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
+# The lowest Dagster pyproject.toml supports (constraints/dagster-lowest.txt): a second environment from the
+# same uv cache, and the tests of Dagster's API on it (the private names, the definitions, `dg check defs`, a
+# toy sweep through the CLI); the whole suite runs on uv.lock's Dagster below.
+bash scripts/lowest_dagster.sh
+.venv-lowest/bin/python -m pytest -q tests/test_supported_dagster.py tests/test_dagster_private.py \
+  tests/test_definitions.py::test_definitions_load "tests/test_definitions.py::test_dg_cli_on_the_project[command0]"
 # One pytest worker per core (pytest-xdist), a test file to a worker: module fixtures stay shared, and each
 # worker starts its own servers on free ports. Much of a stack test is waiting (daemon ticks, run workers,
 # server start-up), so two workers on two cores overlap one's waiting with the other's work.

@@ -63,6 +63,7 @@ class SearchBudget(dg.Config):
     """The run config of a search job: overrides of the sweep's `search.budget` (empty: the sweep's)."""
 
     max_configs: int | None = None
+    max_index_builds: int | None = None
     max_llm_calls: int | None = None
     max_cost_usd: float | None = None
     restart: bool = False  # start anew: every step computed again (as `rag-sweep run --force`)

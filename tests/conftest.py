@@ -73,7 +73,9 @@ def assert_same_board(a: pl.DataFrame, b: pl.DataFrame, skip: tuple[str, ...] = 
     assert a["config_key"].to_list() == b["config_key"].to_list()
     differ = {}  # every column that differs, with each config's two values: the metric behind a score
     for col in a.columns:
-        if col in skip or col.endswith("_ms") or "latency" in col or "p50" in col or "seconds" in col:
+        # measured, not computed: times (`_ms`, `_s`, seconds, latency) and memory (`_mb`, an index build's peak)
+        measured = col.endswith(("_ms", "_s", "_mb")) or "latency" in col or "p50" in col or "seconds" in col
+        if col in skip or measured:
             continue
         if a[col].dtype == pl.Float64:
             x, y = a[col].to_numpy(), b[col].to_numpy()

@@ -161,7 +161,7 @@ class Weaviate:
             start_new_session=True,
         )
         url = f"http://127.0.0.1:{http}"
-        startup = wait_http(f"{url}/v1/.well-known/ready", 90, proc, log)
+        startup = wait_http(f"{url}/v1/.well-known/ready", 240, proc, log)
         return _live(cls(url=url, grpc_port=grpc, startup_s=startup, proc=proc, tmp=tmp))
 
     def stop(self) -> None:
@@ -283,7 +283,7 @@ class Mlflow:
             start_new_session=True,
         )
         url = f"http://127.0.0.1:{port}"
-        startup = wait_http(f"{url}/health", 120, proc, log)
+        startup = wait_http(f"{url}/health", 300, proc, log)
         return _live(cls(url=url, proc=proc, tmp=tmp, startup_s=startup))
 
     def stop(self) -> None:
@@ -486,6 +486,13 @@ class CeleryWorker:
         _stop(self.proc)
 
 
+def deployment_env() -> dict[str, str]:
+    """The environment docker-compose.yml gives every container of the deployment (`x-rag-env`)."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-rag-env"]
+
+
 class Deployment:
     """The webserver and the daemon of a deployment whose instance lives in PostgreSQL, on one sweep file
     (`$RAG_SWEEP`). `env` adds to or overrides the deployment's environment (an MLflow server, a fleet);
@@ -503,12 +510,10 @@ class Deployment:
         self.tmp = tmp
         self.home = tmp / "dagster_home"
         self.home.mkdir(parents=True)
-        # the deployment's instance, its run monitoring looking every 5 s (its start timeout, 180 s, as in
-        # deploy/: a run worker the code server spawns imports everything first, ~1 min on a busy machine)
+        # the deployment's instance, its run monitoring looking every 5 s (its start timeout as in deploy/:
+        # a run worker the code server spawns imports everything first, minutes on a loaded machine)
         instance = (ROOT / "deploy" / "dagster.yaml").read_text()
-        instance = instance.replace(
-            "start_timeout_seconds: 180", "start_timeout_seconds: 180\n  poll_interval_seconds: 5"
-        )
+        instance = instance.replace("poll_interval_seconds: 30", "poll_interval_seconds: 5")
         assert "poll_interval_seconds: 5" in instance
         (self.home / "dagster.yaml").write_text(instance + instance_yaml)
         self.env = {
@@ -524,6 +529,8 @@ class Deployment:
             "RAG_VECTOR_STORE": "lancedb",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "DAGSTER_DISABLE_TELEMETRY": "1",
+            # the deployment's launch deadline (a run worker's start on a busy machine), as docker-compose's
+            "DAGSTER_GRPC_TIMEOUT_SECONDS": deployment_env()["DAGSTER_GRPC_TIMEOUT_SECONDS"],
             **(env or {}),
         }
         self._bin = Path(sys.executable).parent
@@ -624,7 +631,7 @@ def deployment(
 ):
     d = Deployment(tmp, spec, data, postgres, env, instance_yaml)
     try:
-        wait_http(f"{d.url}/server_info", 120, d.webserver, tmp / "webserver.log")
+        wait_http(f"{d.url}/server_info", 300, d.webserver, tmp / "webserver.log")
         yield d
     finally:
         d.stop()

@@ -165,7 +165,6 @@ def test_the_sqlite_storages_the_cli_instance_builds_on(tmp_path):
     assert _params(runs.from_local)[:1] == ["base_dir"]
     for cls, methods in ((events, ("_connect", "has_table", "dispose")), (runs, ("connect", "dispose"))):
         assert all(callable(getattr(cls, m, None)) for m in methods), cls
-    assert isinstance(private.SQLITE_BUSY_TIMEOUT_SECONDS, (int, float))
 
 
 def test_the_no_op_compute_logs_are_configured_through_this_module(tmp_path):

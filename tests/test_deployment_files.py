@@ -39,6 +39,26 @@ def test_the_deployment_runs_on_dagsters_stock_daemon_and_default_launcher(tmp_p
         assert not instance.run_retries_retry_on_asset_or_op_failure
 
 
+def test_a_slow_or_restarting_code_server_does_not_fail_a_launch(tmp_path):
+    """A launch waits for the code server to start the run's worker longer than Dagster's 60 s
+    (DAGSTER_GRPC_TIMEOUT_SECONDS in every container's environment), and a worker gets minutes to start the
+    run before run monitoring fails it; a launch that cannot reach the code server (a restart, code still
+    loading) puts the run back in the queue, where run monitoring makes a late worker of the earlier launch
+    ignored rather than a second run. A code server the daemon starts itself gets minutes to load (a
+    location that did not load failed its backfills)."""
+    from tests.servers import deployment_env
+
+    config = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())
+    del config["storage"]
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_monitoring_enabled and instance.run_monitoring_start_timeout_seconds >= 600
+        assert instance.code_server_process_startup_timeout >= 600
+        queue = instance.get_concurrency_config().run_queue_config
+    assert int(deployment_env()["DAGSTER_GRPC_TIMEOUT_SECONDS"]) >= 180
+    assert queue.max_user_code_failure_retries >= 3 and queue.user_code_failure_retry_delay >= 10
+
+
 def test_a_drivers_runs_are_asked_again_by_the_driver_not_by_dagsters_run_retries(tmp_path):
     from sensors.holdout import _attempt
 

@@ -119,6 +119,44 @@ def test_holm_is_statsmodels():
         assert np.allclose(stats.holm(p), multipletests(p, method="holm")[1], rtol=0, atol=1e-12), p
 
 
+def test_the_t_tests_sample_size_is_statsmodels_rounded_up():
+    """The gate's questions for a decision (without statsmodels in the install): statsmodels' continuous
+    solution, rounded up, and the smallest count whose power reaches the goal."""
+    from statsmodels.stats.power import TTestPower
+
+    for effect, alpha, power in [(0.2, 0.05, 0.8), (0.5, 0.025, 0.8), (1.3, 0.05, 0.9), (0.05, 0.0167, 0.8)]:
+        n = stats.questions_for_power(effect, alpha, power)
+        expected = TTestPower().solve_power(
+            effect_size=effect, alpha=alpha, power=power, alternative="larger"
+        )
+        assert n == max(2, int(np.ceil(float(np.atleast_1d(expected)[0]) - 1e-6))), (effect, alpha, power)
+        assert stats.t_test_power(effect, n, alpha) >= power > stats.t_test_power(effect, n - 1, alpha)
+        official = TTestPower().power(effect, n, alpha, alternative="larger")
+        assert stats.t_test_power(effect, n, alpha) == pytest.approx(official, rel=1e-9)
+    with pytest.raises(ValueError, match="never reaches"):
+        stats.questions_for_power(0.0, 0.05, 0.8)
+
+
+def test_kappa_and_the_wilson_interval_are_statsmodels():
+    from statsmodels.stats.inter_rater import cohens_kappa
+    from statsmodels.stats.proportion import proportion_confint
+
+    for table in (
+        [[7, 3], [2, 8]],
+        [[9, 1], [0, 10]],
+        [[0, 10], [9, 1]],
+        [[30, 4], [11, 2]],
+        [[3, 1, 0], [1, 4, 2], [0, 1, 5]],
+    ):
+        raw = cohens_kappa(np.array(table), return_results=True)
+        assert stats.cohens_kappa(table) == pytest.approx(
+            (raw.kappa, raw.kappa_low, raw.kappa_upp), rel=1e-12
+        )
+    for count, n in [(0, 5), (3, 10), (10, 10), (41, 47), (1, 1)]:
+        expected = proportion_confint(count, n, alpha=0.05, method="wilson")
+        assert stats.wilson_interval(count, n) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([-1.0, -0.5, -0.25, 0.0, 0.1, 1 / 3, 0.5, 1.0]), min_size=0, max_size=12))
 def test_the_exact_sign_flip_test_is_the_one_computed_before(diffs):

@@ -17,6 +17,7 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.stages import PARTITIONED
 from rag_sweep.runner import run_sweep, stale_snapshots, steps
+from tests.docs_images import keep_for_docs
 
 pytestmark = pytest.mark.slow
 PREFIX = "slice"
@@ -353,6 +354,7 @@ def test_the_ship_report_renders_in_a_real_browser(sweep_run, tmp_path):
         page.screenshot(path=str(tmp_path / "ship_report.png"), full_page=True)
         browser.close()
     assert (tmp_path / "ship_report.png").stat().st_size > 50_000
+    keep_for_docs(tmp_path / "ship_report.png")
 
 
 def test_queries_without_gold_documents_are_left_out_of_retrieval_metrics_and_counted(

@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.docs_images import keep_for_docs
 from tests.servers import _stop, free_port, graphql, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,7 @@ def test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the
             assert sizes and all(done and width > 300 for done, width in sizes)
             page.screenshot(path=str(tmp_path / "dagster_leaderboard.png"))
             b.close()
+        keep_for_docs(tmp_path / "dagster_leaderboard.png")
         assert (tmp_path / "dagster_leaderboard.png").stat().st_size > 30_000
         assert plan.sweep.name == "slice"
     finally:
@@ -180,5 +182,7 @@ def test_mlflow_ui_lists_config_runs_by_label_and_previews_their_questions(sweep
             page.get_by_text(question[:40]).first.wait_for(timeout=90_000)  # the table previews
             page.screenshot(path=str(tmp_path / "mlflow_per_question.png"))
             b.close()
+        keep_for_docs(tmp_path / "mlflow_runs.png")
+        keep_for_docs(tmp_path / "mlflow_per_question.png")
     finally:
         _stop(proc)

@@ -32,6 +32,8 @@ class Store:
     analyzers: tuple[str, ...]
     files: str  # one of FILES
     implementation: str | type  # "module:Class" (a built-in, imported when opened), or a plug-in's class
+    # the approximate indexes it builds (rag_core/planning/ann.py ANN_TYPES); every store searches `exact`
+    ann_types: tuple[str, ...] = ()
 
     def load(self) -> type:
         """The store's class (resources.vector_stores.base.VectorStore); a built-in whose extra is missing:
@@ -55,9 +57,9 @@ def _adapt(name: str, obj: object) -> Store:
         raise TypeError(f"its backend is {obj.backend!r} but its entry point is named {name!r}")
     if obj.files not in FILES:
         raise TypeError(f"files={obj.files!r}; expected one of {', '.join(FILES)}")
-    return Store(
-        name, first_line(obj.__doc__) or f"{name} (no description)", tuple(obj.analyzers), obj.files, obj
-    )
+    description = first_line(obj.__doc__) or f"{name} (no description)"
+    ann = tuple(getattr(obj, "ann_types", ()))  # optional: a plug-in without it searches exactly
+    return Store(name, description, tuple(obj.analyzers), obj.files, obj, ann)
 
 
 STORES = Registry(
@@ -65,10 +67,11 @@ STORES = Registry(
 )
 
 
-def _builtin(name: str, cls: str, description: str, files: str = "local", analyzers=("plain",)) -> None:
-    STORES.register(
-        name, Store(name, description, analyzers, files, f"resources.vector_stores.{name}_store:{cls}")
-    )
+def _builtin(
+    name: str, cls: str, description: str, files: str = "local", analyzers=("plain",), ann_types=()
+) -> None:
+    implementation = f"resources.vector_stores.{name}_store:{cls}"
+    STORES.register(name, Store(name, description, analyzers, files, implementation, ann_types))
 
 
 # the analyzers that segment a language (the project cuts the words; every built-in indexes them split at
@@ -82,6 +85,7 @@ _builtin(
     "LanceDB, embedded: its files under the data dir, local or on object storage; tantivy full-text",
     files="anywhere",
     analyzers=("plain", "english", *SEGMENTING),
+    ann_types=("ivf_pq", "ivf_hnsw_sq"),
 )
 _builtin(
     "qdrant",
@@ -94,12 +98,14 @@ _builtin(
     "ChromaStore",
     "Chroma, embedded; an in-process BM25 (no stemmer)",
     analyzers=("plain", *SEGMENTING),
+    ann_types=("hnsw",),  # its `exact` is Chroma's own HNSW at its defaults, as always
 )
 _builtin(
     "milvus",
     "MilvusLiteStore",
     "Milvus Lite, embedded; Milvus's own BM25 (standard tokenizer, lowercase; Milvus Lite has no stemmer)",
     analyzers=("plain", *SEGMENTING),
+    ann_types=("hnsw",),  # through faiss-cpu
 )
 _builtin(
     "weaviate",
@@ -107,12 +113,18 @@ _builtin(
     "Weaviate, a server (WEAVIATE_URL, WEAVIATE_GRPC_PORT, WEAVIATE_API_KEY); word tokenization, no stemmer",
     files="server",
     analyzers=("plain", *SEGMENTING),
+    ann_types=("hnsw",),  # its `exact` is Weaviate's own HNSW at its defaults, as always
 )
 
 
 def store_analyzers(store: str) -> tuple[str, ...]:
     """The BM25 analyzers `store` can apply."""
     return tuple(STORES.get(store).analyzers)
+
+
+def store_ann_types(store: str) -> tuple[str, ...]:
+    """The index types `store` builds: `exact` and its approximate ones (Qdrant's local mode searches exactly)."""
+    return ("exact", *STORES.get(store).ann_types)
 
 
 def keeps_files(store: str) -> str:

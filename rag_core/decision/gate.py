@@ -1,5 +1,5 @@
 """A gate for change: is each candidate config not worse than a baseline (the registered champion) by more
-than a margin, on the same questions? (pure numpy, scipy and statsmodels)
+than a margin, on the same questions? (pure numpy and scipy)
 
 Each comparison is a paired one-sided t-test on the per-question differences, candidate minus baseline:
 - non-inferiority (the default): H0 "worse by the margin or more" (d <= -margin). Rejected: **pass**.
@@ -26,7 +26,7 @@ import polars as pl
 
 from rag_core.decision.qualification import failed_stages, outage_reason
 from rag_core.metrics import needs
-from rag_core.metrics.stats import holm, min_questions_for_claim
+from rag_core.metrics.stats import holm, min_questions_for_claim, questions_for_power
 
 OVERALL = "overall_score"
 VERDICTS = ("pass", "fail", "inconclusive")
@@ -192,8 +192,6 @@ def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests
     """The questions a paired one-sided t-test (at alpha / tests: Holm's first step, the strictest) needs to
     decide at `settings.power`, if the differences keep their observed mean and spread; None when the
     mean sits on a boundary (no number of questions decides it)."""
-    from statsmodels.stats.power import TTestPower
-
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     bounds = [-margin, margin] if settings.equivalence else [-margin]
     distance = min(abs(mean - b) for b in bounds)
@@ -201,10 +199,8 @@ def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests
         return None
     if sd == 0:
         return max(len(d) + 1, 2)
-    n = TTestPower().solve_power(
-        effect_size=distance / sd, alpha=settings.alpha / tests, power=settings.power, alternative="larger"
-    )
-    return max(int(math.ceil(float(np.atleast_1d(n)[0]))), len(d) + 1)
+    n = questions_for_power(distance / sd, settings.alpha / tests, settings.power)
+    return max(n, len(d) + 1)
 
 
 def per_query_failures(per_query: pl.DataFrame) -> dict[str, float]:

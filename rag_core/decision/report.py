@@ -12,6 +12,7 @@ import io
 import numpy as np
 import polars as pl
 
+from rag_core.decision.ann_report import ann_sections
 from rag_core.decision.holdout import holdout_share
 from rag_core.decision.qualification import qualified
 from rag_core.metrics import undefined_reasons
@@ -461,6 +462,7 @@ def ship_report(
             else []
         ),
         *hop_sections(board, per_query, qa),
+        *ann_sections(board),
         ("The other configs", None, others),
         *prompt_sections(optimized or [], per_query, qa, weights),
     ]

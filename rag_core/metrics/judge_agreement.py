@@ -1,12 +1,12 @@
-"""How far an LLM judge can be trusted: its agreement with human labels (pure; statsmodels for the intervals).
+"""How far an LLM judge can be trusted: its agreement with human labels (pure; rag_core/metrics/stats.py for the intervals).
 
 A label says whether a person found the answer supported by its context (the judge's question, rag_core/
 metrics/judge.py); the judge's score counts as "supported" at or above `threshold`. Reported:
-- Cohen's kappa with its asymptotic 95% interval (`statsmodels.stats.inter_rater.cohens_kappa`, clipped to
+- Cohen's kappa with its asymptotic 95% interval (`stats.cohens_kappa`, statsmodels' own, clipped to
   kappa's range, -1 to 1): agreement beyond what the two base rates give by chance. Undefined (None, with
   the reason) when the labels or the judge's verdicts hold one class only: no agreement beyond chance can
   be shown then.
-- accuracy with its Wilson 95% interval (`statsmodels.stats.proportion.proportion_confint`);
+- accuracy with its Wilson 95% interval (`stats.wilson_interval`);
 - the confusion table and the base rates (the labels' share of "supported", the judge's);
 - length bias: the judge's "supported" rate on the unsupported answers (false positives) and its
   "unsupported" rate on the supported ones (false negatives), in the longer and the shorter half of the
@@ -126,8 +126,7 @@ def agreement(
 ) -> Agreement:
     """The judge's agreement with `human` labels (True: supported); `scores`: the judge's, None for a
     failed call; `lengths`: each answer's length in characters."""
-    from statsmodels.stats.inter_rater import cohens_kappa
-    from statsmodels.stats.proportion import proportion_confint
+    from rag_core.metrics.stats import cohens_kappa, wilson_interval
 
     kept = [i for i, s in enumerate(scores) if s is not None]
     h = np.array([human[i] for i in kept], dtype=bool)
@@ -138,7 +137,7 @@ def agreement(
         raise ValueError("no labelled answer was scored by the judge: every call failed")
     table = np.array([[np.sum(h & j), np.sum(h & ~j)], [np.sum(~h & j), np.sum(~h & ~j)]])
     correct = int(table[0, 0] + table[1, 1])
-    acc_low, acc_high = proportion_confint(correct, n, alpha=0.05, method="wilson")
+    acc_low, acc_high = wilson_interval(correct, n)
     kappa = low = high = None
     undefined = ""
     if h.all() or (~h).all():
@@ -146,10 +145,9 @@ def agreement(
     elif j.all() or (~j).all():
         undefined = "the judge gave one verdict only"
     else:
-        result = cohens_kappa(table, return_results=True)
-        kappa = float(result.kappa)
+        kappa, raw_low, raw_high = cohens_kappa(table)
         # the asymptotic (Wald) interval is symmetric and can pass kappa's bounds; a kappa never does
-        low, high = max(-1.0, float(result.kappa_low)), min(1.0, float(result.kappa_upp))
+        low, high = max(-1.0, raw_low), min(1.0, raw_high)
     long = size > np.median(size)
 
     def rate(mask) -> float | None:

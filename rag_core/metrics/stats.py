@@ -1,4 +1,4 @@
-"""Every statistic the product decides with, in one module, on scipy and statsmodels.
+"""Every statistic the product decides with, in one module, on scipy.
 
 - Uncertainty over queries: `bootstrap_ci` is `scipy.stats.bootstrap` (percentile, 2,000 resamples, seeded;
   `bootstrap_cis`: several metrics' in one call, each the same);
@@ -12,13 +12,19 @@
   given at all (below that minimum, or no spread to estimate one from).
 - Many comparisons: `holm` is Holm's step-down, checked against statsmodels' (which is too slow to call in
   a loop: see `holm`).
-- The gate's t-tests and power (rag_core/decision/gate.py) call scipy and statsmodels directly.
+- The gate's t-tests (rag_core/decision/gate.py) call scipy directly; `questions_for_power` is the sample
+  size of its one-sided t-test, and `cohens_kappa` and `wilson_interval` the judge's agreement
+  (rag_core/metrics/judge_agreement.py): each computes what statsmodels' `TTestPower`, `cohens_kappa` and
+  `proportion_confint(method="wilson")` compute (tests/test_statistics.py holds them equal), without
+  statsmodels in the install.
 
 Per-query values may be missing (NaN inside these functions only: a metric undefined for a query); a
 resample's mean skips them, and a resample in which every value is missing counts as 0.0.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -175,3 +181,59 @@ def min_questions_for_claim(alpha: float) -> int:
     while smallest_paired_p(n) > alpha:
         n += 1
     return n
+
+
+def t_test_power(effect: float, n: int, alpha: float) -> float:
+    """The power of a one-sided one-sample (paired) t-test at `alpha` on `n` questions, where the true
+    mean is `effect` standard deviations above the bound (statsmodels' `TTestPower().power(...,
+    alternative="larger")`): the noncentral t's tail beyond the test's critical value."""
+    from scipy import stats
+
+    df = n - 1
+    return float(stats.nct.sf(stats.t.isf(alpha, df), df, effect * math.sqrt(n)))
+
+
+def questions_for_power(effect: float, alpha: float, power: float) -> int:
+    """The fewest questions (at least 2) on which that test reaches `power`: the power grows with the
+    questions, so a doubling then a bisection finds it (statsmodels' `solve_power`, rounded up)."""
+    if not effect > 0:
+        raise ValueError(f"effect {effect}: a test of a mean at its bound never reaches any power")
+    low, high = 2, 2
+    while t_test_power(effect, high, alpha) < power:
+        low, high = high + 1, high * 2
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if t_test_power(effect, mid, alpha) >= power else (mid + 1, high)
+    return high
+
+
+def cohens_kappa(table) -> tuple[float, float, float]:
+    """Cohen's kappa of a square agreement table (rows one rater, columns the other) with its asymptotic
+    95% interval from the Fleiss-Cohen-Everitt variance (statsmodels' `cohens_kappa(table,
+    return_results=True)`: kappa, kappa_low, kappa_upp; not clipped)."""
+    from scipy import stats
+
+    table = np.asarray(table, float)
+    n = table.sum()
+    probs = table / n
+    rows, cols = probs.sum(1), probs.sum(0)
+    chance = float((rows * cols).sum())
+    kappa = (float(np.trace(probs)) - chance) / (1 - chance)
+    term_a = (np.diag(probs) * (1 - (rows + cols) * (1 - kappa)) ** 2).sum()
+    off = probs * (cols[:, None] + rows) ** 2
+    np.fill_diagonal(off, 0)
+    term_b = (1 - kappa) ** 2 * off.sum()
+    term_c = (kappa - chance * (1 - kappa)) ** 2
+    half = stats.norm.isf(0.025) * math.sqrt((term_a + term_b - term_c) / (1 - chance) ** 2 / n)
+    return kappa, kappa - half, kappa + half
+
+
+def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (statsmodels' `proportion_confint(..., method="wilson")`)."""
+    from scipy import stats
+
+    z2 = stats.norm.isf(alpha / 2) ** 2
+    p = successes / n
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = math.sqrt(z2) * math.sqrt(p * (1 - p) / n + z2 / (4 * n**2)) / (1 + z2 / n)
+    return center - half, center + half

@@ -15,6 +15,7 @@ from rag_core.common.fingerprint import text_hash
 from rag_core.metrics.judge import JUDGE_PROMPT
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import PARTITIONED
+from rag_core.search.cost import Cost, CostModel
 
 CHARS_PER_TOKEN = 4  # for prompt sizes: the chunk texts' characters / 4
 LLM_SECONDS = 1.0  # a rough time per call, before the client's concurrency
@@ -35,6 +36,7 @@ class Bill:
     holdout_questions: int = 0  # set aside: the finalists answer them after the selection
     selection_questions: int = 0  # the questions the configs are chosen on
     embedding_speeds: list[str] = field(default_factory=list)  # per model: the device and the rate assumed
+    cost_model: CostModel | None = None  # each config's steps and their costs (an adaptive search's)
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
@@ -113,6 +115,7 @@ def estimate(
                 bill.unpriced.add(model)
             else:
                 bill.cost_usd += cost
+    bill.cost_model = cost_model(plan, done, n_queries, chunk_tokens, price)
     steps = sum(new for _, new in partitions.values())
     bill.seconds = (
         sum(chars / chars_per_second(model) for (model, _), chars in texts.items())
@@ -136,25 +139,8 @@ def _llm_calls(plan: Plan, done, chunk_tokens: dict[str, float], n: int) -> dict
         for key in plan.keys(stage_name):
             if (stage_name, key) in done:
                 continue
-            c = plan.partition(stage_name, key).config
-            tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
-            r, rr, g = c.retrieval, c.rerank, c.generation
-            if stage_name == "retrievals" and (r.query_transform != "none" or r.hop_policy == "llm"):
-                if r.query_transform != "none":
-                    add(stage_name, r.query_model, n, 64, 128)
-                if r.iterates and r.hop_policy == "llm":  # at most: a sufficiency and a query per later hop
-                    passages = 64 + r.max_hops * c.fetch_k * tokens
-                    add(stage_name, r.hop_model, n * (r.max_hops - 1), passages, 4)
-                    add(stage_name, r.hop_model, n * (r.max_hops - 1), passages, 32)
-            elif stage_name == "rerankings" and rr.method == "llm":
-                add(stage_name, rr.model, n, 64 + rr.candidates * tokens, 64)
-            elif stage_name == "answers" and not g.is_reader:  # each sample its own call
-                add(stage_name, g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
-                if g.context == "compress":
-                    add(stage_name, g.context_model, n * r.top_k, 64 + tokens, tokens)
-            elif stage_name == "evaluations" and plan.sweep.judge_model:
-                prompt = 160 + max(0, len(plan.sweep.judge.prompt) - len(JUDGE_PROMPT)) // 4  # an aligned one
-                add(stage_name, plan.sweep.judge_model, n * g.samples, prompt + r.top_k * tokens, 8)
+            for model, calls, prompt, completion in partition_calls(plan, stage_name, key, chunk_tokens, n):
+                add(stage_name, model, calls, prompt, completion)
     opt = plan.sweep.optimize
     starts = _optimization_starts(plan)
     for key in starts:
@@ -189,3 +175,66 @@ def _optimization_starts(plan: Plan) -> list[str]:
     able = [plan.config(k) for k in plan.optimizable_keys]
     costliest = max(able, key=lambda c: (c.generation.samples, c.retrieval.top_k, c.generation.max_tokens))
     return [plan.key_of(costliest)]
+
+
+LLM_STAGES = ("retrievals", "rerankings", "answers", "evaluations")
+
+
+def partition_calls(
+    plan: Plan, stage_name: str, key: str, chunk_tokens: dict[str, float], n: int
+) -> list[tuple[str, int, float, float]]:
+    """(model, calls, prompt tokens per call, completion tokens per call) of computing one partition on
+    `n` questions (an upper bound: completions at max_tokens)."""
+    out: list[tuple[str, int, float, float]] = []
+
+    def add(model: str, calls: int, prompt: float, completion: float) -> None:
+        out.append((model, calls, prompt, completion))
+
+    c = plan.partition(stage_name, key).config
+    tokens = chunk_tokens.get(plan.key_of(c, "chunksets"), 0.0)
+    r, rr, g = c.retrieval, c.rerank, c.generation
+    if stage_name == "retrievals" and (r.query_transform != "none" or r.hop_policy == "llm"):
+        if r.query_transform != "none":
+            add(r.query_model, n, 64, 128)
+        if r.iterates and r.hop_policy == "llm":  # at most: a sufficiency and a query per later hop
+            passages = 64 + r.max_hops * c.fetch_k * tokens
+            add(r.hop_model, n * (r.max_hops - 1), passages, 4)
+            add(r.hop_model, n * (r.max_hops - 1), passages, 32)
+    elif stage_name == "rerankings" and rr.method == "llm":
+        add(rr.model, n, 64 + rr.candidates * tokens, 64)
+    elif stage_name == "answers" and not g.is_reader:  # each sample its own call
+        add(g.model, n * g.samples, 96 + r.top_k * tokens, g.max_tokens)
+        if g.context == "compress":
+            add(g.context_model, n * r.top_k, 64 + tokens, tokens)
+    elif stage_name == "evaluations" and plan.sweep.judge_model:
+        prompt = 160 + max(0, len(plan.sweep.judge.prompt) - len(JUDGE_PROMPT)) // 4  # an aligned one
+        add(plan.sweep.judge_model, n * g.samples, prompt + r.top_k * tokens, 8)
+    return out
+
+
+def cost_model(
+    plan: Plan,
+    done: set[tuple[str, str]],
+    n: int,
+    chunk_tokens: dict[str, float] | None = None,
+    price: Callable[[str, int, int], float | None] | None = None,
+) -> CostModel:
+    """Each config's steps, (stage, partition key) from chunkset to evaluation, with what computing each
+    costs on `n` questions: an embeddings partition is an index build (a corpus embedded), a stage's LLM
+    calls and their USD (where priced) are `partition_calls`'s, as the bill counts them; `done` is built.
+    Keyed by config key."""
+    tokens = chunk_tokens or {}
+    steps = {}
+    for config_key in plan.config_keys:
+        c = plan.config(config_key)
+        chain = []
+        for s in PARTITIONED:
+            key = plan.key_of(c, s.name)
+            cost = Cost(index_builds=float(s.name == "embeddings"))
+            if s.name in LLM_STAGES:
+                for model, calls, prompt, completion in partition_calls(plan, s.name, key, tokens, n):
+                    usd = price(model, int(calls * prompt), int(calls * completion)) if price else None
+                    cost = cost + Cost(llm_calls=float(calls), usd=usd or 0.0)
+            chain.append(((s.name, key), cost))
+        steps[config_key] = tuple(chain)
+    return CostModel(steps, set(done))

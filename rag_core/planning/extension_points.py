@@ -1,5 +1,5 @@
 """The extension points a team can add a component to, each with its registry: what `rag-sweep components`
-lists and what README's "Add a component" describes. A point's plug-ins register under its entry-point
+lists and what docs/guides/plugins.md describes. A point's plug-ins register under its entry-point
 group (the registry's `group`)."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rag_core.common.local_models import is_local, model_version
-from rag_core.components.stores import STORES, store_analyzers
+from rag_core.components.stores import STORES, store_analyzers, store_ann_types
 from rag_core.decision.holdout import (
     HOLDOUT,
     SELECTION,
@@ -149,6 +149,12 @@ class Plan:
                 raise SpecError(
                     f"{sweep.path}: field 'index.bm25_analyzer': {c.index.store} cannot apply "
                     f"{c.index.bm25_analyzer!r} ({why}); stores that can: {', '.join(able)}"
+                )
+            if c.index.ann.type not in store_ann_types(c.index.store):
+                able = [s for s in STORES.names() if c.index.ann.type in store_ann_types(s)]
+                raise SpecError(
+                    f"{sweep.path}: field 'index.ann': {c.index.store} has no {c.index.ann.type!r} index (it "
+                    f"builds {', '.join(store_ann_types(c.index.store))}); stores that have: {', '.join(able)}"
                 )
         partitions: dict[str, dict[str, Partition]] = {}
         found: dict[str | None, str | None] = {}  # each local model's folder is looked at once

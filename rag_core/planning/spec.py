@@ -14,10 +14,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rag_core.common.fingerprint import fingerprint, short_hash, slug
 from rag_core.data.qa.generation import QAGeneration
+from rag_core.planning.ann import AnnIndex
 from rag_core.planning.prompts import (
     ANSWER_PROMPT,
     COMPRESS_PROMPT,
@@ -31,7 +40,7 @@ from rag_core.planning.prompts import (
 DEFAULT_PROMPT = ANSWER_PROMPT
 DEFAULT_COMPRESS_PROMPT = COMPRESS_PROMPT
 
-# Default weights: 0.3 on retrieval, 0.7 on generation (see docs in README "Score weights").
+# Default weights: 0.3 on retrieval, 0.7 on generation (the `weights` setting: docs/reference/settings.md).
 DEFAULT_WEIGHTS = {
     "recall_at_k": 0.15,
     "ndcg_at_k": 0.15,
@@ -77,7 +86,7 @@ class SpecError(ValueError):
 
 class _Strict(BaseModel):
     # strict: `top_k: true` or `chunk_size: "512"` is an error naming the field, never coerced
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
 
 # ---- one concrete setting per stage -------------------------------------------------------------
@@ -88,12 +97,25 @@ class ChunkingConfig(_Strict):
     tokenizer with `unit: tokens`. `model` (the tokenizer / the semantic chunker's embedder) is filled from
     the config's embedding model when needed, so such a chunkset is keyed by it too."""
 
-    method: str  # a registered chunking method (rag_core/chunking/base.py): built in or a plug-in's
+    method: str
+    """How documents are cut: `fixed`, `sentence`, `paragraph`, `recursive`, `markdown` (never crosses a
+    Markdown/HTML heading, keeps a heading with its content, never splits code blocks or tables; the
+    heading path goes into chunk metadata and index text), `semantic` (cuts where adjacent sentences'
+    embeddings drift apart), or an installed plug-in's (`rag-sweep components`)."""
     chunk_size: int = Field(gt=0)
+    """Maximum chunk length, in `unit`s."""
     chunk_overlap: int = Field(ge=0)
+    """Units carried over from one chunk to the next, below `chunk_size` (`fixed`: exact; the others: the
+    whole trailing units that fit)."""
     unit: Literal["chars", "tokens"] = "chars"
+    """What sizes count: `chars`, or `tokens` of the embedder's own tokenizer (the chunkset key then names
+    the embedder)."""
     semantic_percentile: float = Field(default=90.0, gt=0.0, lt=100.0)
+    """`semantic` only: a break where the adjacent-sentence cosine distance exceeds this percentile of all
+    such distances in the corpus."""
     model: str | None = None
+    """The tokenizer (`unit: tokens`) or the semantic chunker's embedder; filled from the config's embedding
+    model when needed."""
 
     @field_validator("method")
     @classmethod
@@ -143,6 +165,9 @@ class ChunkingConfig(_Strict):
 
 class EmbeddingConfig(_Strict):
     model: str = Field(min_length=1)
+    """`all-MiniLM-L6-v2` (packaged, offline), an installed plug-in model's name, a local
+    sentence-transformers folder, or any litellm embedding model (`openai/text-embedding-3-small`,
+    `ollama/nomic-embed-text`)."""
 
     @property
     def key(self) -> str:
@@ -165,10 +190,30 @@ class IndexConfig(_Strict):
     deployment's store ($RAG_VECTOR_STORE, LanceDB by default); naming stores makes them a sweep dimension
     over one set of embeddings."""
 
-    store: str | None = (
-        None  # a registered vector store (rag_core/components/stores.py): built in or a plug-in's
-    )
+    store: str | None = None
+    """The index's vector store: `lancedb`, `qdrant`, `chroma`, `milvus`, `weaviate` or an installed
+    plug-in's (`rag-sweep components`). Unset: the deployment's store (`$RAG_VECTOR_STORE`, else LanceDB).
+    Named: a sweep dimension; every store indexes the same embeddings partition (the corpus is embedded
+    once) and the index partition key ends in `__<store>`."""
     bm25_analyzer: Literal[BM25_ANALYZERS] = "plain"
+    """How the keyword (BM25) index analyzes text, the same on every store. `plain`: lowercased runs of
+    letters and digits, no stemming, stop words or accent folding. `english`: plain + English stop words +
+    Snowball stemming + ASCII folding (LanceDB only; another store with `english` is an error on load).
+    `chinese`, `japanese`, `thai`: the project segments text and queries into words before the store sees
+    them (Chinese per ideograph, Japanese with SudachiPy mode A, Thai with PyThaiNLP newmm). A keyword
+    config follows `data.language` (zh, ja, th) unless it names its analyzer; an analyzer for another
+    language than `data.language` is an error. The segmenter's version joins the index fingerprint. See the
+    vector stores guide."""
+    ann: AnnIndex = AnnIndex()
+    """The vector search's structure (rag_core/planning/ann.py): `exact` (default: every chunk compared; on
+    Chroma and Weaviate, whose only index is HNSW, their HNSW at its defaults), `ivf_pq` (LanceDB:
+    `num_partitions`, `num_sub_vectors`; at search `nprobes` (20), `refine_factor`), `ivf_hnsw_sq` (LanceDB:
+    `num_partitions`, `m` (16), `ef_construction` (128); at search `ef` (64), `nprobes` (20)), `hnsw`
+    (Weaviate, Chroma, Milvus Lite: `m` (16), `ef_construction` (128), `ef` (64)), or a mapping `{type: ...,
+    <settings>}`. Qdrant's local mode searches exactly only. A store without the type is refused when the
+    sweep is planned. In the index's key (`__lancedb-ivf_pq-np20`) and fingerprint; `exact` keeps its keys
+    and fingerprints. Each approximate config's `ann_recall_at_k` (against the store's exact search),
+    `index_build_s` and `index_build_peak_mb` are on the board and in MLflow."""
 
     @field_validator("store")
     @classmethod
@@ -179,37 +224,83 @@ class IndexConfig(_Strict):
             STORES.get(v)  # UnknownComponent names the installed stores; PluginError the broken plug-in
         return v
 
+    @field_validator("ann", mode="before")
+    @classmethod
+    def _ann_by_name(cls, v: Any) -> Any:
+        return AnnIndex(type=v) if isinstance(v, str) else AnnIndex(**v) if isinstance(v, dict) else v
+
+    @model_serializer(mode="wrap")
+    def _exact_as_before(self, handler) -> dict[str, Any]:
+        # an exact index dumps as it did before `ann` existed: its fingerprints, keys and params unchanged
+        out = handler(self)
+        if not self.ann.approximate:
+            out.pop("ann", None)
+        return out
+
+    def effective(self) -> IndexConfig:
+        return self.model_copy(update={"ann": self.ann.effective()})
+
     @property
     def key(self) -> str:
-        return self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        key = self.store if self.bm25_analyzer == "plain" else f"{self.store}-{self.bm25_analyzer}"
+        return f"{key}-{self.ann.key}" if self.ann.approximate else key
 
 
 class RetrievalConfig(_Strict):
-    mode: str  # a registered retrieval mode (rag_core/components/retrieval_modes.py): vector, bm25, hybrid or a plug-in's
+    mode: str
+    """`vector`, `bm25` (the store's full-text index, analyzed by `index.bm25_analyzer`), `hybrid`, or an
+    installed plug-in's."""
     top_k: int = Field(gt=0, le=100)
+    """Chunks retrieved (or documents, see `k_unit`); the k of every retrieval metric."""
     hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+    """`hybrid`: 1 = pure vector, 0 = pure keyword (Weaviate's convention)."""
     fusion: Literal["rrf", "weighted"] = "rrf"
+    """`hybrid`: reciprocal rank fusion (`rrf`, k0 = 60) or alpha-weighted min-max scores (`weighted`)."""
     # Query transformation through an LLM (see rag_assets/retrievals.py); falls back to the question.
     query_transform: Literal["none", "rewrite", "multi_query", "hyde"] = "none"
+    """LLM query transformation before search: `rewrite` (one rewritten query), `multi_query` (`n_queries`
+    variants searched and fused by RRF with the question) or `hyde` (a hypothetical answer whose embedding
+    replaces the question's). An empty or failed reply falls back to the question (counted:
+    `n_query_transform_fallbacks`)."""
     query_model: str | None = None
+    """The litellm model of the query transformation; required with one."""
     n_queries: int = Field(default=3, ge=1, le=10)
+    """`multi_query`: the number of variants."""
     # the transformation's prompt, with {query} (and, for multi_query, {n}); unset: its built-in prompt
     query_prompt: str | None = None
+    """The query transformation's prompt, with `{query}` (and optionally `{n}`, multi_query's number of
+    queries); unset: the transformation's built-in prompt. In the retrievals key as `-qp<hash>` when set."""
     # A metadata filter applied to every search, in the seeds' format (rag_core/data/filters.py).
     filter: dict[str, Any] | None = None
+    """A metadata filter applied to every search: `{doc_id: d1}` (equality), `{year: {$gt: 2000}}`
+    (`$gt/$gte/$lt/$lte` on numbers), `{year: {$gte: 2000, $lt: 2010}}`, `{lang: {$in: [en, de]}}`, `{$and:
+    [...]}`; several fields are ANDed. Fields: `doc_id` and the corpus metadata's scalar keys; an unknown
+    field or bad operator is an error naming it. A list of filters is a sweep dimension."""
     # What k counts: chunks (default), or documents (retrieve until k distinct documents, so chunkings are
     # compared at equal document depth).
     k_unit: Literal["chunks", "documents"] = "chunks"
+    """What k counts: `chunks`, or `documents` (retrieve and rerank until k distinct documents are covered,
+    so small and large chunkings are compared at equal document depth; the key ends in `-docs`)."""
     # Iterative retrieval (rag_core/retrieval/hops.py): up to max_hops searches per question, each adding up
     # to top_k chunks of documents not found before. hop_policy decides whether to go on and what to search
     # next: `names` (offline: the question with the new names the last hop's documents bring; stop when there
     # is none) or `llm` (hop_model judges sufficiency and writes the next query). max_hops 1 is single-shot
     # retrieval, with the keys and fingerprints it always had.
     max_hops: int = Field(default=1, ge=1, le=5)
+    """Iterative retrieval: up to this many searches per question, each adding up to top_k chunks of
+    documents not found before (the agentic retrieval guide); 1 is single-shot retrieval, with its keys and
+    fingerprints; the key ends in `-hops<N>`."""
     hop_policy: Literal["names", "llm"] = "names"
+    """What decides to search again and what: the offline `names` rule, or `llm` (`hop_model`)."""
     hop_model: str | None = None
-    sufficiency_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
-    refine_prompt: str | None = None  # with {query} and {passages}; unset: the built-in one
+    """`hop_policy: llm`: the litellm model that judges whether the passages suffice and writes the next
+    query."""
+    sufficiency_prompt: str | None = None
+    """The hop model's sufficiency prompt, with `{query}` and `{passages}`; unset: the built-in one. A GEPA
+    component."""
+    refine_prompt: str | None = None
+    """The hop model's next-query prompt, with `{query}` and `{passages}`; unset: the built-in one. A GEPA
+    component."""
 
     @field_validator("mode")
     @classmethod
@@ -320,12 +411,22 @@ class RetrievalConfig(_Strict):
 class RerankConfig(_Strict):
     """Rerank `candidates` retrieved chunks down to the retrieval's top_k."""
 
-    method: str = "none"  # a registered reranker (rag_core/components/rerankers.py): built in or a plug-in's
+    method: str = "none"
+    """Rerank `candidates` retrieved chunks down to `top_k`: `none`, `mmr` (Maximal Marginal Relevance on
+    the embeddings), `llm` (an LLM ordering, parsed robustly; unlisted candidates kept after the listed
+    ones; unparsable: retrieval order, counted in `n_rerank_fallbacks`), `cross_encoder` (a
+    sentence-transformers CrossEncoder you supply; the torch extra), or an installed plug-in's (`model` is
+    passed to it)."""
     candidates: int = Field(default=20, gt=0, le=200)
+    """Chunks the retrieval fetches for the reranker (at least `top_k`)."""
     mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
-    model: str | None = None  # llm: a litellm model; cross_encoder: a sentence-transformers CrossEncoder path
+    """`mmr`: 1 = relevance only."""
+    model: str | None = None
+    """`llm`: a litellm model; `cross_encoder`: a CrossEncoder folder."""
     # the LLM reranker's prompt, with {query} and {passages}; unset: the built-in one
     prompt: str | None = None
+    """The LLM reranker's prompt, with `{query}` and `{passages}` (the numbered candidates); unset: the
+    built-in one. In the rerankings key as `-rp<hash>` when set."""
 
     @field_validator("prompt")
     @classmethod
@@ -387,23 +488,39 @@ class RerankConfig(_Strict):
 
 class GenerationConfig(_Strict):
     model: str = Field(min_length=1)
+    """`extractive` (offline), an installed plug-in reader's name (`rag-sweep components`), or any litellm
+    model (`gpt-4o-mini`, `ollama/llama3`, `openai/<model>` with `$RAG_LLM_API_BASE`)."""
     prompt_template: str = DEFAULT_PROMPT
+    """The answer prompt, with `{query}` and `{context}`; context blocks are numbered `[n] title: text`."""
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """The generator's sampling temperature."""
     max_tokens: int = Field(default=128, gt=0)
+    """The most tokens an answer may have."""
     # Context synthesis: `concat` numbered blocks, or `compress` each block with context_model to what
     # answers the question; context_max_tokens caps the context (tokens of the generation model, words
     # for the extractive reader).
     context: Literal["concat", "compress"] = "concat"
+    """`concat`: numbered `[n]` blocks; `compress`: each block compressed by `context_model` to the
+    sentences that answer (`NONE` drops it; a failed call keeps the block, counted in
+    `n_context_compression_fallbacks`)."""
     context_model: str | None = None
+    """The litellm model that compresses the context; required with `compress`."""
     # the compression prompt, with {query} and {passage}; unset: DEFAULT_COMPRESS_PROMPT
     context_prompt: str | None = None
+    """The compression prompt, with `{query}` and `{passage}`; unset: the built-in one, which keeps the
+    sentences that help and answers `NONE` when none does. In the answers key as `-cp<hash>` when set."""
     context_max_tokens: int | None = Field(default=None, gt=0)
+    """The context's token budget (tokens of the generation model; words for `extractive`): blocks in rank
+    order, the crossing one cut at a word boundary."""
     # Parent/child: retrieve small chunks, give the generator their parent section (markdown heading
     # section, else the whole document) instead; parents shared by several chunks appear once.
     context_expand: Literal["none", "parent"] = "none"
+    """`parent`: retrieve small chunks, give the generator each chunk's parent (its markdown section, else
+    its whole document), each parent once."""
     # how many times each question is answered: set from the sweep's `evaluation.samples` for a generator
     # that draws at random (temperature > 0); 1 otherwise
     samples: int = Field(default=1, ge=1, le=50)
+    """Filled in by the sweep from `evaluation.samples` for a generator with temperature > 0; 1 otherwise."""
 
     @field_validator("prompt_template")
     @classmethod
@@ -534,12 +651,23 @@ def _as_list(v: Any) -> list:
 
 class DataSpec(_Strict):
     corpus: str
+    """The corpus: Parquet or JSONL with `doc_id`, `text` (`title`, `metadata` optional), a folder of
+    `.txt`/`.md` files, or a BEIR dataset's folder; relative to the sweep file."""
     qa: str
+    """The QA set: Parquet or JSONL with `query_id`, `question`, `answers`, `relevant_doc_ids`, or a BEIR,
+    Ragas or MLflow evaluation dataset; relative to the sweep file."""
     max_queries: int | None = Field(default=None, gt=0)
+    """Use only the first N questions."""
     # the QA set's language (en, zh, de-CH): answers are normalized as MLQA's script does for it
     # (rag_core/metrics/languages.py); `auto`: each question's is detected; unset: SQuAD's English
     # normalization. A `language` column per question overrides it.
     language: str | None = None
+    """The QA set's language, a tag (`en`, `zh`, `de-CH`) or `auto`: its answers are normalized as MLQA's
+    evaluation does for it (Japanese and Thai cut into words by a segmenter, Korean per character; see the
+    metrics page, Other languages); a `language` column per question wins. `auto`: each question without
+    one gets the language detected from its gold documents' text, else its answers', else the question's
+    (py3langid, offline, deterministic; below 0.3 confidence a question is scored without a language).
+    Unset: SQuAD v1.1's English normalization."""
 
     @field_validator("language")
     @classmethod
@@ -550,18 +678,32 @@ class DataSpec(_Strict):
 
 
 class EvaluationSpec(_Strict):
-    judge_model: str | None = None  # a litellm model: adds faithfulness_judge (see rag_core/metrics/judge.py)
+    judge_model: str | None = None
+    """A litellm model that adds `faithfulness_judge`: it grades each answer's support in its context
+    (versioned prompt `faithfulness-v1`, parsed numeric verdict; failures counted in `n_judge_failures`)."""
     # people's labels of answers (question, answer, context, supported; rag_core/metrics/judge_agreement.py):
     # the judge is measured against them with each leaderboard, and a judge whose Cohen's kappa is below
     # min_kappa (or undefined) is reported but not weighted into the overall score
     judge_labels: str | None = None
+    """People's labels of answers (`question`, `answer`, `context`, `supported`; needs `judge_model`): each
+    leaderboard measures the judge against them, and a judge whose Cohen's kappa is below `min_kappa` (or
+    undefined) is reported but not weighted."""
     # a file holding the judge's prompt ({question}, {answer}, {context}), e.g. the aligned prompt
     # `rag-sweep calibrate-judge --align --aligned-out` writes; None: the built-in one (rag_core/metrics/judge.py)
     judge_prompt: str | None = None
+    """A file holding the judge's prompt instead of `faithfulness-v1` (needs `judge_model`), e.g. the
+    aligned one `calibrate-judge --align --aligned-out` writes; its content is in the evaluations'
+    fingerprint."""
     min_kappa: float = Field(default=0.6, ge=-1.0, le=1.0)
-    judge_threshold: float = Field(default=0.5, ge=0.0, le=1.0)  # a score at or above it is "supported"
+    """The kappa on `judge_labels` a judge needs for `faithfulness_judge` to be weighted into the overall
+    score."""
+    judge_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    """A judge score at or above it counts as "supported"."""
     # answers per question of a generator with temperature > 0: a question's scores are their mean
     samples: int = Field(default=1, ge=1, le=50)
+    """Answers per question of a generator with temperature > 0 (each its own call-cache entry): a
+    question's metrics are the mean of its samples, and the evaluation splits the score's variance between
+    questions and within them."""
 
 
 def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
@@ -586,15 +728,25 @@ def _metric_values(v: dict[str, float], what: str) -> dict[str, float]:
 class DecisionSpec(_Strict):
     """What the team can ship: limits a recommended config must meet, and which of the top tier to prefer."""
 
-    max_p95_latency_ms: float | None = Field(default=None, gt=0)  # retrieval + generation, per query
-    max_cost_per_1k_queries: float | None = Field(default=None, ge=0)  # USD, litellm's prices
-    min: dict[str, float] = Field(default_factory=dict)  # metric floors, e.g. {recall_at_k: 0.8}
+    max_p95_latency_ms: float | None = Field(default=None, gt=0)
+    """The recommended config's p95 of retrieval + generation time per query may not exceed it."""
+    max_cost_per_1k_queries: float | None = Field(default=None, ge=0)
+    """The recommended config's cost per 1,000 queries in USD (litellm's prices; 0 for local models) may
+    not exceed it."""
+    min: dict[str, float] = Field(default_factory=dict)
+    """Metric floors the recommended config must meet, e.g. `{recall_at_k: 0.8}`."""
     prefer: Literal["cheapest", "fastest", "best"] = "cheapest"
-    alpha: float = Field(default=0.05, gt=0, lt=1)  # family-wise error rate of the tier tests (Holm)
+    """Which config of the best qualifying tier to recommend: `cheapest`, `fastest` or `best` (then the
+    other of cheapest/fastest)."""
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    """Family-wise error rate of the tier tests (Holm)."""
     # the share of the QA set set aside before anything is chosen, on which the finalists are confirmed
     # (rag_core/decision/holdout.py); 0 turns it off. The split is seeded: the same on every run.
     holdout: float = Field(default=0.3, ge=0, lt=1)
+    """The share of questions set aside before anything is chosen, on which the finalists are confirmed; 0
+    turns it off."""
     holdout_seed: int = 0
+    """The seed of the holdout split (the same split on every run)."""
 
     @field_validator("min")
     @classmethod
@@ -608,10 +760,15 @@ class GateSpec(_Strict):
     `metric_margins` by its own); with `equivalence`, when it shows the difference within ±margin."""
 
     margin: float = Field(default=0.02, gt=0, lt=1)
-    metric_margins: dict[str, float] = Field(default_factory=dict)  # e.g. {recall_at_k: 0.02}
-    alpha: float = Field(default=0.05, gt=0, lt=0.5)  # family-wise, Holm over the candidates
-    power: float = Field(default=0.8, gt=0, lt=1)  # of the test an inconclusive verdict sizes
+    """`rag-sweep gate`: how far below the baseline's overall score a candidate may be and still pass."""
+    metric_margins: dict[str, float] = Field(default_factory=dict)
+    """Metrics tested against margins of their own too, e.g. `{recall_at_k: 0.02}`."""
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    """Family-wise error rate (Holm over the candidates)."""
+    power: float = Field(default=0.8, gt=0, lt=1)
+    """The power of the test whose size an inconclusive verdict reports."""
     equivalence: bool = False
+    """Two one-sided tests: pass only when shown within ±margin."""
 
     @field_validator("metric_margins")
     @classmethod
@@ -626,8 +783,23 @@ class SearchBudget(_Strict):
     """Where an adaptive search stops (it keeps what it found so far). max_configs also caps grid/random."""
 
     max_configs: int | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)  # LLM spend of this search
-    max_llm_calls: int | None = Field(default=None, gt=0)  # LLM calls made (answers from the cache are free)
+    """grid: the first N configs; random: N sampled with `search.seed`; bayesian: N configs evaluated by
+    `rag-sweep run`; halving: N sampled configs to start with."""
+    max_index_builds: int | None = Field(default=None, gt=0)
+    """cost_aware: corpora embedded (index builds) the search may pay for; never passed."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """bayesian, halving, cost_aware: stop once the search's LLM calls cost this much (litellm's prices)."""
+    max_llm_calls: int | None = Field(default=None, gt=0)
+    """bayesian, halving, cost_aware: stop once the search has paid for this many LLM calls (answers from
+    the call cache are free)."""
+
+    def in_cost_units(self):
+        """The caps a strategy that weighs costs keeps to (rag_core/search/cost.py)."""
+        from rag_core.search.cost import CostBudget
+
+        return CostBudget(
+            index_builds=self.max_index_builds, llm_calls=self.max_llm_calls, usd=self.max_cost_usd
+        )
 
 
 class SearchSpec(_Strict):
@@ -635,18 +807,29 @@ class SearchSpec(_Strict):
     bayesian: the plan holds every config; `rag-sweep run` evaluates `max_configs` of them, one at a time,
     chosen by Optuna's TPE from the results so far, preferring (among `pool` open suggestions) the one
     that reuses an existing index (rag_core/search). halving: every config answers `start_questions`
-    questions; a paired test drops those worse than the leader, the rest answer `growth` times more."""
+    questions; a paired test drops those worse than the leader, the rest answer `growth` times more.
+    cost_aware: like bayesian, one config at a time, the one with the most expected improvement per unit of
+    the cost it adds (index builds, LLM calls, USD, given what is built), never past budget.max_index_builds,
+    max_llm_calls or max_cost_usd (rag_core/search/cost_aware.py)."""
 
-    strategy: str = "grid"  # a registered search strategy (rag_core/search/strategies.py), or a plug-in's
+    strategy: str = "grid"
+    """How configs are chosen: `grid`, `random`, `bayesian` (Optuna's TPE), `halving` (successive halving
+    over questions), `cost_aware` (expected improvement per unit of new cost), or an installed plug-in's."""
     budget: SearchBudget = Field(default_factory=SearchBudget)
+    """Where a search stops (it keeps what it found so far)."""
     seed: int = 0
-    pool: int = Field(default=4, ge=1, le=32)  # bayesian: open suggestions to pick the cheapest from
+    """The seed of random sampling and of the TPE sampler."""
+    pool: int = Field(default=4, ge=1, le=32)
+    """bayesian: open TPE suggestions to choose the cheapest from (1: plain TPE)."""
     # bayesian: what TPE optimizes; several make it multi-objective (lower latency and cost are better)
     objectives: list[Literal["overall_score", "p95_latency_ms", "cost_per_1k_queries"]] = Field(
         default_factory=lambda: ["overall_score"], min_length=1
     )
-    start_questions: int = Field(default=10, ge=2)  # halving: the first rung's questions
-    growth: float = Field(default=2.0, gt=1)  # halving: each rung's questions × growth
+    """bayesian: what TPE optimizes; several make it multi-objective (latency and cost minimized)."""
+    start_questions: int = Field(default=10, ge=2)
+    """halving: the first rung's questions."""
+    growth: float = Field(default=2.0, gt=1)
+    """halving: the factor each rung's questions grow by."""
 
     @field_validator("strategy")
     @classmethod
@@ -655,6 +838,22 @@ class SearchSpec(_Strict):
 
         STRATEGIES.get(v)  # UnknownComponent names the installed strategies
         return v
+
+    @model_validator(mode="after")
+    def _budget_in_builds_kept(self) -> SearchSpec:
+        import inspect
+
+        from rag_core.search.strategies import STRATEGIES
+
+        factory = STRATEGIES.get(self.strategy).factory
+        if self.budget.max_index_builds is not None and (
+            factory is None or "budget" not in inspect.signature(factory).parameters
+        ):
+            raise ValueError(
+                f"budget.max_index_builds: search.strategy {self.strategy!r} cannot keep to a budget in index "
+                "builds (cost_aware does)"
+            )
+        return self
 
     @property
     def how(self) -> str:
@@ -704,8 +903,11 @@ class OptimizeBudget(_Strict):
     its iterations: the calls are kept within max_metric_calls (room for one iteration is kept), while the
     spend may pass max_cost_usd by one iteration's calls."""
 
-    max_metric_calls: int = Field(default=300, gt=0)  # questions answered and scored, the seed's included
-    max_cost_usd: float | None = Field(default=None, gt=0)  # the provider's price of the calls it paid for
+    max_metric_calls: int = Field(default=300, gt=0)
+    """Questions answered and scored, the seed's included."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """The provider's price of the calls the optimization paid for (may be passed by one iteration's
+    calls)."""
 
 
 class OptimizeSpec(_Strict):
@@ -714,14 +916,23 @@ class OptimizeSpec(_Strict):
     prompts become a new config, evaluated like every other."""
 
     components: list[str] = Field(default_factory=lambda: ["answer_prompt"], min_length=1)
-    reflection_model: str = Field(min_length=1)  # a litellm model that reads failures and proposes prompts
+    """The text components GEPA evolves: `answer_prompt`, `compress_prompt`, `rerank_prompt`,
+    `rewrite_prompt`, `sufficiency_prompt`, `refine_prompt`; a component no config uses is an error."""
+    reflection_model: str = Field(min_length=1)
+    """A litellm model that reads failed answers and proposes new prompts."""
     # which configs start an optimization: the recommendation among the sweep's own configs, its top tier,
     # or config keys / labels
     configs: Literal["recommended", "top_tier"] | list[str] = "recommended"
+    """The configs an optimization starts from, among the sweep's own: `recommended`, `top_tier`, or a list
+    of config keys or labels."""
     budget: OptimizeBudget = Field(default_factory=OptimizeBudget)
-    val_share: float = Field(default=0.5, gt=0, lt=1)  # of the selection questions: GEPA's validation set
-    minibatch: int = Field(default=3, ge=1, le=50)  # questions a proposal is tried on before validation
+    """Where an optimization stops, keeping the best prompts found so far."""
+    val_share: float = Field(default=0.5, gt=0, lt=1)
+    """The share of the selection questions GEPA validates on."""
+    minibatch: int = Field(default=3, ge=1, le=50)
+    """Questions a proposal is tried on before validation."""
     seed: int = 0
+    """The seed of GEPA's split and sampling."""
 
     @field_validator("components")
     @classmethod
@@ -765,24 +976,42 @@ class OptimizeSpec(_Strict):
 
 class SweepFile(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The sweep's name: its MLflow experiment, registered model and leaderboard file."""
     description: str = ""
+    """Free text."""
     data: DataSpec
+    """The corpus and the QA set."""
     chunking: dict[str, Any] | list[dict[str, Any]]
+    """How documents are cut into chunks (the settings below); each field may be one value or a list."""
     embedding: dict[str, Any] | list[dict[str, Any]] = Field(
         default_factory=lambda: {"model": "all-MiniLM-L6-v2"}
     )
+    """The embedding model; each field may be one value or a list."""
     index: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=dict)
+    """Where the index lives and how it analyzes keywords; each field may be one value or a list."""
     retrieval: dict[str, Any] | list[dict[str, Any]]
+    """How chunks are retrieved; each field may be one value or a list."""
     rerank: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"method": "none"})
+    """How retrieved chunks are reranked; each field may be one value or a list."""
     generation: dict[str, Any] | list[dict[str, Any]] = Field(default_factory=lambda: {"model": "extractive"})
+    """How answers are written; each field may be one value or a list."""
     weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    """metric -> weight: the overall score is the weighted mean of these metrics (any weightable metric,
+    the metrics reference, or an installed plug-in's); default 0.3 retrieval (recall@k 0.15, nDCG@k 0.15)
+    and 0.7 generation (exact match 0.2, token F1 0.35, faithfulness 0.15)."""
     search: SearchSpec = Field(default_factory=SearchSpec)
+    """How the configs to evaluate are chosen."""
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    """The LLM judge and its calibration."""
     decision: DecisionSpec = Field(default_factory=DecisionSpec)
+    """What the team can ship: limits, preference, the tiers' error rate and the holdout."""
     # the QA set written from the corpus by an LLM into data.qa when that file does not exist yet
     qa_generation: QAGeneration | None = None
+    """The QA set written from the corpus by an LLM into `data.qa` when that file does not exist yet."""
     optimize: OptimizeSpec | None = None
+    """Prompt optimization (GEPA) of the recommended or top-tier configs."""
     gate: GateSpec = Field(default_factory=GateSpec)
+    """The test `rag-sweep gate` and the champion's `not_worse_than_champion` check run."""
 
     @field_validator("weights")
     @classmethod

@@ -4,7 +4,9 @@ A candidate is a dict {dimension: value}. The `expensive` dimensions (chunking a
 the index) cost an index build the first time a combination of their values is seen; the rest (top_k, a
 reranker, a generator) run over an existing index and cost one evaluation. `llm_usd` prices a candidate's
 LLM calls per query (litellm's table, filled by the caller): among equally cheap moves in index builds,
-the cheaper LLM is preferred.
+the cheaper LLM is preferred. `cost_model` (rag_core/search/cost.py), when the caller knows the stage graph,
+says in cost units what each candidate costs given what is built; without one it is derived from
+`expensive` (an index build per new combination, nothing else counted).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
+
+from rag_core.search.cost import Cost, CostModel
 
 Candidate = dict[str, Any]
 
@@ -24,6 +28,7 @@ class Space:
     built: set[tuple] = field(default_factory=set)  # indexes that exist
     candidates: list[Candidate] | None = None  # the valid points, when not every combination is one
     llm_usd: dict[tuple, float] = field(default_factory=dict)  # candidate key -> LLM USD per query
+    cost_model: CostModel | None = None  # keyed by `key`; None: derived from `expensive`
 
     def __post_init__(self) -> None:
         unknown = set(self.expensive) - set(self.dims)
@@ -66,6 +71,17 @@ class Space:
 
     def mark_built(self, c: Candidate) -> None:
         self.built.add(self.index_of(c))
+        self.costs().mark_built(self.key(c))
+
+    def costs(self) -> CostModel:
+        """The cost model of the candidates in cost units (given, or an index build per new `expensive`
+        combination)."""
+        if self.cost_model is None:
+            self.cost_model = CostModel(
+                {self.key(c): ((("index", self.index_of(c)), Cost(index_builds=1.0)),) for c in self.all()},
+                {("index", i) for i in self.built},
+            )
+        return self.cost_model
 
     def __len__(self) -> int:
         if self.candidates is not None:

@@ -187,7 +187,10 @@ def _adapt(name: str, obj: object) -> SearchStrategy:
 
 
 STRATEGIES: Registry[SearchStrategy] = Registry(
-    "search strategy", "rag_sweep.search_strategies", ("rag_core.search.strategies",), _adapt
+    "search strategy",
+    "rag_sweep.search_strategies",
+    ("rag_core.search.strategies", "rag_core.search.cost_aware"),
+    _adapt,
 )
 for _strategy in (
     SearchStrategy("grid", "every config, or the first budget.max_configs", "upfront", Grid, Grid.choose),
@@ -215,7 +218,7 @@ for _strategy in (
 
 def make(name: str, space: Space, seed: int = 0, **options) -> Strategy:
     """A registered strategy over `space` by name, given the options its constructor takes (bayesian:
-    directions, pool, n_startup_trials)."""
+    directions, pool, n_startup_trials; cost_aware: directions, budget)."""
     strategy = STRATEGIES.get(name)
     if strategy.factory is None:
         raise ValueError(f"search strategy {name!r} proposes no single configs (it runs as {strategy.how})")

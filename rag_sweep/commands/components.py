@@ -12,7 +12,9 @@ def add_parser(sub) -> None:
         help="list every installed component (chunkers, embedders, stores, rerankers, generators, metrics, "
         "search strategies), plug-ins included",
     )
-    cmd.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
+    cmd.add_argument(
+        "--markdown", action="store_true", help="as a Markdown table (the one docs/guides/plugins.md shows)"
+    )
 
 
 def run(args) -> int:

@@ -39,8 +39,8 @@ def add_parsers(sub) -> None:
     )
     srv.add_argument("model", help="a model folder, or models:/NAME@ALIAS or models:/NAME/N")
     srv.add_argument("--fingerprint", help="the folder fingerprint to hold it to (as verify-model takes)")
-    srv.add_argument("-p", "--port", type=int, default=5001)
-    srv.add_argument("-H", "--host", default="127.0.0.1")
+    srv.add_argument("-p", "--port", type=int, default=5001, help="the port to serve on (default 5001)")
+    srv.add_argument("-H", "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
 
 
 def export(args) -> int:

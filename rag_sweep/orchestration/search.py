@@ -32,11 +32,13 @@ import dagster as dg
 import polars as pl
 
 from rag_core.metrics import overall_score
+from rag_core.planning.bill import CHARS_PER_TOKEN, cost_model
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig
 from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, stage
-from rag_core.search import Halving, Space, make
+from rag_core.search import CostModel, Halving, Space, make
 from rag_core.search.halving import question_scores
+from rag_core.search.strategies import STRATEGIES
 from rag_sweep.orchestration.todo import Complete, completed, input_fingerprints
 from resources.artifacts import ArtifactRef
 from resources.llm_cache import open_cache
@@ -135,7 +137,8 @@ class SearchReport:
     index_builds: int  # new vector_index partitions this run materialized
     llm_calls: int  # LLM calls this search paid for (answers from the call cache are free)
     llm_cost_usd: float  # what they cost
-    stopped_by: str  # "max_configs", "max_cost_usd", "max_llm_calls", "space" (all evaluated), "halving"
+    # "max_configs", "max_cost_usd", "max_llm_calls", "max_index_builds", "space" (all evaluated), "halving"
+    stopped_by: str
     dropped: dict[str, int] | None = None  # halving: config -> questions it answered when dropped
 
 
@@ -171,6 +174,23 @@ def objective_values(summary: dict, weights: dict[str, float], objectives: list[
     return tuple(values[o] for o in objectives)
 
 
+COST_UNITS = {"index_builds": "max_index_builds", "llm_calls": "max_llm_calls", "usd": "max_cost_usd"}
+
+
+def search_costs(plan: Plan, keys: dict[tuple, str], built: set, n_queries: int) -> CostModel:
+    """The plan's cost model (rag_core/planning/bill.py, as `rag-sweep plan` bills it) keyed by candidate,
+    `built`: the (stage, key) steps that existed when the search began."""
+    from resources.llm import price
+
+    # a chunk's tokens before its chunks exist: its size (characters / 4), as the bill assumes for a prompt
+    tokens = {}
+    for c in plan.configs:
+        ch = c.chunking
+        tokens[plan.key_of(c, "chunksets")] = ch.chunk_size / (1 if ch.unit == "tokens" else CHARS_PER_TOKEN)
+    model = cost_model(plan, built, n_queries, tokens, price)
+    return CostModel({ck: model.steps[k] for ck, k in keys.items()}, set(built))
+
+
 def run_search(
     plan: Plan,
     todo: list[tuple[str, str | None]],
@@ -181,17 +201,30 @@ def run_search(
     resume: bool = True,
     admission: Admission | None = None,
     known: list[str] | None = None,
+    built: set | None = None,
+    n_queries: int = 1,
 ) -> SearchReport:
     """Evaluate up to `budget.max_configs` configs chosen by the sweep's strategy. `todo` holds the (stage,
     key) steps that are not complete yet (a chosen config's evaluation always runs); `summary_of(config
     key)` is that config's evaluation summary, or None when it has none that these inputs give; `spent`
     reads the LLM call ledger; `admission`: which configs were let past the LLM budget already (a replay:
     no budget is asked for what is already paid); `known`: the configs to resume from (default: every config
-    `summary_of` knows)."""
+    `summary_of` knows); `built`: the steps that existed when the search began (default: those not in
+    `todo`), and `n_queries` the questions an evaluation answers, for a strategy that weighs costs."""
     search = plan.sweep.search
     space, key_of = space_of(plan)
+    if built is None:
+        built = {(s, k) for s, keys in plan.partitions.items() for k in keys} - set(todo)
+    space.cost_model = search_costs(plan, key_of, built, n_queries)
     directions = [DIRECTIONS[o] for o in search.objectives]
-    strategy = make(search.strategy, space, seed=search.seed, pool=search.pool, directions=directions)
+    strategy = make(
+        search.strategy,
+        space,
+        seed=search.seed,
+        pool=search.pool,
+        directions=directions,
+        budget=search.budget.in_cost_units(),
+    )
     budget = plan.trial_budget
     pending = set(todo)
     evaluated, builds = [], 0
@@ -213,6 +246,9 @@ def run_search(
             stopped_by = "max_configs" if budget < len(plan.config_keys) else "space"
             break
         if (c := strategy.propose()) is None:
+            # a strategy that knows costs stops when no candidate fits the budget
+            if unit := getattr(strategy, "exhausted", None):
+                stopped_by = COST_UNITS[unit]
             break
         key = key_of[space.key(c)]
         if reason := (admission or Admission()).check(plan, spent, key, None):
@@ -330,6 +366,9 @@ class SearchState:
     message: str = ""
     resumed: float = 0.0  # when it was last started or continued: a failure before that was retried
     begun: list = field(default_factory=list)  # [config, rung] evaluations begun (see Admission)
+    built: list = field(
+        default_factory=list
+    )  # [stage, key] steps complete when it began (a sequential search's)
 
     @staticmethod
     def file(data: Path, sweep: str) -> Path:
@@ -369,8 +408,19 @@ def begin_search(
             if plan.sweep.search.sequential and not force
             else []
         )
+        # what a new config would reuse, fixed at the start so that every replay weighs costs alike
+        built = (
+            [[s, k] for s, keys in plan.partitions.items() for k in keys if complete(s, k) is not None]
+            if plan.sweep.search.sequential and not force
+            else []
+        )
         state = SearchState(
-            SearchState.file(data, plan.sweep.name), uuid.uuid4().hex[:12], time.time(), force, known
+            SearchState.file(data, plan.sweep.name),
+            uuid.uuid4().hex[:12],
+            time.time(),
+            force,
+            known,
+            built=built,
         )
     if budget is not None:
         state.budget = {k: v for k, v in budget.items() if v is not None}
@@ -486,6 +536,14 @@ class SearchController:
             self._ids = ref.read()["query_id"].to_list()
         return self._ids
 
+    def _questions_if_weighed(self) -> int:
+        """The questions an evaluation answers, where the strategy weighs LLM calls (cost_aware); else 1."""
+        from rag_core.search.cost_aware import CostAware
+
+        if STRATEGIES.get(self.plan.sweep.search.strategy).factory is not CostAware:
+            return 1
+        return len(self.question_ids())
+
     def advance(self, progress: Callable[[str], None] = lambda _: None) -> Advance:
         """Replay the search: the steps it needs next, or its report when it is over."""
         self.ran = set(runs_of(self.instance, self.state, [dg.DagsterRunStatus.SUCCESS]))
@@ -522,6 +580,8 @@ class SearchController:
                     resume=bool(self.state.known),
                     admission=self.admission,
                     known=self.state.known,
+                    built={(s, k) for s, k in self.state.built},
+                    n_queries=self._questions_if_weighed(),
                 )
         except Pending as p:
             return Advance(list(dict.fromkeys(p.steps)))  # shared upstream steps once

@@ -36,7 +36,7 @@ def require_deployment(data_dir) -> None:
     if missing:
         raise DataDirError(
             f"data dir {data_dir} is on object storage, which needs a deployment: set {'; '.join(missing)} "
-            "(README, Deployment)"
+            "(docs/guides/deployment.md)"
         )
 
 
@@ -47,7 +47,7 @@ def require_fleet(data_dir) -> None:
     if not is_remote(data_dir):
         raise DataDirError(
             f"$RAG_EXECUTOR=celery: the workers cannot reach data dir {data_dir} (a local directory): use "
-            "object storage, s3://bucket/prefix (README, Deployment)"
+            "object storage, s3://bucket/prefix (docs/guides/deployment.md)"
         )
     require_deployment(data_dir)
     if not celery_broker_url():
@@ -62,7 +62,7 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
     if is_remote(data_dir):
         raise DataDirError(
             f"data dir {data_dir}: on object storage the runs are recorded in the deployment's Dagster "
-            "instance: set $DAGSTER_HOME (with PostgreSQL storage, deploy/dagster.yaml; see README, Deployment)"
+            "instance: set $DAGSTER_HOME (with PostgreSQL storage, deploy/dagster.yaml; see docs/guides/deployment.md)"
         )
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)

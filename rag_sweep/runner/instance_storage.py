@@ -15,10 +15,13 @@ from contextlib import contextmanager
 import sqlalchemy as db
 
 from rag_sweep.dagster_private import (
-    SQLITE_BUSY_TIMEOUT_SECONDS,
     ConsolidatedSqliteEventLogStorage,
     SqliteRunStorage,
 )
+
+# how long a connection waits for another's write lock, as Dagster 1.13's own storages (1.12's: pysqlite's
+# 5 s default); a run's steps and the CLI's reads share the files
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
 
 
 class _KeptEngine:

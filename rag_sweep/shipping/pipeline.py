@@ -355,7 +355,9 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
             rows = self.chunks.select(
                 "chunk_id", "doc_id", self.chunks["index_text"].alias("text"), "metadata"
             ).to_dicts()
-            store.upsert(self.collection, rows, vectors, self.config.index.bm25_analyzer)
+            index = self.config.index  # an approximate index is rebuilt with its settings, as evaluated
+            ann = {"ann": index.ann} if index.ann.approximate else {}
+            store.upsert(self.collection, rows, vectors, index.bm25_analyzer, **ann)
             return store
         url, grpc_port, _ = weaviate_settings()
         store = VectorStores(

@@ -31,6 +31,7 @@ from rag_core.retrieval.keywords import FIELD, keyword_text, segments
 from rag_core.retrieval.retrieve import TIE_MARGIN, Hit, ranked
 
 if TYPE_CHECKING:
+    from rag_core.planning.ann import AnnIndex
     from resources.vector_stores import VectorStores
 
 Conditions = tuple[Condition, ...]
@@ -55,11 +56,20 @@ class VectorStore(abc.ABC):
     # ---- what a backend implements ------------------------------------------------------------
 
     @abc.abstractmethod
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
+    def upsert(
+        self,
+        collection: str,
+        rows: list[dict],
+        vectors: np.ndarray,
+        analyzer: str = "plain",
+        ann: AnnIndex | None = None,
+    ) -> int:
         """Build the collection from rows and vectors (replacing any previous build, which readers keep
         seeing until the new one is complete), its keyword index with the BM25 `analyzer` (plain, english,
-        or a segmenting one over the rows' `keywords`: keyword_rows; see rag_core/planning/spec.py); return
-        the count."""
+        or a segmenting one over the rows' `keywords`: keyword_rows; see rag_core/planning/spec.py) and its
+        vector index `ann` (None or exact: as always; an approximate one of the store's `ann_types`, whose
+        search settings its vector searches then use); return the count. A plug-in that builds no
+        approximate index may leave `ann` out: it is passed only when approximate."""
 
     def _check_analyzer(self, analyzer: str) -> None:
         offered = store_analyzers(self.backend)
@@ -67,6 +77,13 @@ class VectorStore(abc.ABC):
             raise ValueError(
                 f"{self.backend} cannot apply the BM25 analyzer {analyzer!r}; it offers {', '.join(offered)}"
             )
+
+    def _check_ann(self, ann: AnnIndex | None) -> None:
+        from rag_core.components.stores import store_ann_types
+
+        if ann is not None and ann.type not in store_ann_types(self.backend):
+            offered = ", ".join(store_ann_types(self.backend))
+            raise ValueError(f"{self.backend} has no {ann.type!r} index; it builds {offered}")
 
     def _segmentation(self, collection: str) -> str | None:
         """The segmenting analyzer (chinese, japanese, thai) the collection's keyword index was built with,
@@ -81,6 +98,14 @@ class VectorStore(abc.ABC):
     @abc.abstractmethod
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         """Top-k by cosine similarity (score = cosine, higher is better)."""
+
+    def _exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions
+    ) -> list[Hit]:
+        """Top-k by cosine similarity comparing every row, whatever index the collection was built with: the
+        reference an approximate index's recall is measured against. A store whose only search is exact
+        keeps this default."""
+        return self._vector_search(collection, vector, k, where)
 
     @abc.abstractmethod
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
@@ -132,6 +157,12 @@ class VectorStore(abc.ABC):
     ) -> list[Hit]:
         return self._vector_search(collection, vector, k, self._conditions(collection, where))
 
+    def exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: dict | None = None
+    ) -> list[Hit]:
+        """vector_search comparing every row (an approximate index's reference: ann_recall_at_k)."""
+        return self._exact_vector_search(collection, vector, k, self._conditions(collection, where))
+
     def keyword_search(self, collection: str, query: str, k: int, where: dict | None = None) -> list[Hit]:
         conditions = self._conditions(collection, where)
         return self._keyword_search(collection, self._keyword_query(collection, query), k, conditions)
@@ -175,6 +206,19 @@ class VectorStore(abc.ABC):
         else:  # hybrid
             hits = self.hybrid_search(collection, query, vector, depth, alpha, fusion, where)
         return ranked(hits, k)
+
+
+def brute_force(rows: list[dict], matrix: np.ndarray, vector: np.ndarray, k: int) -> list[Hit]:
+    """The top k of `rows` (chunk_id, doc_id, text) by the cosine of their vectors (`matrix`) with `vector`:
+    an exact search over vectors a store hands back, for a store whose own search is approximate."""
+    if not rows:
+        return []
+    m = np.asarray(matrix, np.float32)
+    q = np.asarray(vector, np.float32)
+    norms = np.linalg.norm(m, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+    scores = (m @ q) / np.maximum(norms, 1e-12)
+    top = np.argsort(-scores, kind="stable")[:k]
+    return [Hit(rows[i]["chunk_id"], rows[i]["doc_id"], rows[i]["text"], float(scores[i])) for i in top]
 
 
 def keyword_rows(rows: list[dict], analyzer: str) -> list[dict]:

@@ -22,7 +22,7 @@ import numpy as np
 from rag_core.data.filters import matches
 from rag_core.retrieval import bm25
 from rag_core.retrieval.keywords import FIELD, segments
-from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.base import Conditions, Hit, brute_force
 from resources.vector_stores.embedded import EmbeddedStore
 
 NAME = "chunks"
@@ -49,22 +49,35 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
     def _root(self) -> str:
         return self.path
 
-    def _collection(self, physical: str, create: bool = False):
+    def _collection(self, physical: str, create: bool = False, ann=None):
         import chromadb
 
         client = chromadb.PersistentClient(
             path=str(Path(self.path) / physical), settings=chromadb.Settings(anonymized_telemetry=False)
         )
         if create:
-            return client.create_collection(
-                NAME, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
-            )
+            hnsw = {"space": "cosine"}  # exact: Chroma's HNSW at its own defaults, as always
+            if ann is not None:
+                s = ann.settings()
+                hnsw |= {
+                    "max_neighbors": s["m"],
+                    "ef_construction": s["ef_construction"],
+                    "ef_search": s["ef"],
+                }
+            return client.create_collection(NAME, embedding_function=None, configuration={"hnsw": hnsw})
         return client.get_collection(NAME, embedding_function=None)
 
     def _build(
-        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+        self,
+        physical: str,
+        rows: list[dict],
+        vectors,
+        fields: dict,
+        values: list[dict],
+        analyzer: str,
+        ann=None,
     ) -> None:
-        coll = self._collection(physical, create=True)
+        coll = self._collection(physical, create=True, ann=ann)
         metas = [
             {**attrs, "chunk_id": r["chunk_id"], "metadata": r.get("metadata", "{}")}
             for r, attrs in zip(rows, values, strict=True)
@@ -91,6 +104,21 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
         with _BM25_LOCK:
             _BM25.pop(str(folder), None)
         shutil.rmtree(folder, ignore_errors=True)
+
+    def _exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions
+    ) -> list[Hit]:
+        def run(physical):
+            got = self._collection(physical).get(
+                where=chroma_where(where), include=["embeddings", "documents", "metadatas"]
+            )
+            rows = [
+                {"chunk_id": cid, "doc_id": meta["doc_id"], "text": doc}
+                for cid, meta, doc in zip(got["ids"], got["metadatas"], got["documents"], strict=True)
+            ]
+            return brute_force(rows, np.asarray(got["embeddings"]), vector, k)
+
+        return self._read(collection, run)
 
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         def run(physical):

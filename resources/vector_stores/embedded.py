@@ -56,6 +56,7 @@ class AliasDirectory:
             "fields": record.get("fields") or {"doc_id": "str"},
             "count": record.get("count"),  # records written before counts were kept have none
             "analyzer": record.get("analyzer"),  # only a segmenting analyzer is recorded
+            "ann": record.get("ann"),  # only an approximate index is recorded (its type and settings)
         }
 
     def point(
@@ -65,13 +66,17 @@ class AliasDirectory:
         fields: dict[str, str],
         count: int | None = None,
         analyzer: str | None = None,
+        ann: dict | None = None,
     ) -> dict | None:
         """Move the alias to `physical` (a finished build of `count` rows, its keyword index segmented by
-        `analyzer`, None: plain or english); return the previous record."""
+        `analyzer`, None: plain or english; its approximate vector index `ann`, None: exact); return the
+        previous record."""
         previous = self.get(collection)
         record = {"physical": physical, "fields": fields, "count": count}
         if analyzer:  # a plain or english build's record is as before
             record["analyzer"] = analyzer
+        if ann:  # an exact build's likewise
+            record["ann"] = ann
         atomic_write_bytes(self._path(collection), json.dumps(record).encode())
         return previous
 
@@ -140,20 +145,24 @@ class EmbeddedStore(VectorStore):
     gets rows that also hold `keywords` (base.keyword_rows), to index for BM25 split only at spaces, and its
     `_keyword_search` gets queries segmented the same way; the alias record names the analyzer."""
 
-    def upsert(self, collection: str, rows: list[dict], vectors, analyzer: str = "plain") -> int:
+    def upsert(self, collection: str, rows: list[dict], vectors, analyzer: str = "plain", ann=None) -> int:
         self._check_analyzer(analyzer)
+        ann = ann if ann is not None and ann.approximate else None
+        self._check_ann(ann)
         fields, values = filterable_attributes(rows, reserved_fields(analyzer))
         rows = keyword_rows(rows, analyzer)
         physical = new_physical(collection)
         try:
-            self._build(physical, rows, vectors, fields, values, analyzer)
+            # a store without approximate indexes (Qdrant's local mode, a plug-in's) never gets `ann`
+            self._build(physical, rows, vectors, fields, values, analyzer, **({"ann": ann} if ann else {}))
             count = self._count(physical)
             if count != len(rows):
                 raise RuntimeError(f"{collection}: {self.backend} holds {count} of {len(rows)} rows")
         except BaseException:
             self._drop(physical)  # nothing half-built is left behind
             raise
-        self._publish(collection, physical, fields, count, analyzer if reserved_fields(analyzer) else None)
+        segmenting = analyzer if reserved_fields(analyzer) else None
+        self._publish(collection, physical, fields, count, segmenting, ann.model_dump() if ann else None)
         return len(rows)
 
     @abc.abstractmethod
@@ -165,10 +174,11 @@ class EmbeddedStore(VectorStore):
         fields: dict[str, str],
         values: list[dict],
         analyzer: str,
+        ann=None,
     ) -> None:
-        """Write a new build: every row with its vector, the filterable `fields` (typed `values`) and a
+        """Write a new build: every row with its vector, the filterable `fields` (typed `values`), a
         keyword index with the BM25 `analyzer` (a segmenting one: over the rows' `keywords`, split at spaces
-        only)."""
+        only) and the approximate vector index `ann` (rag_core/planning/ann.py AnnIndex; None: exact)."""
 
     @property
     @abc.abstractmethod
@@ -209,10 +219,16 @@ class EmbeddedStore(VectorStore):
             return run(latest["physical"])
 
     def _publish(
-        self, collection: str, physical: str, fields: dict[str, str], count: int, analyzer: str | None = None
+        self,
+        collection: str,
+        physical: str,
+        fields: dict[str, str],
+        count: int,
+        analyzer: str | None = None,
+        ann: dict | None = None,
     ) -> None:
         """Point the collection at a finished build, then drop the build it replaced."""
-        previous = self._aliases.point(collection, physical, fields, count, analyzer)
+        previous = self._aliases.point(collection, physical, fields, count, analyzer, ann)
         if previous:
             self._drop(previous["physical"])
 
@@ -221,6 +237,10 @@ class EmbeddedStore(VectorStore):
 
     def _segmentation(self, collection: str) -> str | None:
         return self._record(collection)["analyzer"]
+
+    def _ann(self, collection: str) -> dict:
+        """The approximate index the collection's build has ({} exact): its type and settings."""
+        return self._record(collection)["ann"] or {}
 
     def delete(self, collection: str) -> None:
         previous = self._aliases.remove(collection)

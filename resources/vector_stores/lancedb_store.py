@@ -51,6 +51,26 @@ def sql_where(where: Conditions) -> str | None:
     return " AND ".join(parts) or None
 
 
+def _vector_index(ann):
+    """LanceDB's index config of an approximate index (rag_core/planning/ann.py), by cosine distance; unset
+    sizes are LanceDB's own choice from the row count."""
+    import lancedb
+
+    s = ann.settings()
+    if ann.type == "ivf_pq":
+        return lancedb.index.IvfPq(
+            distance_type="cosine",
+            num_partitions=s.get("num_partitions"),
+            num_sub_vectors=s.get("num_sub_vectors"),
+        )
+    return lancedb.index.IvfHnswSq(  # IVF partitions, each an HNSW graph of scalar-quantized vectors
+        distance_type="cosine",
+        num_partitions=s.get("num_partitions"),
+        m=s["m"],
+        ef_construction=s["ef_construction"],
+    )
+
+
 # A build (physical table) never changes once published, so one open handle serves every query of the
 # process: opening the table per query cost ~13 ms, more than the search itself.
 _OPEN: dict[tuple[str, str], object] = {}
@@ -100,7 +120,14 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         return self.uri
 
     def _build(
-        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+        self,
+        physical: str,
+        rows: list[dict],
+        vectors,
+        fields: dict,
+        values: list[dict],
+        analyzer: str,
+        ann=None,
     ) -> None:
         import lancedb
 
@@ -121,6 +148,8 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         if segmented:
             columns[FIELD] = pa.array([r[FIELD] for r in rows], pa.string())
         tbl = self._db().create_table(physical, pa.table(columns))
+        if ann is not None:
+            tbl.create_index("vector", config=_vector_index(ann))
         if segmented:  # words the project cut, lowercased: split at spaces, kept whole however long
             fts = lancedb.index.FTS(
                 base_tokenizer="whitespace",
@@ -170,17 +199,34 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         if physical in self._db().table_names():  # a build that failed before its table existed
             self._db().drop_table(physical)
 
-    def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
+    def _vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions, exact: bool = False
+    ) -> list[Hit]:
+        ann = {} if exact else self._ann(collection)
+
         def run(table):
             q = table.search(np.asarray(vector, np.float32), vector_column_name="vector").distance_type(
                 "cosine"
             )
+            if exact:
+                q = q.bypass_vector_index()
+            if "nprobes" in ann:
+                q = q.nprobes(ann["nprobes"])
+            if "ef" in ann:  # a graph search keeps at least k candidates (as Chroma's and Milvus's do)
+                q = q.ef(max(ann["ef"], k))
+            if "refine_factor" in ann:
+                q = q.refine_factor(ann["refine_factor"])
             if where:
                 q = q.where(sql_where(where), prefilter=True)
             return q.limit(k).select(["chunk_id", "doc_id", "text", "_distance"]).to_list()
 
         res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], 1.0 - float(r["_distance"])) for r in res]
+
+    def _exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions
+    ) -> list[Hit]:
+        return self._vector_search(collection, vector, k, where, exact=True)
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         # a segmented query is words of letters, digits and marks already: no syntax, nothing to drop

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from rag_core.retrieval.keywords import FIELD, segments
-from resources.vector_stores.base import Conditions, Hit
+from resources.vector_stores.base import Conditions, Hit, brute_force
 from resources.vector_stores.embedded import ClientCache, SingleClientStore
 
 NAME = "chunks"
@@ -117,7 +117,14 @@ class MilvusLiteStore(SingleClientStore):
     batch_size: int = 500
 
     def _build(
-        self, physical: str, rows: list[dict], vectors, fields: dict, values: list[dict], analyzer: str
+        self,
+        physical: str,
+        rows: list[dict],
+        vectors,
+        fields: dict,
+        values: list[dict],
+        analyzer: str,
+        ann=None,
     ) -> None:
         from pymilvus import DataType, Function, FunctionType, MilvusClient
 
@@ -155,7 +162,12 @@ class MilvusLiteStore(SingleClientStore):
             )
         )
         index = client.prepare_index_params()
-        index.add_index("dense", index_type="FLAT", metric_type="COSINE")
+        if ann is None:
+            index.add_index("dense", index_type="FLAT", metric_type="COSINE")
+        else:  # Milvus Lite's HNSW (faiss-cpu); `ef` is a search setting
+            s = ann.settings()
+            graph = {"M": s["m"], "efConstruction": s["ef_construction"]}
+            index.add_index("dense", index_type="HNSW", metric_type="COSINE", params=graph)
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         client.create_collection(NAME, schema=schema, index_params=index, consistency_level="Strong")
         records = [
@@ -177,10 +189,18 @@ class MilvusLiteStore(SingleClientStore):
         rows = self._client(physical).query(NAME, filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
-    def _search(self, collection: str, data, field: str, k: int, where: Conditions, score) -> list[Hit]:
+    def _search(
+        self, collection: str, data, field: str, k: int, where: Conditions, score, params: dict | None = None
+    ) -> list[Hit]:
         def run(physical):
             res = self._client(physical).search(
-                NAME, data=[data], anns_field=field, limit=k, filter=milvus_expr(where), output_fields=OUTPUT
+                NAME,
+                data=[data],
+                anns_field=field,
+                limit=k,
+                filter=milvus_expr(where),
+                output_fields=OUTPUT,
+                **({"search_params": {"params": params}} if params else {}),
             )
             return [
                 Hit(r["entity"]["chunk_id"], r["entity"]["doc_id"], r["entity"]["text"], score(r["distance"]))
@@ -192,7 +212,21 @@ class MilvusLiteStore(SingleClientStore):
     def _vector_search(self, collection: str, vector: np.ndarray, k: int, where: Conditions) -> list[Hit]:
         # the COSINE metric reports the similarity itself
         vec = np.asarray(vector, np.float32).tolist()
-        return self._search(collection, vec, "dense", k, where, float)
+        ef = self._ann(collection).get("ef")
+        return self._search(collection, vec, "dense", k, where, float, {"ef": max(ef, k)} if ef else None)
+
+    def _exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions
+    ) -> list[Hit]:
+        def run(physical):
+            got = self._client(physical).query(
+                NAME, filter=milvus_expr(where) or "", output_fields=["chunk_id", "doc_id", "text", "dense"]
+            )
+            return brute_force(
+                got, np.asarray([r["dense"] for r in got], np.float32).reshape(len(got), -1), vector, k
+            )
+
+        return self._read(collection, run)
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         if self._segmentation(collection) is not None:

@@ -33,9 +33,16 @@ from urllib.parse import urlparse
 import dagster as dg
 import numpy as np
 
-from rag_core.data.filters import filterable_attributes
+from rag_core.data.filters import filterable_attributes, matches
 from rag_core.retrieval.keywords import FIELD, segments
-from resources.vector_stores.base import Conditions, Hit, VectorStore, keyword_rows, reserved_fields
+from resources.vector_stores.base import (
+    Conditions,
+    Hit,
+    VectorStore,
+    brute_force,
+    keyword_rows,
+    reserved_fields,
+)
 
 
 class WeaviateImportError(RuntimeError):
@@ -126,7 +133,9 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
 
     # ---- writes -----------------------------------------------------------------------------------
 
-    def upsert(self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain") -> int:
+    def upsert(
+        self, collection: str, rows: list[dict], vectors: np.ndarray, analyzer: str = "plain", ann=None
+    ) -> int:
         from weaviate.classes.config import (
             Configure,
             DataType,
@@ -137,6 +146,12 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
         )
 
         self._check_analyzer(analyzer)
+        ann = ann if ann is not None and ann.approximate else None
+        self._check_ann(ann)
+        graph = {}  # exact: Weaviate's HNSW at its own defaults, as always
+        if ann is not None:
+            s = ann.settings()
+            graph = {"max_connections": s["m"], "ef_construction": s["ef_construction"], "ef": s["ef"]}
 
         physical = f"{collection}_b{uuid.uuid4().hex[:8]}"
         fields, values = filterable_attributes(rows, reserved_fields(analyzer))
@@ -169,7 +184,9 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
             coll = client.collections.create(
                 physical,
                 vector_config=Configure.Vectors.self_provided(
-                    vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+                    vector_index_config=Configure.VectorIndex.hnsw(
+                        distance_metric=VectorDistances.COSINE, **graph
+                    )
                 ),
                 # the `plain` analyzer: word tokenization (lowercased runs of letters and digits), no
                 # stop words (Weaviate's default preset drops English ones)
@@ -303,6 +320,20 @@ class WeaviateStore(dg.ConfigurableResource, VectorStore):
                 return_metadata=MetadataQuery(distance=True),
             )
         return self._hits(res.objects, lambda m: 1.0 - float(m.distance))
+
+    def _exact_vector_search(
+        self, collection: str, vector: np.ndarray, k: int, where: Conditions
+    ) -> list[Hit]:
+        # Weaviate's search is its HNSW graph: every object's vector is read back and compared here
+        with self._client() as client:
+            objects = [
+                o
+                for o in client.collections.get(collection).iterator(include_vector=True)
+                if matches(where, o.properties)
+            ]
+        rows = [{k: o.properties[k] for k in ("chunk_id", "doc_id", "text")} for o in objects]
+        matrix = np.asarray([o.vector["default"] for o in objects], np.float32).reshape(len(objects), -1)
+        return brute_force(rows, matrix, vector, k)
 
     def _keyword_search(self, collection: str, query: str, k: int, where: Conditions) -> list[Hit]:
         from weaviate.classes.query import MetadataQuery

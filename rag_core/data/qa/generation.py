@@ -55,17 +55,27 @@ MAX_OVERSAMPLE = 3.0  # a round draws up to this many samples per missing questi
 class QAGeneration(BaseModel):
     """The `qa_generation` settings (sweep file or `rag-sweep generate-qa`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    model: str = Field(min_length=1)  # any litellm model string, e.g. openai/gpt-4o-mini
+    model: str = Field(min_length=1)
+    """The litellm model that writes the questions, e.g. `openai/gpt-4o-mini`."""
     questions: int = Field(50, ge=1)
+    """How many questions to write."""
     types: dict[QuestionType, float] = Field(default_factory=lambda: {"factoid": 0.8, "multi_hop": 0.2})
+    """Question type -> weight: `factoid` (from one passage), `multi_hop` (from two passages of different
+    documents that share a name or title), `unanswerable` (from a passage that does not answer it)."""
     seed: int = 0
+    """The seed of the stratified, reproducible document sample."""
     require_context: bool = True
-    max_calls: int | None = Field(None, ge=1)  # the budget: no call beyond it
+    """Drop questions the model answers closed-book (token F1 >= 0.8)."""
+    max_calls: int | None = Field(None, ge=1)
+    """The call budget: no call beyond it."""
     duplicate_cosine: float = Field(0.95, gt=0, le=1)
+    """A question this close (all-MiniLM-L6-v2 cosine) to a kept one is a near-duplicate and dropped."""
     max_quoted_words: int = Field(8, ge=3)
+    """A question quoting a run of this many words of its passage is dropped."""
     passage_chars: int = Field(1500, ge=200)
+    """The length of a passage a question is written from."""
 
     @field_validator("types")
     @classmethod

@@ -1,0 +1,175 @@
+"""Approximate vector indexes (`index.ann`) on the real stores: each is built with its settings, searched
+with them, and measured against the store's exact search on a constructed set; recall is the overlap."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rag_core.planning.ann import AnnIndex
+from rag_core.retrieval.ann_recall import ann_recalls, index_figures, recall_at_k
+from resources.vector_stores import LanceDBStore
+from resources.vector_stores.chroma_store import ChromaStore
+from resources.vector_stores.milvus_store import MilvusLiteStore
+from resources.vector_stores.qdrant_store import QdrantStore
+from resources.vector_stores.weaviate_store import WeaviateStore
+
+N, DIM, K = 1200, 24, 10
+RNG = np.random.default_rng(7)
+VECS = RNG.normal(size=(N, DIM)).astype(np.float32)
+VECS /= np.linalg.norm(VECS, axis=1, keepdims=True)
+QUERIES = RNG.normal(size=(25, DIM)).astype(np.float32)
+ROWS = [
+    {
+        "chunk_id": f"c{i:04d}",
+        "doc_id": f"d{i // 3}",
+        "text": f"chunk {i}",
+        "metadata": json.dumps({"odd": i % 2}),
+    }
+    for i in range(N)
+]
+
+
+def exact_top(vector: np.ndarray, k: int, keep=lambda i: True) -> list[str]:
+    """The reference: cosine against every row, computed here."""
+    scores = VECS @ (vector / np.linalg.norm(vector))
+    order = [i for i in np.argsort(-scores, kind="stable") if keep(i)]
+    return [ROWS[i]["chunk_id"] for i in order[:k]]
+
+
+def test_recall_is_the_overlap_with_the_exact_top_k():
+    assert recall_at_k(["a", "b", "c", "d"], ["a", "c", "e", "f"]) == 0.5
+    assert recall_at_k(["a", "b"], ["b", "a"]) == 1.0
+    assert recall_at_k([], ["a"]) == 0.0
+    assert recall_at_k(["a"], []) is None  # a filter that matched nothing: no reference
+
+
+STORES = {
+    "lancedb": lambda tmp, _: LanceDBStore(uri=str(tmp / "lancedb")),
+    "chroma": lambda tmp, _: ChromaStore(path=str(tmp / "chroma")),
+    "milvus": lambda tmp, _: MilvusLiteStore(path=str(tmp / "milvus")),
+    "weaviate": lambda tmp, request: WeaviateStore(
+        url=(s := request.getfixturevalue("weaviate_server")).url, grpc_port=s.grpc_port
+    ),
+}
+CASES = [
+    ("lancedb", AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4, nprobes=1)),
+    ("lancedb", AnnIndex(type="ivf_hnsw_sq", num_partitions=4, m=4, ef_construction=16, ef=10, nprobes=1)),
+    ("chroma", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
+    ("milvus", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
+    pytest.param("weaviate", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10), marks=pytest.mark.stack),
+]
+
+
+@pytest.mark.parametrize(("backend", "ann"), CASES)
+def test_an_approximate_index_against_exact_search(backend, ann, tmp_path, request):
+    """The store's exact search is the reference computed here (every row compared), under a filter too;
+    the approximate search uses the index's settings, and its recall is the overlap with that reference,
+    question by question."""
+    store = STORES[backend](tmp_path, request)
+    ann = ann.effective()
+    assert store.upsert("Ann_t", ROWS, VECS, ann=ann) == N
+    odd = {"odd": 1}
+    for q in QUERIES[:5]:
+        assert [h.chunk_id for h in store.exact_vector_search("Ann_t", q, K)] == exact_top(q, K)
+        got = [h.chunk_id for h in store.exact_vector_search("Ann_t", q, K, odd)]
+        assert got == exact_top(q, K, lambda i: i % 2 == 1)
+    recalls = ann_recalls(store, "Ann_t", QUERIES, K)
+    hand = [
+        recall_at_k([h.chunk_id for h in store.vector_search("Ann_t", q, K)], exact_top(q, K))
+        for q in QUERIES
+    ]
+    assert recalls == hand
+    assert all(0.0 <= r <= 1.0 for r in recalls)
+    if backend == "lancedb":  # one probe of 16 (or 4) partitions: the index answers from a share of the rows
+        assert np.mean(recalls) < 0.9, recalls
+    assert built_graph(store, "Ann_t") in (None, {"m": 4, "ef_construction": 8, "ef": 10})
+
+
+def built_graph(store, collection: str) -> dict | None:
+    """The HNSW settings the store itself reports for the collection's build (None: it reports none)."""
+    if isinstance(store, ChromaStore):
+        hnsw = store._collection(store._record(collection)["physical"]).configuration["hnsw"]
+        return {
+            "m": hnsw["max_neighbors"],
+            "ef_construction": hnsw["ef_construction"],
+            "ef": hnsw["ef_search"],
+        }
+    if isinstance(store, MilvusLiteStore):
+        index = store._client(store._record(collection)["physical"]).describe_index("chunks", "dense")
+        assert index["index_type"] == "HNSW", index  # Milvus Lite does not report the graph's settings
+        return None
+    if isinstance(store, WeaviateStore):
+        with store._client() as client:
+            vi = client.collections.get(collection).config.get().vector_config["default"].vector_index_config
+        return {"m": vi.max_connections, "ef_construction": vi.ef_construction, "ef": vi.ef}
+    return None
+
+
+def test_a_wide_search_of_an_approximate_index_finds_what_exact_search_finds(tmp_path):
+    """The settings are applied at search: every partition probed and refined, IVF-PQ finds the exact top k
+    (a store that ignored nprobes would stay at one partition's recall)."""
+    store = LanceDBStore(uri=str(tmp_path / "lancedb"))
+    narrow = AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4, nprobes=1).effective()
+    wide = AnnIndex(
+        type="ivf_pq", num_partitions=16, num_sub_vectors=4, nprobes=16, refine_factor=50
+    ).effective()
+    store.upsert("Narrow", ROWS, VECS, ann=narrow)
+    store.upsert("Wide", ROWS, VECS, ann=wide)
+    assert np.mean(ann_recalls(store, "Wide", QUERIES, K)) >= 0.98
+    assert np.mean(ann_recalls(store, "Narrow", QUERIES, K)) < np.mean(ann_recalls(store, "Wide", QUERIES, K))
+
+
+def test_an_exact_index_is_its_own_reference(tmp_path):
+    store = LanceDBStore(uri=str(tmp_path / "lancedb"))
+    store.upsert("Exact", ROWS, VECS)
+    assert ann_recalls(store, "Exact", QUERIES, K) == [1.0] * len(QUERIES)
+
+
+def test_a_store_refuses_an_index_type_it_lacks_before_building(tmp_path):
+    store = QdrantStore(path=str(tmp_path / "qdrant"))
+    with pytest.raises(ValueError, match=r"^qdrant has no 'hnsw' index; it builds exact$"):
+        store.upsert("T", ROWS, VECS, ann=AnnIndex(type="hnsw").effective())
+    assert not (tmp_path / "qdrant").exists() or not any((tmp_path / "qdrant").iterdir())
+
+
+def test_index_figures_are_the_mean_recall_and_the_build():
+    import polars as pl
+
+    frame = pl.DataFrame(
+        {
+            "ann_recall_at_k": [1.0, 0.5, None],
+            "index_build_s": [2.0, 2.0, 2.0],
+            "index_build_peak_mb": [9.0] * 3,
+        }
+    )
+    assert index_figures(frame) == {"ann_recall_at_k": 0.75, "index_build_s": 2.0, "index_build_peak_mb": 9.0}
+    assert index_figures(frame.drop("ann_recall_at_k")) == {"index_build_s": 2.0, "index_build_peak_mb": 9.0}
+
+
+def test_the_report_says_which_retrieval_metrics_an_index_setting_changed():
+    import polars as pl
+
+    from rag_core.decision.ann_report import ann_sections, index_changes
+
+    board = pl.DataFrame(
+        {
+            "config_key": ["exact", "ivf", "hnsw-bm25", "exact-bm25"],
+            "index.store": ["lancedb"] * 4,
+            "index.ann": [None, '{"type": "ivf_pq"}', '{"type": "ivf_pq"}', None],
+            "retrieval.mode": ["vector", "vector", "bm25", "bm25"],
+            "recall_at_k": [0.8, 0.7, 0.5, 0.5],
+            "ndcg_at_k": [0.6, 0.6, 0.4, 0.4],
+            "ann_recall_at_k": [None, 0.9, None, None],
+        }
+    )
+    assert index_changes(board) == [
+        '- ivf: the index {"type": "ivf_pq"} changed recall_at_k 0.800 → 0.700 against the exact index (exact)',
+        '- hnsw-bm25: the index {"type": "ivf_pq"} did not change the retrieval metrics against the exact index '
+        "(exact-bm25)",
+    ]
+    (_, _, table), _ = ann_sections(board)
+    assert table["index.ann"].to_list() == ["exact", '{"type": "ivf_pq"}', '{"type": "ivf_pq"}', "exact"]
+    assert ann_sections(board.with_columns(pl.lit(None, pl.String).alias("index.ann"))) == []

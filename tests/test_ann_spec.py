@@ -1,0 +1,161 @@
+"""`index.ann` as a sweep dimension: its keys and fingerprints, the settings each type takes, and a store
+that lacks a type refused in one line before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rag_core.common.fingerprint import fingerprint
+from rag_core.planning.plan import Plan
+from rag_core.planning.spec import SpecError, load_sweep
+
+BASE = {
+    "name": "t",
+    "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+    "chunking": {"method": "fixed", "chunk_size": 100, "chunk_overlap": 10},
+    "index": [{"store": ["lancedb", "qdrant", "chroma"]}, {"store": "lancedb", "bm25_analyzer": "english"}],
+    "retrieval": {"mode": ["vector", "hybrid"], "top_k": 3},
+}
+INPUTS = {"corpus": "c", "qa_set": "q"}
+
+
+def write(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_exact_indexes_keep_the_keys_and_fingerprints_they_had(tmp_path):
+    """Computed on the commit before `index.ann` existed (the same sweep): exact, written or not, changes
+    no key, no artifact fingerprint, no sweep fingerprint and no MLflow param."""
+    for index in (BASE["index"], [{**i, "ann": "exact"} for i in BASE["index"]]):
+        sweep = load_sweep(write(tmp_path, {**BASE, "index": index}))
+        plan = Plan.resolve(sweep)
+        fps = plan.fingerprints(INPUTS)
+        assert sweep.fingerprint() == "e0fda75455d57d9deb6f2ffd4ed18092985b1ec3813d918332c32941425dbc6b"
+        assert fps[("vector_index", "fixed-100-10__all-minilm-l6-v2__lancedb")] == (
+            "dc3c217b2a3e50f1083b9014deea0309b26c7869b5db8f3c2a53e3c8a595013a"
+        )
+        assert fps[("vector_index", "fixed-100-10__all-minilm-l6-v2__chroma")] == (
+            "796bddc411270c6cf00a1d211fd1dfa0d988639599b5416622e603de3fc83ed9"
+        )
+        key = "fixed-100-10__all-minilm-l6-v2__lancedb-english__hybrid-rrf-a0.5-k3__none-k3__extractive"
+        assert fps[("evaluations", key)] == "28c6f082abc6a05b729ebab98d601467db34e99282ce411c0660a183db5c9780"
+        # every stage of every config, and the configs' MLflow params
+        assert fingerprint(sorted(fps.items())) == (
+            "752da428e7a934867920f8c989959ccf393bc68417661c48fdf49f58fb4976a7"
+        )
+        assert fingerprint([c.flat_params() for c in plan.configs]) == (
+            "9fedceb02bbe648af7539f1d0fca83ec7fbac804b6334f68f6cd6c8fdefc2615"
+        )
+
+
+def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_upstream(tmp_path):
+    spec = {
+        **BASE,
+        "index": {
+            "store": "lancedb",
+            "ann": [
+                "exact",
+                "ivf_pq",
+                {"type": "ivf_hnsw_sq", "m": 8, "ef": 32},
+                {"type": "ivf_pq", "nprobes": 5},
+            ],
+        },
+        "retrieval": {"mode": "vector", "top_k": [3, 5]},
+    }
+    plan = Plan.resolve(load_sweep(write(tmp_path, spec)))
+    assert plan.keys("vector_index") == [
+        "fixed-100-10__all-minilm-l6-v2__lancedb",
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np20",
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_hnsw_sq-m8-efc128-ef32-np20",
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np5",
+    ]
+    assert len(plan.keys("embeddings")) == 1  # one embedding serves every index
+    assert len(plan.keys("retrievals")) == 8  # each index searched at both depths: one build each
+    fps = plan.fingerprints(INPUTS)
+    assert len({fps[("vector_index", k)] for k in plan.keys("vector_index")}) == 4
+    approx = next(c for c in plan.configs if c.index.ann.type == "ivf_hnsw_sq")
+    assert approx.flat_params()["index.ann"] == (
+        '{"ef": 32, "ef_construction": 128, "m": 8, "nprobes": 20, "type": "ivf_hnsw_sq"}'
+    )
+    # the default written out is the same index as the type's name alone
+    same = {**spec, "index": {"store": "lancedb", "ann": {"type": "ivf_pq", "nprobes": 20}}}
+    assert Plan.resolve(load_sweep(write(tmp_path, same))).keys("vector_index") == [
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np20"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ann", "message"),
+    [
+        (
+            {"type": "hnsw", "nprobes": 4},
+            r"field 'index.ann': Value error, hnsw takes m, ef_construction, ef; not nprobes",
+        ),
+        ("annoy", r"field 'index.ann.type': Input should be 'exact', 'ivf_pq', 'ivf_hnsw_sq' or 'hnsw'"),
+        ({"type": "hnsw", "m": 1}, r"field 'index.ann.m': Input should be greater than 1"),
+    ],
+)
+def test_settings_an_index_type_does_not_take_are_errors_naming_the_field(tmp_path, ann, message):
+    spec = {**BASE, "index": {"store": "chroma", "ann": ann}}
+    with pytest.raises(SpecError, match=message) as e:
+        load_sweep(write(tmp_path, spec))
+    assert "\n" not in str(e.value)
+
+
+def test_a_store_that_lacks_the_index_type_is_refused_in_one_line_before_any_work(tmp_path):
+    spec = {**BASE, "index": [{"store": "lancedb", "ann": "ivf_pq"}, {"store": "qdrant", "ann": "hnsw"}]}
+    path = write(tmp_path, spec)
+    with pytest.raises(SpecError) as e:
+        Plan.resolve(load_sweep(path))
+    assert str(e.value) == (
+        f"{path}: field 'index.ann': qdrant has no 'hnsw' index (it builds exact); stores that have: "
+        "chroma, milvus, weaviate"
+    )
+    lancedb_hnsw = {**BASE, "index": {"store": "lancedb", "ann": "hnsw"}}
+    with pytest.raises(
+        SpecError, match=r"lancedb has no 'hnsw' index \(it builds exact, ivf_pq, ivf_hnsw_sq\)"
+    ):
+        Plan.resolve(load_sweep(write(tmp_path, lancedb_hnsw)))
+
+
+def test_the_cli_refuses_it_before_reading_the_data(tmp_path):
+    """`validate` and `run` stop on the plan, before the corpus (which does not exist here) is read."""
+    from tests.conftest import cli
+
+    path = write(tmp_path, {**BASE, "index": {"store": "qdrant", "ann": {"type": "hnsw", "m": 8}}})
+    r = cli("run", path)
+    assert r.returncode == 2, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("error: ") and "field 'index.ann': qdrant has no 'hnsw' index" in first, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_example_sweep_plans_four_indexes_over_one_embedding_with_labels_apart():
+    from rag_core.planning.labels import short_labels
+    from tests.conftest import ROOT
+
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "ann.yaml")
+    plan = Plan.resolve(sweep)
+    assert len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 4
+    labels = short_labels(sweep.configs)
+    assert len(set(labels.values())) == len(labels) == 8
+
+
+def test_a_config_with_an_approximate_index_round_trips_through_its_dump(tmp_path):
+    """A shipped model rebuilds its index from the config in its manifest (rag_sweep/shipping/pipeline.py): the
+    approximate index and its settings come back from the dump; an exact one dumps no `ann` at all."""
+    import json
+
+    from rag_core.planning.spec import RagConfig
+
+    spec = {**BASE, "index": {"store": "chroma", "ann": ["exact", {"type": "hnsw", "m": 8}]}}
+    configs = load_sweep(write(tmp_path, spec)).configs
+    exact, approx = (next(c for c in configs if c.index.ann.type == t) for t in ("exact", "hnsw"))
+    assert "ann" not in exact.model_dump()["index"]
+    back = RagConfig.model_validate(json.loads(json.dumps(approx.model_dump())))
+    assert back == approx and back.index.ann.settings() == {"m": 8, "ef_construction": 128, "ef": 64}
