@@ -56,6 +56,7 @@ STORES = {
 }
 CASES = [
     ("lancedb", AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4, nprobes=1)),
+    ("lancedb", AnnIndex(type="ivf_sq", num_partitions=16, nprobes=1)),
     ("lancedb", AnnIndex(type="ivf_hnsw_sq", num_partitions=4, m=4, ef_construction=16, ef=10, nprobes=1)),
     ("chroma", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
     ("milvus", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
@@ -120,6 +121,22 @@ def test_a_wide_search_of_an_approximate_index_finds_what_exact_search_finds(tmp
     store.upsert("Wide", ROWS, VECS, ann=wide)
     assert np.mean(ann_recalls(store, "Wide", QUERIES, K)) >= 0.98
     assert np.mean(ann_recalls(store, "Narrow", QUERIES, K)) < np.mean(ann_recalls(store, "Wide", QUERIES, K))
+
+
+def test_lancedb_builds_the_type_it_is_given_and_ivf_sq_searched_wide_finds_the_exact_top_k(tmp_path):
+    """Each type is the index LanceDB reports for the build; IVF-SQ (no codebooks) with every partition
+    probed and refined finds what exact search finds."""
+    store = LanceDBStore(uri=str(tmp_path / "lancedb"))
+    built = {}
+    for ann in (
+        AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4),
+        AnnIndex(type="ivf_sq", num_partitions=16, nprobes=16, refine_factor=10),
+    ):
+        store.upsert(ann.type, ROWS, VECS, ann=ann.effective())
+        table = store._table(store._record(ann.type)["physical"])
+        built[ann.type] = {i.index_type for i in table.list_indices() if i.columns == ["vector"]}
+    assert built == {"ivf_pq": {"IvfPq"}, "ivf_sq": {"IvfSq"}}
+    assert np.mean(ann_recalls(store, "ivf_sq", QUERIES, K)) >= 0.98
 
 
 def test_an_exact_index_is_its_own_reference(tmp_path):

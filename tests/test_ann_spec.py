@@ -96,7 +96,10 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
             {"type": "hnsw", "nprobes": 4},
             r"field 'index.ann': Value error, hnsw takes m, ef_construction, ef; not nprobes",
         ),
-        ("annoy", r"field 'index.ann.type': Input should be 'exact', 'ivf_pq', 'ivf_hnsw_sq' or 'hnsw'"),
+        (
+            "annoy",
+            r"field 'index.ann.type': Input should be 'exact', 'ivf_pq', 'ivf_sq', 'ivf_hnsw_sq' or 'hnsw'",
+        ),
         ({"type": "hnsw", "m": 1}, r"field 'index.ann.m': Input should be greater than 1"),
     ],
 )
@@ -118,7 +121,7 @@ def test_a_store_that_lacks_the_index_type_is_refused_in_one_line_before_any_wor
     )
     lancedb_hnsw = {**BASE, "index": {"store": "lancedb", "ann": "hnsw"}}
     with pytest.raises(
-        SpecError, match=r"lancedb has no 'hnsw' index \(it builds exact, ivf_pq, ivf_hnsw_sq\)"
+        SpecError, match=r"lancedb has no 'hnsw' index \(it builds exact, ivf_pq, ivf_sq, ivf_hnsw_sq\)"
     ):
         Plan.resolve(load_sweep(write(tmp_path, lancedb_hnsw)))
 

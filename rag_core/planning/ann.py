@@ -2,6 +2,9 @@
 approximate index that trades recall for search time and memory.
 
 - ivf_pq: LanceDB's IVF-PQ (num_partitions, num_sub_vectors; at search nprobes, refine_factor)
+- ivf_sq: LanceDB's IVF partitions of scalar-quantized vectors (one byte a dimension; num_partitions; at
+  search nprobes, refine_factor): no codebooks to train, so it builds several times faster than IVF-PQ
+  (benchmarks/scale.py)
 - ivf_hnsw_sq: LanceDB's IVF partitions each holding an HNSW graph of scalar-quantized vectors
   (num_partitions, m, ef_construction; at search nprobes, ef)
 - hnsw: an HNSW graph (m, ef_construction; at search ef): Weaviate, Chroma, Milvus Lite
@@ -19,12 +22,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-ANN_TYPES = ("exact", "ivf_pq", "ivf_hnsw_sq", "hnsw")
+ANN_TYPES = ("exact", "ivf_pq", "ivf_sq", "ivf_hnsw_sq", "hnsw")
 
 # the settings each type takes, with their defaults (None: the store chooses from the row count)
 PARAMS: dict[str, dict[str, int | None]] = {
     "exact": {},
     "ivf_pq": {"num_partitions": None, "num_sub_vectors": None, "nprobes": 20, "refine_factor": None},
+    "ivf_sq": {"num_partitions": None, "nprobes": 20, "refine_factor": None},
     "ivf_hnsw_sq": {"num_partitions": None, "m": 16, "ef_construction": 128, "ef": 64, "nprobes": 20},
     "hnsw": {"m": 16, "ef_construction": 128, "ef": 64},
 }
@@ -45,15 +49,17 @@ class AnnIndex(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     type: Literal[ANN_TYPES] = "exact"
-    """`exact` (every chunk compared), `ivf_pq`, `ivf_hnsw_sq` (LanceDB) or `hnsw` (Weaviate, Chroma, Milvus)."""
+    """`exact` (every chunk compared), `ivf_pq`, `ivf_sq`, `ivf_hnsw_sq` (LanceDB) or `hnsw` (Weaviate, Chroma,
+    Milvus)."""
     num_partitions: int | None = Field(default=None, gt=0)
-    """ivf_pq, ivf_hnsw_sq: IVF partitions (unset: the store's choice from the row count)."""
+    """ivf_pq, ivf_sq, ivf_hnsw_sq: IVF partitions (unset: the store's choice from the row count)."""
     num_sub_vectors: int | None = Field(default=None, gt=0)
     """ivf_pq: product-quantization sub-vectors (unset: the store's choice from the dimension)."""
     nprobes: int | None = Field(default=None, gt=0)
-    """ivf_pq, ivf_hnsw_sq: partitions searched per query (default 20): more is slower and recalls more."""
+    """ivf_pq, ivf_sq, ivf_hnsw_sq: partitions searched per query (default 20): more is slower and recalls
+    more."""
     refine_factor: int | None = Field(default=None, gt=0)
-    """ivf_pq: candidates re-ranked by their exact distance, as a multiple of k (unset: none)."""
+    """ivf_pq, ivf_sq: candidates re-ranked by their exact distance, as a multiple of k (unset: none)."""
     m: int | None = Field(default=None, gt=1, le=256)
     """ivf_hnsw_sq, hnsw: neighbours per graph node (default 16)."""
     ef_construction: int | None = Field(default=None, gt=0)

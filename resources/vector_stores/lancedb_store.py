@@ -63,6 +63,8 @@ def _vector_index(ann):
             num_partitions=s.get("num_partitions"),
             num_sub_vectors=s.get("num_sub_vectors"),
         )
+    if ann.type == "ivf_sq":  # one byte a dimension: no codebooks to train
+        return lancedb.index.IvfSq(distance_type="cosine", num_partitions=s.get("num_partitions"))
     return lancedb.index.IvfHnswSq(  # IVF partitions, each an HNSW graph of scalar-quantized vectors
         distance_type="cosine",
         num_partitions=s.get("num_partitions"),
