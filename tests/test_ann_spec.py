@@ -63,6 +63,7 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
                 "ivf_pq",
                 {"type": "ivf_hnsw_sq", "m": 8, "ef": 32},
                 {"type": "ivf_pq", "nprobes": 5},
+                "ivf_sq",
             ],
         },
         "retrieval": {"mode": "vector", "top_k": [3, 5]},
@@ -73,11 +74,12 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np20",
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_hnsw_sq-m8-efc128-ef32-np20",
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np5",
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_sq-np20-rf10",  # re-ranked unless told
     ]
     assert len(plan.keys("embeddings")) == 1  # one embedding serves every index
-    assert len(plan.keys("retrievals")) == 8  # each index searched at both depths: one build each
+    assert len(plan.keys("retrievals")) == 10  # each index searched at both depths: one build each
     fps = plan.fingerprints(INPUTS)
-    assert len({fps[("vector_index", k)] for k in plan.keys("vector_index")}) == 4
+    assert len({fps[("vector_index", k)] for k in plan.keys("vector_index")}) == 5
     approx = next(c for c in plan.configs if c.index.ann.type == "ivf_hnsw_sq")
     assert approx.flat_params()["index.ann"] == (
         '{"ef": 32, "ef_construction": 128, "m": 8, "nprobes": 20, "type": "ivf_hnsw_sq"}'
