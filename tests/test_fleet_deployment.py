@@ -95,14 +95,6 @@ def _worker_of_each_run(instance, runs) -> dict[str, set[str]]:
     return out
 
 
-# Known failure until seen passing, kept running so that it reports (issue 73): in the whole suite's run it
-# missed its nightly champion within 900 s; under a heavily loaded machine its runs were failed by Dagster's
-# 60 s launch deadline and by a restarted code server's slow load, which deploy/dagster.yaml and
-# docker-compose.yml now allow for (tests/test_deployment_launch.py), but no run of it has finished since.
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 73: the nightly's champion after the daemon restarts, not yet seen passing on the stock daemon",
-)
 def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champion(
     slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, weaviate_server, tmp_path
 ):
