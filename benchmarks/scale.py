@@ -74,8 +74,32 @@ def hashing_static(dim: int):
     return encode
 
 
-def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) -> dict:
+def synthetic_paragraphs(rng: np.random.Generator, n_docs: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Five paragraphs a document of 40-64 words drawn from a Zipf-like vocabulary of 20,000: (the words,
+    each paragraph's length, the paragraphs), from `rng` (seeded by the caller: the same corpus each run)."""
+    vocab = np.array([f"w{i}" for i in range(20000)])
+    weights = 1 / np.arange(1, len(vocab) + 1)
+    words = rng.choice(vocab, size=(n_docs * 5, 64), p=weights / weights.sum())
+    lengths = rng.integers(40, 65, n_docs * 5)
+    return words, lengths, [" ".join(words[i, : lengths[i]]) + "." for i in range(n_docs * 5)]
+
+
+def synthetic_corpus(paras: list[str]):
+    """The corpus of `synthetic_paragraphs`' paragraphs, five to a document (doc_id d<i>)."""
     import polars as pl
+
+    n_docs = len(paras) // 5
+    return pl.DataFrame(
+        {
+            "doc_id": [f"d{i}" for i in range(n_docs)],
+            "title": [f"Doc {i}" for i in range(n_docs)],
+            "text": ["\n\n".join(paras[5 * i : 5 * i + 5]) for i in range(n_docs)],
+            "metadata": [None] * n_docs,
+        }
+    )
+
+
+def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) -> dict:
 
     from rag_core.chunking.chunkers import chunk_corpus
     from rag_core.common.peak_memory import measured
@@ -90,27 +114,14 @@ def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) 
     )
     encode = EMBEDDERS.get("hashing-static").encode
     rng = np.random.default_rng(0)
-    vocab = np.array([f"w{i}" for i in range(20000)])
-    weights = 1 / np.arange(1, len(vocab) + 1)
-    weights /= weights.sum()
     stages: dict[str, dict] = {}
 
     def record(name: str, m) -> None:
         stages[name] = {"s": m.seconds, "peak_mb": m.peak_mb, "rss_mb": m.peak_rss_mb}
 
     with measured() as m:
-        n_docs = max(1, target // 5)
-        words = rng.choice(vocab, size=(n_docs * 5, 64), p=weights)
-        lengths = rng.integers(40, 65, n_docs * 5)
-        paras = [" ".join(words[i, : lengths[i]]) + "." for i in range(n_docs * 5)]
-        corpus = pl.DataFrame(
-            {
-                "doc_id": [f"d{i}" for i in range(n_docs)],
-                "title": [f"Doc {i}" for i in range(n_docs)],
-                "text": ["\n\n".join(paras[5 * i : 5 * i + 5]) for i in range(n_docs)],
-                "metadata": [None] * n_docs,
-            }
-        )
+        words, _, paras = synthetic_paragraphs(rng, max(1, target // 5))
+        corpus = synthetic_corpus(paras)
         del words, paras
     record("corpus", m)
     with measured() as m:

@@ -28,25 +28,18 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale import synthetic_corpus, synthetic_paragraphs  # noqa: E402
 
 
 def write_data(folder: Path, chunks: int, queries: int) -> None:
     import polars as pl
 
     rng = np.random.default_rng(0)
-    vocab = np.array([f"w{i}" for i in range(20000)])
-    weights = 1 / np.arange(1, len(vocab) + 1)
-    n_docs = max(1, chunks // 5)
-    words = rng.choice(vocab, size=(n_docs * 5, 64), p=weights / weights.sum())
-    lengths = rng.integers(40, 65, n_docs * 5)
-    paras = [" ".join(words[i, : lengths[i]]) + "." for i in range(n_docs * 5)]
-    pl.DataFrame(
-        {
-            "doc_id": [f"d{i}" for i in range(n_docs)],
-            "title": [f"Doc {i}" for i in range(n_docs)],
-            "text": ["\n\n".join(paras[5 * i : 5 * i + 5]) for i in range(n_docs)],
-        }
-    ).write_parquet(folder / "corpus.parquet")
+    words, lengths, paras = synthetic_paragraphs(rng, max(1, chunks // 5))
+    synthetic_corpus(paras).drop("metadata").write_parquet(folder / "corpus.parquet")
+    n_docs = len(paras) // 5
     picked = rng.choice(n_docs * 5, queries, replace=False)
     starts = [int(rng.integers(0, lengths[p] - 9)) for p in picked]
     pl.DataFrame(
