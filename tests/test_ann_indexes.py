@@ -126,6 +126,8 @@ def test_a_wide_search_of_an_approximate_index_finds_what_exact_search_finds(tmp
 def test_lancedb_builds_the_type_it_is_given_and_ivf_sq_searched_wide_finds_the_exact_top_k(tmp_path):
     """Each type is the index LanceDB reports for the build; IVF-SQ (no codebooks) with every partition
     probed and refined finds what exact search finds."""
+    import lancedb
+
     store = LanceDBStore(uri=str(tmp_path / "lancedb"))
     built = {}
     for ann in (
@@ -133,7 +135,7 @@ def test_lancedb_builds_the_type_it_is_given_and_ivf_sq_searched_wide_finds_the_
         AnnIndex(type="ivf_sq", num_partitions=16, nprobes=16, refine_factor=10),
     ):
         store.upsert(ann.type, ROWS, VECS, ann=ann.effective())
-        table = store._table(store._record(ann.type)["physical"])
+        table = lancedb.connect(store.uri).open_table(store.info(ann.type)["build"])
         built[ann.type] = {i.index_type for i in table.list_indices() if i.columns == ["vector"]}
     assert built == {"ivf_pq": {"IvfPq"}, "ivf_sq": {"IvfSq"}}
     assert np.mean(ann_recalls(store, "ivf_sq", QUERIES, K)) >= 0.98

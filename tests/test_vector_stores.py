@@ -139,24 +139,52 @@ def test_lancedb_tells_a_published_index_by_its_folder_and_a_lost_one_by_its_abs
     assert store.info("Rag_old")["count"] == 3 and counted == [record["physical"]]  # LanceDB counts it
 
 
-def test_lancedb_reads_a_builds_schema_once_and_searches_as_lancedb_does(tmp_path):
-    """The store's open table answers its schema from the first read (LanceDB's query builders ask for it
-    several times a search); its hits are LanceDB's own for the same table and query."""
+def test_lancedb_searches_on_the_callers_thread_as_lancedb_does(tmp_path):
+    """The store searches through LanceDB's async API on the searching thread's own loop (not LanceDB's
+    background loop thread); its hits are those of LanceDB's sync API for the same table and query, filtered
+    or not, from another thread and from inside a running event loop (a notebook's) too."""
+    import asyncio
+    import threading
+
     import lancedb
 
     store = LanceDBStore(uri=str(tmp_path / "lance"))
-    store.upsert("Rag_schema", ROWS, VECS)
-    hits = store.vector_search("Rag_schema", VECS[2], 3)
-    words = store.keyword_search("Rag_schema", "stock market", 3)
-    physical = store.info("Rag_schema")["build"]
-    table = store._table(physical)
-    assert table.schema is table.schema  # read once, kept
+    store.upsert("Rag_async", ROWS, VECS)
+    physical = store.info("Rag_async")["build"]
     plain = lancedb.connect(str(tmp_path / "lance")).open_table(physical)
-    assert plain.schema is not plain.schema and plain.schema == table.schema  # LanceDB's reads it each time
-    raw = plain.search(VECS[2].astype(np.float32), vector_column_name="vector").distance_type("cosine")
-    assert [r["chunk_id"] for r in raw.limit(3).to_list()] == [h.chunk_id for h in hits]
-    raw_words = plain.search("stock market", query_type="fts").limit(3).to_list()
-    assert [r["chunk_id"] for r in raw_words] == [h.chunk_id for h in words]
+
+    def lancedb_vector(where=None):
+        q = plain.search(VECS[2].astype(np.float32), vector_column_name="vector").distance_type("cosine")
+        q = q.where(where, prefilter=True) if where else q
+        return [r["chunk_id"] for r in q.limit(3).to_list()]
+
+    def lancedb_words(where=None):
+        q = plain.search("stock market cat", query_type="fts")
+        q = q.where(where, prefilter=True) if where else q
+        return [r["chunk_id"] for r in q.limit(3).to_list()]
+
+    def ours(where=None):
+        return (
+            [h.chunk_id for h in store.vector_search("Rag_async", VECS[2], 3, where=where)],
+            [h.chunk_id for h in store.keyword_search("Rag_async", "stock market cat", 3, where=where)],
+        )
+
+    expected = (lancedb_vector(), lancedb_words())
+    assert expected[0] and expected[1]
+    assert ours() == expected
+    filtered = ours({"year": {"$gte": 2001}})
+    assert filtered == (lancedb_vector("`year` >= 2001"), lancedb_words("`year` >= 2001"))
+    assert filtered != expected  # the filter changed what was found
+    elsewhere = []
+    thread = threading.Thread(target=lambda: elsewhere.append(ours()))
+    thread.start()
+    thread.join()
+    assert elsewhere == [expected]
+
+    async def in_a_notebook():
+        return ours()
+
+    assert asyncio.run(in_a_notebook()) == expected
 
 
 def test_filters_in_the_seeds_format(store):

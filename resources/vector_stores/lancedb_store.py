@@ -9,8 +9,12 @@ metadata fields become typed columns; filters become SQL `WHERE` clauses applied
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import concurrent.futures
+import os
 import re
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import ClassVar
 
@@ -73,33 +77,39 @@ def _vector_index(ann):
     )
 
 
-# A build (physical table) never changes once published, so one open handle serves every query of the
-# process: opening the table per query cost ~13 ms, more than the search itself.
+# Searches go through LanceDB's public async API on an event loop of the searching thread. Its sync API sends
+# every query to a background loop thread and waits for the answer there: ~3 ms of CPU a search, as much as a
+# search of a small index itself (1,384 searches in the example). A build (physical table) never changes once
+# published, so one open handle serves every query of the process.
 _OPEN: dict[tuple[str, str], object] = {}
+_THREAD = threading.local()
 
 
-def _lance_table():
-    from lancedb.table import LanceTable
+class _ThreadLoop:
+    """The searching thread's event loop, closed with the thread; one of a parent process (a fork) is left
+    alone, its files shared with the parent."""
 
-    return LanceTable
+    def __init__(self):
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self):
+        if self.pid == os.getpid():
+            self.loop.close()
 
 
-@functools.cache
-def _schema_read_once():
-    """LanceDB's table, its schema read once: LanceDB's query builders ask a table for its schema two or
-    three times per search, each a round trip to its event loop (~1 ms of CPU a search, ~1.6 CPU-s of the
-    example's 1,600). A build's table is never altered once published (a rebuild is a new table), so the
-    schema it was opened with stays its schema."""
-
-    class SchemaReadOnce(_lance_table()):
-        @property
-        def schema(self) -> pa.Schema:
-            known = self.__dict__.get("_schema_read_once")
-            if known is None:
-                known = self.__dict__["_schema_read_once"] = super().schema
-            return known
-
-    return SchemaReadOnce
+def _run(make: Callable[[], Coroutine]):
+    """`make()`'s coroutine run to its end on this thread's loop; on a thread of its own where this thread
+    runs a loop already (a notebook's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        holder = getattr(_THREAD, "loop", None)
+        if holder is None or holder.pid != os.getpid():
+            holder = _THREAD.loop = _ThreadLoop()
+        return holder.loop.run_until_complete(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_run, make).result()
 
 
 class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
@@ -175,16 +185,21 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         tbl.create_index("text", config=fts)
 
     def _table(self, physical: str):
+        """The build's table, opened once (LanceDB's AsyncTable)."""
         key = (self.uri, physical)
         if key not in _OPEN:
-            table = self._db().open_table(physical)
-            if type(table) is _lance_table():
-                table.__class__ = _schema_read_once()
-            _OPEN[key] = table
+            import lancedb
+
+            async def open_table():
+                db = await lancedb.connect_async(self.uri, storage_options=lance_storage_options(self.uri))
+                return await db.open_table(physical)
+
+            _OPEN[key] = _run(open_table)
         return _OPEN[key]
 
-    def _read_table(self, collection: str, run):
-        return self._read(collection, lambda physical: run(self._table(physical)))
+    def _read_table(self, collection: str, query) -> list[dict]:
+        """The rows `query(table)` (an async query of the collection's current build) finds."""
+        return self._read(collection, lambda physical: _run(lambda: query(self._table(physical)).to_list()))
 
     def _count(self, physical: str) -> int:
         return self._db().open_table(physical).count_rows()
@@ -207,8 +222,11 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
         ann = {} if exact else self._ann(collection)
 
         def run(table):
-            q = table.search(np.asarray(vector, np.float32), vector_column_name="vector").distance_type(
-                "cosine"
+            q = (
+                table.query()
+                .nearest_to(np.asarray(vector, np.float32))
+                .column("vector")
+                .distance_type("cosine")
             )
             if exact:
                 q = q.bypass_vector_index()
@@ -218,9 +236,9 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
                 q = q.ef(max(ann["ef"], k))
             if "refine_factor" in ann:
                 q = q.refine_factor(ann["refine_factor"])
-            if where:
-                q = q.where(sql_where(where), prefilter=True)
-            return q.limit(k).select(["chunk_id", "doc_id", "text", "_distance"]).to_list()
+            if where:  # applied before the search (an async query's default)
+                q = q.where(sql_where(where))
+            return q.limit(k).select(["chunk_id", "doc_id", "text", "_distance"])
 
         res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], 1.0 - float(r["_distance"])) for r in res]
@@ -238,13 +256,10 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
             return []
 
         def run(table):
-            if segmented:
-                q = table.search(q_text, query_type="fts", fts_columns=FIELD)
-            else:
-                q = table.search(q_text, query_type="fts")
+            q = table.query().nearest_to_text(q_text, columns=FIELD if segmented else None)
             if where:
-                q = q.where(sql_where(where), prefilter=True)
-            return q.limit(k).select(["chunk_id", "doc_id", "text", "_score"]).to_list()
+                q = q.where(sql_where(where))
+            return q.limit(k).select(["chunk_id", "doc_id", "text", "_score"])
 
         res = self._read_table(collection, run)
         return [Hit(r["chunk_id"], r["doc_id"], r["text"], float(r["_score"])) for r in res]
