@@ -100,7 +100,6 @@ def synthetic_corpus(paras: list[str]):
 
 
 def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) -> dict:
-
     from rag_core.chunking.chunkers import chunk_corpus
     from rag_core.common.peak_memory import measured
     from rag_core.components.embedders import EMBEDDERS, Embedder

@@ -39,8 +39,7 @@ def write_data(folder: Path, chunks: int, queries: int) -> None:
     rng = np.random.default_rng(0)
     words, lengths, paras = synthetic_paragraphs(rng, max(1, chunks // 5))
     synthetic_corpus(paras).drop("metadata").write_parquet(folder / "corpus.parquet")
-    n_docs = len(paras) // 5
-    picked = rng.choice(n_docs * 5, queries, replace=False)
+    picked = rng.choice(len(paras), queries, replace=False)
     starts = [int(rng.integers(0, lengths[p] - 9)) for p in picked]
     pl.DataFrame(
         {
