@@ -399,9 +399,10 @@ def test_weaviate_keyword_search_right_after_a_build_ranks_every_chunk(weaviate_
     from rag_core.retrieval.bm25 import BM25Index
     from resources.vector_stores.weaviate_store import _SCANS
 
-    shared = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa_distractor_100"
-    texts = pl.read_parquet(shared / "corpus.parquet")["text"].head(200).to_list()
-    questions = pl.read_parquet(shared / "queries.parquet")["question"].head(60).to_list()
+    # the example's bundled copy of the dataset: a clone has it wherever it lies
+    data = Path(__file__).resolve().parents[1] / "examples" / "data" / "hotpotqa_distractor_100"
+    texts = pl.read_parquet(data / "corpus.parquet")["text"].head(200).to_list()
+    questions = pl.read_parquet(data / "queries.parquet")["question"].head(60).to_list()
     rows = [
         {"chunk_id": f"c{i:03d}", "doc_id": f"d{i:03d}", "text": t, "metadata": "{}"}
         for i, t in enumerate(texts)
