@@ -38,7 +38,15 @@ from overhead import children_cpu
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from rag_core.planning.stages import STAGES  # noqa: E402
-from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, stop_all  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CeleryWorker,
+    Mlflow,
+    Postgres,
+    RabbitMQ,
+    S3Server,
+    fleet_instance,
+    stop_all,
+)
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 SWEEP = "hotpotqa-example"
@@ -47,25 +55,8 @@ STAGE_NAMES = (*(s.name for s in STAGES), "champion_model")
 
 
 def run(n: int, label: str, servers: dict, tmp: Path, tree: Path = ROOT) -> dict:
-    pg, s3 = servers["pg"], servers["s3"]
-    db = pg.create_db(f"fleet_{label}")
-    home = tmp / f"home-{label}"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(
-        (ROOT / "deploy" / "dagster.yaml").read_text()
-        + "\ncompute_logs:\n  module: rag_sweep.dagster_private\n"
-        "  class: NoOpComputeLogManager\n"
-    )
-    shared = {
-        **s3.env(),
-        "DAGSTER_PG_HOST": "127.0.0.1",
-        "DAGSTER_PG_PORT": str(pg.port),
-        "DAGSTER_PG_USER": pg.user,
-        "DAGSTER_PG_PASSWORD": "unused",
-        "DAGSTER_PG_DB": db,
-        "MLFLOW_TRACKING_URI": servers["mlflow"].url,
-        "CELERY_BROKER_URL": servers["broker"].url,
-    }
+    s3 = servers["s3"]
+    shared, home = fleet_instance(label, servers, tmp)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
     base["PYTHONPATH"] = str(tree)  # the code of the tree measured, for the runner and its workers
     data = f"s3://{s3.bucket}/bench/{label}"

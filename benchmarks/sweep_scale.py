@@ -1,6 +1,7 @@
 """Benchmark: a sweep of a 100k-chunk corpus through `rag-sweep run`, end to end, as a user runs it.
 
     .venv/bin/python benchmarks/sweep_scale.py [--chunks 100000] [--queries 200] [--keep DIR]
+    .venv/bin/python benchmarks/sweep_scale.py --fleet 1 [--chunks 100000]   # scripts/ensure_servers.sh first
 
 A synthetic corpus as benchmarks/scale.py's (seeded; documents of ~5 paragraphs of words drawn from a
 Zipf-like vocabulary; recursive 384-character chunks, ~5 a document) and `--queries` questions (8
@@ -10,6 +11,11 @@ user's plug-in is: no model, so the model's ~25 passages/s are not what is measu
 with IVF-SQ (~sqrt(n) partitions, 30% probed, refine 10), searched by vector and hybrid retrieval (top 5),
 answered by the extractive reader. Prints the run's wall seconds, the CLI's peak resident memory and its
 leaderboard.
+
+With `--fleet N`: the same sweep on a deployment, started as benchmarks/fleet.py starts one (PostgreSQL, the
+S3-compatible server, the MLflow server, RabbitMQ): the data dir in the bucket (`RAG_DATA_DIR=s3://…`) and
+every step on N Celery workers (`RAG_EXECUTOR=celery`), each with the plug-in on its path; the peak is then
+the largest of the CLI's and the workers' (each a child of this script).
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--fleet", type=int, default=0, help="Celery workers, data dir on S3 (0: in process)")
     ap.add_argument("--keep", help="a folder to keep the data, the plug-in and the run's artifacts in")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="sweep_scale_"))
@@ -95,24 +102,63 @@ def main() -> None:
     write_data(work, args.chunks, args.queries)
     print(f"data written: {time.perf_counter() - t0:.1f} s", flush=True)
     spec = sweep_yaml(work, args.chunks)
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    cmd = [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(work / "rag_data")]
-    t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    print(out.stdout[-6000:])
-    if out.returncode:
-        print(out.stderr[-6000:], file=sys.stderr)
-        sys.exit(out.returncode)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child: the CLI
-    print(f"rag-sweep run: {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB ({args.chunks:,d}-chunk target)")
+    out = work / "board.parquet"
+    try:
+        if args.fleet:
+            wall = on_fleet(args.fleet, spec, out, site, work)
+        else:
+            env = {**os.environ, "PYTHONPATH": str(site)}
+            wall = sweep(env, spec, out, ["--data-dir", str(work / "rag_data")])
+    except subprocess.CalledProcessError as e:
+        print(e.stdout[-6000:], e.stderr[-6000:], sep="\n", file=sys.stderr)
+        sys.exit(e.returncode)
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child
+    where = f"{args.fleet} Celery worker(s), data dir on S3" if args.fleet else "in process, local disk"
+    print(
+        f"rag-sweep run ({where}): {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB ({args.chunks:,d}-chunk target)"
+    )
     import polars as pl
 
-    board = pl.read_parquet(work / "rag_data" / "leaderboards" / f"scale-{args.chunks}.parquet")
     figures = ["label", "ann_recall_at_k", "index_build_s", "index_build_peak_mb", "retrieval_p95_ms"]
-    print(board.select(figures).to_dicts())
+    print(pl.read_parquet(out).select(figures).to_dicts())
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def sweep(env: dict, spec: Path, out: Path, extra: list[str]) -> float:
+    """`rag-sweep run` of `spec` in `env`, its board written to `out`: its wall seconds."""
+    cmd = [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--output", str(out), *extra]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    print(done.stdout[-6000:])
+    return wall
+
+
+def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> float:
+    """The sweep on `n` Celery workers, its data dir in the S3 server's bucket: its wall seconds, the
+    workers' start included."""
+    sys.path.insert(0, str(ROOT))
+    from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, fleet_instance, stop_all
+
+    pg = Postgres.start()
+    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
+    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    try:
+        shared, home = fleet_instance("scale", servers, work)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
+        base["PYTHONPATH"] = f"{site}{os.pathsep}{ROOT}"  # the plug-in, as on every worker machine
+        t0 = time.perf_counter()
+        workers = [CeleryWorker.start(f"scale-{i}", "dagster", {**base, **shared}, work) for i in range(n)]
+        data = f"s3://{servers['s3'].bucket}/scale"
+        env = {**base, **shared, "DAGSTER_HOME": str(home), "RAG_EXECUTOR": "celery", "RAG_DATA_DIR": data}
+        sweep(env, spec, out, [])
+        wall = time.perf_counter() - t0
+        for w in workers:
+            w.stop()  # reaped: a worker's peak RSS is then a child's
+        return wall
+    finally:
+        stop_all()
 
 
 if __name__ == "__main__":

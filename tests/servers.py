@@ -486,6 +486,31 @@ class CeleryWorker:
         _stop(self.proc)
 
 
+def fleet_instance(label: str, servers: dict, tmp: Path) -> tuple[dict[str, str], Path]:
+    """A fresh Dagster database and home on the shared servers: the environment a runner and its workers
+    share (S3, PostgreSQL, the MLflow server, the broker) and the runner's DAGSTER_HOME."""
+    pg, s3 = servers["pg"], servers["s3"]
+    db = pg.create_db(f"fleet_{label}")
+    home = tmp / f"home-{label}"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        (ROOT / "deploy" / "dagster.yaml").read_text()
+        + "\ncompute_logs:\n  module: rag_sweep.dagster_private\n"
+        "  class: NoOpComputeLogManager\n"
+    )
+    shared = {
+        **s3.env(),
+        "DAGSTER_PG_HOST": "127.0.0.1",
+        "DAGSTER_PG_PORT": str(pg.port),
+        "DAGSTER_PG_USER": pg.user,
+        "DAGSTER_PG_PASSWORD": "unused",
+        "DAGSTER_PG_DB": db,
+        "MLFLOW_TRACKING_URI": servers["mlflow"].url,
+        "CELERY_BROKER_URL": servers["broker"].url,
+    }
+    return shared, home
+
+
 def deployment_env() -> dict[str, str]:
     """The environment docker-compose.yml gives every container of the deployment (`x-rag-env`)."""
     import yaml
