@@ -105,14 +105,14 @@ def main() -> None:
     out = work / "board.parquet"
     try:
         if args.fleet:
-            wall = on_fleet(args.fleet, spec, out, site, work)
+            wall, peak_mb = on_fleet(args.fleet, spec, out, site, work)
         else:
             env = {**os.environ, "PYTHONPATH": str(site)}
             wall = sweep(env, spec, out, ["--data-dir", str(work / "rag_data")])
+            peak_mb = children_peak_mb()
     except subprocess.CalledProcessError as e:
         print(e.stdout[-6000:], e.stderr[-6000:], sep="\n", file=sys.stderr)
         sys.exit(e.returncode)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child
     where = f"{args.fleet} Celery worker(s), data dir on S3" if args.fleet else "in process, local disk"
     print(
         f"rag-sweep run ({where}): {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB ({args.chunks:,d}-chunk target)"
@@ -125,6 +125,11 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def children_peak_mb() -> float:
+    """The largest peak resident memory of the children (and their children) reaped so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def sweep(env: dict, spec: Path, out: Path, extra: list[str]) -> float:
     """`rag-sweep run` of `spec` in `env`, its board written to `out`: its wall seconds."""
     cmd = [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--output", str(out), *extra]
@@ -135,9 +140,10 @@ def sweep(env: dict, spec: Path, out: Path, extra: list[str]) -> float:
     return wall
 
 
-def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> float:
-    """The sweep on `n` Celery workers, its data dir in the S3 server's bucket: its wall seconds, the
-    workers' start included."""
+def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> tuple[float, float]:
+    """The sweep on `n` Celery workers, its data dir in the S3 server's bucket: its wall seconds (the
+    workers' start included) and the largest peak RSS of the CLI and the workers (taken before the servers,
+    also children of this process, stop)."""
     sys.path.insert(0, str(ROOT))
     from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, fleet_instance, stop_all
 
@@ -155,8 +161,8 @@ def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> float:
         sweep(env, spec, out, [])
         wall = time.perf_counter() - t0
         for w in workers:
-            w.stop()  # reaped: a worker's peak RSS is then a child's
-        return wall
+            w.stop()  # reaped: a worker's peak RSS (and its pool's) is then a child's
+        return wall, children_peak_mb()
     finally:
         stop_all()
 
