@@ -151,11 +151,14 @@ def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> tuple[flo
     servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
     servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
     try:
-        shared, home = fleet_instance("scale", servers, work)
+        here = Path(
+            tempfile.mkdtemp(dir=work, prefix="fleet-")
+        )  # a fresh home and worker dirs, also with --keep
+        shared, home = fleet_instance("scale", servers, here)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
         base["PYTHONPATH"] = f"{site}{os.pathsep}{ROOT}"  # the plug-in, as on every worker machine
         t0 = time.perf_counter()
-        workers = [CeleryWorker.start(f"scale-{i}", "dagster", {**base, **shared}, work) for i in range(n)]
+        workers = [CeleryWorker.start(f"scale-{i}", "dagster", {**base, **shared}, here) for i in range(n)]
         data = f"s3://{servers['s3'].bucket}/scale"
         env = {**base, **shared, "DAGSTER_HOME": str(home), "RAG_EXECUTOR": "celery", "RAG_DATA_DIR": data}
         sweep(env, spec, out, [])
