@@ -38,15 +38,7 @@ from overhead import children_cpu
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from rag_core.planning.stages import STAGES  # noqa: E402
-from tests.servers import (  # noqa: E402
-    CeleryWorker,
-    Mlflow,
-    Postgres,
-    RabbitMQ,
-    S3Server,
-    fleet_instance,
-    stop_all,
-)
+from tests.servers import CeleryWorker, fleet_instance, fleet_servers, stop_all  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "example.yaml"
 SWEEP = "hotpotqa-example"
@@ -105,9 +97,7 @@ def name(n: int) -> str:
 
 def against_baseline(ref: str, workers: int, repeats: int) -> None:
     """The fleet's cost per step, this tree against `ref`, each with `workers` workers and in process."""
-    pg = Postgres.start()
-    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
-    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    servers = fleet_servers()
     figures: dict[str, list[float]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     trees = {"baseline": worktree(ref, tmp / "baseline"), "now": ROOT}
@@ -143,9 +133,7 @@ def main() -> None:
     if args.baseline:
         return against_baseline(args.baseline, args.workers, args.repeats)
     modes = (1, args.workers, 0) if args.in_process else (1, args.workers)
-    pg = Postgres.start()
-    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
-    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    servers = fleet_servers()
     results: dict[int, list[dict]] = {n: [] for n in modes}
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -145,15 +145,12 @@ def on_fleet(n: int, spec: Path, out: Path, site: Path, work: Path) -> tuple[flo
     workers' start included) and the largest peak RSS of the CLI and the workers (taken before the servers,
     also children of this process, stop)."""
     sys.path.insert(0, str(ROOT))
-    from tests.servers import CeleryWorker, Mlflow, Postgres, RabbitMQ, S3Server, fleet_instance, stop_all
+    from tests.servers import CeleryWorker, fleet_instance, fleet_servers, stop_all
 
-    pg = Postgres.start()
-    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
-    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    servers = fleet_servers()
     try:
-        here = Path(
-            tempfile.mkdtemp(dir=work, prefix="fleet-")
-        )  # a fresh home and worker dirs, also with --keep
+        # a fresh folder for the Dagster home and the workers' dirs: a --keep folder can be run again
+        here = Path(tempfile.mkdtemp(dir=work, prefix="fleet-"))
         shared, home = fleet_instance("scale", servers, here)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "RAG_", "MLFLOW_"))}
         base["PYTHONPATH"] = f"{site}{os.pathsep}{ROOT}"  # the plug-in, as on every worker machine

@@ -486,6 +486,15 @@ class CeleryWorker:
         _stop(self.proc)
 
 
+def fleet_servers() -> dict:
+    """The servers a fleet shares, started (stopped by `stop_all`): PostgreSQL (`pg`), the S3 server (`s3`),
+    RabbitMQ (`broker`) and an MLflow server on PostgreSQL (`mlflow`)."""
+    pg = Postgres.start()
+    servers = {"pg": pg, "s3": S3Server.start(), "broker": RabbitMQ.start()}
+    servers["mlflow"] = Mlflow.start(pg.url(pg.create_db("mlflow")))
+    return servers
+
+
 def fleet_instance(label: str, servers: dict, tmp: Path) -> tuple[dict[str, str], Path]:
     """A fresh Dagster database and home on the shared servers: the environment a runner and its workers
     share (S3, PostgreSQL, the MLflow server, the broker) and the runner's DAGSTER_HOME."""
