@@ -1,7 +1,7 @@
 """Benchmark: how every stage's time and peak memory grow with the corpus, to a million chunks.
 
     .venv/bin/python benchmarks/scale.py [--sizes 10000,100000,1000000] [--queries 200] [--dim 384]
-        [--probes 0.3] [--refine 10]
+        [--index ivf_rq] [--bits 4] [--probes 0.3] [--refine 10]
 
 For each size, a new process (so its memory is its own): a synthetic corpus (seeded; documents of ~5
 paragraphs of words drawn from a Zipf-like vocabulary), chunked by `rag_core.chunking.chunkers` (recursive,
@@ -9,15 +9,17 @@ paragraphs of words drawn from a Zipf-like vocabulary), chunked by `rag_core.chu
 each word a seeded random vector, a chunk the normalized sum of its words', a static model of the
 model2vec kind) so that the model is not what is measured (all-MiniLM-L6-v2's own rate is
 benchmarks/embedding_throughput.py's), then indexed in LanceDB (the default store; one `upsert`: the table,
-its BM25 full-text index and an approximate IVF-SQ vector index: ~sqrt(n) partitions, `--probes` of them
-searched, `--refine` x k candidates re-ranked by their full vectors), and searched by `--queries` questions
+its BM25 full-text index and an approximate vector index, `--index`: IVF-RQ, RaBitQ codes of `--bits` a
+dimension, or IVF-SQ, a byte a dimension; ~sqrt(n) partitions, `--probes` of them searched, `--refine` x k
+candidates re-ranked by their full vectors), and searched by `--queries` questions
 (each a few words of one chunk): BM25 and the approximate vector search; ann_recall_at_k at k=10
 (rag_core/retrieval/ann_recall.py) against the exact top k of every question, computed by numpy over all
 the vectors (the store's exact search, ~7 s a question at 1M, is timed on its first 10 questions only).
 
 Prints per size: each stage's seconds and peak resident memory above the process's start (and the whole
 process's peak), search p50/p95, ann_recall_at_k, and per stage the growth from the smallest size to the
-largest against the growth in chunks (linear: the same ratio). Goals at 1M: peak <= 8 GB; approximate
+largest and over the last step (a small size's fractions of a second are mostly fixed costs) against the
+growth in chunks (linear: the same ratio). Goals at 1M: peak <= 8 GB; approximate
 vector search p95 <= 20 ms at ann_recall_at_k >= 0.95; BM25 p95 <= 20 ms.
 """
 
@@ -99,7 +101,9 @@ def synthetic_corpus(paras: list[str]):
     )
 
 
-def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) -> dict:
+def one_size(
+    target: int, n_queries: int, dim: int, index: str, bits: int, probes: float, refine: int
+) -> dict:
     from rag_core.chunking.chunkers import chunk_corpus
     from rag_core.common.peak_memory import measured
     from rag_core.components.embedders import EMBEDDERS, Embedder
@@ -137,14 +141,15 @@ def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) 
     ]
     del chunks
     n = len(rows)
-    # IVF-SQ (no codebooks to train: IVF-PQ's training was its build's time): ~sqrt(n) partitions, a share
-    # of them probed, refine x k candidates re-ranked by their full vectors
+    # IVF-RQ or IVF-SQ (no codebooks to train: IVF-PQ's training was its build's time): ~sqrt(n)
+    # partitions, a share of them probed, refine x k candidates re-ranked by their full vectors
     partitions = max(2, int(math.sqrt(n)))
     ann = AnnIndex(
-        type="ivf_sq",
+        type=index,
         num_partitions=partitions,
         nprobes=max(1, math.ceil(partitions * probes)),
         refine_factor=refine,
+        **({"num_bits": bits} if index == "ivf_rq" else {}),
     ).effective()
     questions = []
     for i in rng.choice(n, n_queries, replace=False):
@@ -164,7 +169,7 @@ def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) 
         store.upsert("warm-up", rows[:300], vectors[:300])  # imports and first-call set-up, not the size's
         with measured() as m:
             store.upsert("bench", rows, vectors, ann=ann)
-        record("index (table + BM25 + IVF-SQ)", m)
+        record(f"index (table + BM25 + {index})", m)
         del rows, vectors
         searches: dict[str, list[float]] = {"bm25": [], "vector (ann)": [], "vector (exact)": []}
         found: list[list[str]] = []
@@ -190,22 +195,27 @@ def one_size(target: int, n_queries: int, dim: int, probes: float, refine: int) 
     return {"chunks": n, "stages": stages, "latency_ms": latency, "ann_recall_at_k": recall, "ann": ann.key}
 
 
-def run_size(chunks: int, queries: int, dim: int, probes: float, refine: int) -> dict:
+def run_size(chunks: int, queries: int, dim: int, index: str, bits: int, probes: float, refine: int) -> dict:
     cmd = [sys.executable, __file__, "--one", str(chunks), "--queries", str(queries), "--dim", str(dim)]
-    cmd += ["--probes", str(probes), "--refine", str(refine)]
+    cmd += ["--index", index, "--bits", str(bits), "--probes", str(probes), "--refine", str(refine)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def report(results: list[dict]) -> None:
     names = list(results[0]["stages"])
-    print(f"{'stage':34} " + " ".join(f"{r['chunks']:>18,d}" for r in results) + "   growth (chunks x)")
-    first, last = results[0], results[-1]
-    x = last["chunks"] / first["chunks"]
+    print(
+        f"{'stage':34} "
+        + " ".join(f"{r['chunks']:>18,d}" for r in results)
+        + "   growth (chunks x), last step (chunks x)"
+    )
+    first, prev, last = results[0], results[-2] if len(results) > 1 else results[0], results[-1]
+    x, x_last = last["chunks"] / first["chunks"], last["chunks"] / prev["chunks"]
     for s in names:
         cells = " ".join(f"{r['stages'][s]['s']:8.2f}s {r['stages'][s]['peak_mb']:6.0f}MB" for r in results)
         growth = last["stages"][s]["s"] / max(first["stages"][s]["s"], 1e-9)
-        print(f"{s:34} {cells}   x{growth:.1f} (x{x:.0f})")
+        step = last["stages"][s]["s"] / max(prev["stages"][s]["s"], 1e-9)
+        print(f"{s:34} {cells}   x{growth:.1f} (x{x:.0f}), x{step:.1f} (x{x_last:.0f})")
     print(
         f"{'process peak RSS':34} "
         + " ".join(f"{max(v['rss_mb'] for v in r['stages'].values()):16.0f}MB" for r in results)
@@ -236,17 +246,22 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--index", choices=("ivf_rq", "ivf_sq"), default="ivf_rq", help="the approximate index")
+    ap.add_argument("--bits", type=int, default=4, help="ivf_rq: RaBitQ bits a dimension")
     ap.add_argument("--probes", type=float, default=0.3, help="the share of IVF partitions searched")
     ap.add_argument("--refine", type=int, default=10, help="refine_factor: candidates re-ranked, x k")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, in this process: its JSON
     ap.add_argument("--results", help="also write the sizes' figures to this JSON file")
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_size(args.one, args.queries, args.dim, args.probes, args.refine)))
+        figures = one_size(args.one, args.queries, args.dim, args.index, args.bits, args.probes, args.refine)
+        print(json.dumps(figures))
         return
     results = []
     for s in args.sizes.split(","):
-        results.append(run_size(int(s), args.queries, args.dim, args.probes, args.refine))
+        results.append(
+            run_size(int(s), args.queries, args.dim, args.index, args.bits, args.probes, args.refine)
+        )
         # each size's figures as soon as they are measured: a long run stopped later keeps them
         print(f"measured {json.dumps(results[-1])}", file=sys.stderr, flush=True)
         if args.results:

@@ -57,6 +57,7 @@ STORES = {
 CASES = [
     ("lancedb", AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4, nprobes=1)),
     ("lancedb", AnnIndex(type="ivf_sq", num_partitions=16, nprobes=1)),
+    ("lancedb", AnnIndex(type="ivf_rq", num_partitions=16, num_bits=2, nprobes=1)),
     ("lancedb", AnnIndex(type="ivf_hnsw_sq", num_partitions=4, m=4, ef_construction=16, ef=10, nprobes=1)),
     ("chroma", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
     ("milvus", AnnIndex(type="hnsw", m=4, ef_construction=8, ef=10)),
@@ -123,22 +124,36 @@ def test_a_wide_search_of_an_approximate_index_finds_what_exact_search_finds(tmp
     assert np.mean(ann_recalls(store, "Narrow", QUERIES, K)) < np.mean(ann_recalls(store, "Wide", QUERIES, K))
 
 
-def test_lancedb_builds_the_type_it_is_given_and_ivf_sq_searched_wide_finds_the_exact_top_k(tmp_path):
-    """Each type is the index LanceDB reports for the build; IVF-SQ (no codebooks) with every partition
-    probed and refined finds what exact search finds."""
+def test_lancedb_builds_the_type_it_is_given_and_ivf_sq_or_rq_searched_wide_finds_the_exact_top_k(tmp_path):
+    """Each type is the index LanceDB reports for the build (IVF-RQ with the bits it was given); IVF-SQ and
+    IVF-RQ with every partition probed and refined find what exact search finds, and IVF-RQ at one bit
+    without the refine step finds less."""
     import lancedb
 
     store = LanceDBStore(uri=str(tmp_path / "lancedb"))
     built = {}
-    for ann in (
-        AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4),
-        AnnIndex(type="ivf_sq", num_partitions=16, nprobes=16, refine_factor=10),
-    ):
-        store.upsert(ann.type, ROWS, VECS, ann=ann.effective())
-        table = lancedb.connect(store.uri).open_table(store.info(ann.type)["build"])
-        built[ann.type] = {i.index_type for i in table.list_indices() if i.columns == ["vector"]}
-    assert built == {"ivf_pq": {"IvfPq"}, "ivf_sq": {"IvfSq"}}
+    for name, ann in {
+        "ivf_pq": AnnIndex(type="ivf_pq", num_partitions=16, num_sub_vectors=4),
+        "ivf_sq": AnnIndex(type="ivf_sq", num_partitions=16, nprobes=16, refine_factor=10),
+        "ivf_rq": AnnIndex(type="ivf_rq", num_partitions=16, nprobes=16, refine_factor=10),
+        "ivf_rq_1bit": AnnIndex(type="ivf_rq", num_partitions=16, num_bits=1, nprobes=16, refine_factor=1),
+    }.items():
+        store.upsert(name, ROWS, VECS, ann=ann.effective())
+        table = lancedb.connect(store.uri).open_table(store.info(name)["build"])
+        built[name] = {
+            (i.index_type, (i.index_details or {}).get("compression", {}).get("num_bits"))
+            for i in table.list_indices()
+            if i.columns == ["vector"]
+        }
+    assert built == {
+        "ivf_pq": {("IvfPq", 8)},
+        "ivf_sq": {("IvfSq", 8)},  # one byte a dimension
+        "ivf_rq": {("IvfRq", 4)},  # the product's default, not LanceDB's 1
+        "ivf_rq_1bit": {("IvfRq", 1)},
+    }
     assert np.mean(ann_recalls(store, "ivf_sq", QUERIES, K)) >= 0.98
+    assert np.mean(ann_recalls(store, "ivf_rq", QUERIES, K)) >= 0.98
+    assert np.mean(ann_recalls(store, "ivf_rq_1bit", QUERIES, K)) < 0.98
 
 
 def test_an_exact_index_is_its_own_reference(tmp_path):

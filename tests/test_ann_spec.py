@@ -64,6 +64,8 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
                 {"type": "ivf_hnsw_sq", "m": 8, "ef": 32},
                 {"type": "ivf_pq", "nprobes": 5},
                 "ivf_sq",
+                "ivf_rq",
+                {"type": "ivf_rq", "num_bits": 1},
             ],
         },
         "retrieval": {"mode": "vector", "top_k": [3, 5]},
@@ -75,11 +77,13 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_hnsw_sq-m8-efc128-ef32-np20",
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_pq-np5",
         "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_sq-np20-rf10",  # re-ranked unless told
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_rq-nb4-np20-rf10",  # 4 bits unless told
+        "fixed-100-10__all-minilm-l6-v2__lancedb-ivf_rq-nb1-np20-rf10",
     ]
     assert len(plan.keys("embeddings")) == 1  # one embedding serves every index
-    assert len(plan.keys("retrievals")) == 10  # each index searched at both depths: one build each
+    assert len(plan.keys("retrievals")) == 14  # each index searched at both depths: one build each
     fps = plan.fingerprints(INPUTS)
-    assert len({fps[("vector_index", k)] for k in plan.keys("vector_index")}) == 5
+    assert len({fps[("vector_index", k)] for k in plan.keys("vector_index")}) == 7
     approx = next(c for c in plan.configs if c.index.ann.type == "ivf_hnsw_sq")
     assert approx.flat_params()["index.ann"] == (
         '{"ef": 32, "ef_construction": 128, "m": 8, "nprobes": 20, "type": "ivf_hnsw_sq"}'
@@ -100,7 +104,16 @@ def test_the_index_type_and_its_settings_make_their_own_index_and_share_what_is_
         ),
         (
             "annoy",
-            r"field 'index.ann.type': Input should be 'exact', 'ivf_pq', 'ivf_sq', 'ivf_hnsw_sq' or 'hnsw'",
+            r"field 'index.ann.type': Input should be 'exact', 'ivf_pq', 'ivf_sq', 'ivf_rq', 'ivf_hnsw_sq' or "
+            r"'hnsw'",
+        ),
+        (
+            {"type": "ivf_sq", "num_bits": 2},
+            r"field 'index.ann': Value error, ivf_sq takes num_partitions, nprobes, refine_factor; not num_bits",
+        ),
+        (
+            {"type": "ivf_rq", "num_bits": 10},
+            r"field 'index.ann.num_bits': Input should be less than or equal to 9",
         ),
         ({"type": "hnsw", "m": 1}, r"field 'index.ann.m': Input should be greater than 1"),
     ],
@@ -123,7 +136,8 @@ def test_a_store_that_lacks_the_index_type_is_refused_in_one_line_before_any_wor
     )
     lancedb_hnsw = {**BASE, "index": {"store": "lancedb", "ann": "hnsw"}}
     with pytest.raises(
-        SpecError, match=r"lancedb has no 'hnsw' index \(it builds exact, ivf_pq, ivf_sq, ivf_hnsw_sq\)"
+        SpecError,
+        match=r"lancedb has no 'hnsw' index \(it builds exact, ivf_pq, ivf_sq, ivf_rq, ivf_hnsw_sq\)",
     ):
         Plan.resolve(load_sweep(write(tmp_path, lancedb_hnsw)))
 
@@ -140,15 +154,15 @@ def test_the_cli_refuses_it_before_reading_the_data(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_the_example_sweep_plans_four_indexes_over_one_embedding_with_labels_apart():
+def test_the_example_sweep_plans_five_indexes_over_one_embedding_with_labels_apart():
     from rag_core.planning.labels import short_labels
     from tests.conftest import ROOT
 
     sweep = load_sweep(ROOT / "examples" / "sweeps" / "ann.yaml")
     plan = Plan.resolve(sweep)
-    assert len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 4
+    assert len(plan.keys("embeddings")) == 1 and len(plan.keys("vector_index")) == 5
     labels = short_labels(sweep.configs)
-    assert len(set(labels.values())) == len(labels) == 8
+    assert len(set(labels.values())) == len(labels) == 10
 
 
 def test_a_config_with_an_approximate_index_round_trips_through_its_dump(tmp_path):

@@ -85,7 +85,7 @@ _builtin(
     "LanceDB, embedded: its files under the data dir, local or on object storage; tantivy full-text",
     files="anywhere",
     analyzers=("plain", "english", *SEGMENTING),
-    ann_types=("ivf_pq", "ivf_sq", "ivf_hnsw_sq"),
+    ann_types=("ivf_pq", "ivf_sq", "ivf_rq", "ivf_hnsw_sq"),
 )
 _builtin(
     "qdrant",

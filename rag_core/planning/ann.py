@@ -5,6 +5,10 @@ approximate index that trades recall for search time and memory.
 - ivf_sq: LanceDB's IVF partitions of scalar-quantized vectors (one byte a dimension; num_partitions; at
   search nprobes, refine_factor): no codebooks to train, so it builds several times faster than IVF-PQ
   (benchmarks/scale.py)
+- ivf_rq: LanceDB's IVF partitions of RaBitQ-quantized vectors (num_bits a dimension after a random rotation;
+  num_partitions, num_bits; at search nprobes, refine_factor): a code of a few bits a dimension scans several
+  times faster than ivf_sq's byte, and the refine step's full vectors restore the order (at 1M chunks
+  the only type that met p95 <= 20 ms at ann_recall_at_k >= 0.95 here, benchmarks/HISTORY.md)
 - ivf_hnsw_sq: LanceDB's IVF partitions each holding an HNSW graph of scalar-quantized vectors
   (num_partitions, m, ef_construction; at search nprobes, ef)
 - hnsw: an HNSW graph (m, ef_construction; at search ef): Weaviate, Chroma, Milvus Lite
@@ -22,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-ANN_TYPES = ("exact", "ivf_pq", "ivf_sq", "ivf_hnsw_sq", "hnsw")
+ANN_TYPES = ("exact", "ivf_pq", "ivf_sq", "ivf_rq", "ivf_hnsw_sq", "hnsw")
 
 # the settings each type takes, with their defaults (None: the store chooses from the row count)
 PARAMS: dict[str, dict[str, int | None]] = {
@@ -31,6 +35,9 @@ PARAMS: dict[str, dict[str, int | None]] = {
     # IVF-SQ re-ranks 10 x k candidates by their full vectors unless told: at 100k hashing vectors +1.5 points
     # of recall for ~4 ms (benchmarks/HISTORY.md, issue 71)
     "ivf_sq": {"num_partitions": None, "nprobes": 20, "refine_factor": 10},
+    # RaBitQ at 4 bits a dimension (LanceDB's default is 1): at 1M hashing vectors, 30% probed and refine 10,
+    # recall 0.973 against 1 bit's 0.842 for ~2 ms more at p95 (benchmarks/HISTORY.md, issue 71)
+    "ivf_rq": {"num_partitions": None, "num_bits": 4, "nprobes": 20, "refine_factor": 10},
     "ivf_hnsw_sq": {"num_partitions": None, "m": 16, "ef_construction": 128, "ef": 64, "nprobes": 20},
     "hnsw": {"m": 16, "ef_construction": 128, "ef": 64},
 }
@@ -39,6 +46,7 @@ PARAMS: dict[str, dict[str, int | None]] = {
 _SHORT = {
     "num_partitions": "p",
     "num_sub_vectors": "sv",
+    "num_bits": "nb",
     "nprobes": "np",
     "refine_factor": "rf",
     "m": "m",
@@ -51,18 +59,20 @@ class AnnIndex(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     type: Literal[ANN_TYPES] = "exact"
-    """`exact` (every chunk compared), `ivf_pq`, `ivf_sq`, `ivf_hnsw_sq` (LanceDB) or `hnsw` (Weaviate, Chroma,
-    Milvus)."""
+    """`exact` (every chunk compared), `ivf_pq`, `ivf_sq`, `ivf_rq`, `ivf_hnsw_sq` (LanceDB) or `hnsw` (Weaviate,
+    Chroma, Milvus)."""
     num_partitions: int | None = Field(default=None, gt=0)
-    """ivf_pq, ivf_sq, ivf_hnsw_sq: IVF partitions (unset: the store's choice from the row count)."""
+    """ivf_pq, ivf_sq, ivf_rq, ivf_hnsw_sq: IVF partitions (unset: the store's choice from the row count)."""
     num_sub_vectors: int | None = Field(default=None, gt=0)
     """ivf_pq: product-quantization sub-vectors (unset: the store's choice from the dimension)."""
+    num_bits: int | None = Field(default=None, ge=1, le=9)
+    """ivf_rq: RaBitQ bits a dimension, 1 to 9 (default 4): more recall more and scan slower."""
     nprobes: int | None = Field(default=None, gt=0)
-    """ivf_pq, ivf_sq, ivf_hnsw_sq: partitions searched per query (default 20): more is slower and recalls
+    """ivf_pq, ivf_sq, ivf_rq, ivf_hnsw_sq: partitions searched per query (default 20): more is slower and recalls
     more."""
     refine_factor: int | None = Field(default=None, gt=0)
-    """ivf_pq, ivf_sq: candidates re-ranked by their exact distance, as a multiple of k (unset: none for ivf_pq,
-    10 for ivf_sq)."""
+    """ivf_pq, ivf_sq, ivf_rq: candidates re-ranked by their exact distance, as a multiple of k (unset: none for
+    ivf_pq, 10 for ivf_sq and ivf_rq)."""
     m: int | None = Field(default=None, gt=1, le=256)
     """ivf_hnsw_sq, hnsw: neighbours per graph node (default 16)."""
     ef_construction: int | None = Field(default=None, gt=0)

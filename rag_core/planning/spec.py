@@ -208,7 +208,9 @@ class IndexConfig(_Strict):
     """The vector search's structure (rag_core/planning/ann.py): `exact` (default: every chunk compared; on
     Chroma and Weaviate, whose only index is HNSW, their HNSW at its defaults), `ivf_pq` (LanceDB:
     `num_partitions`, `num_sub_vectors`; at search `nprobes` (20), `refine_factor`), `ivf_sq` (LanceDB,
-    scalar-quantized: `num_partitions`; at search `nprobes` (20), `refine_factor` (10)), `ivf_hnsw_sq` (LanceDB:
+    scalar-quantized: `num_partitions`; at search `nprobes` (20), `refine_factor` (10)), `ivf_rq` (LanceDB,
+    RaBitQ-quantized: `num_partitions`, `num_bits` (4); at search `nprobes` (20), `refine_factor` (10)),
+    `ivf_hnsw_sq` (LanceDB:
     `num_partitions`, `m` (16), `ef_construction` (128); at search `ef` (64), `nprobes` (20)), `hnsw`
     (Weaviate, Chroma, Milvus Lite: `m` (16), `ef_construction` (128), `ef` (64)), or a mapping `{type: ...,
     <settings>}`. Qdrant's local mode searches exactly only. A store without the type is refused when the

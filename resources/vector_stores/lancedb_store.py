@@ -69,6 +69,10 @@ def _vector_index(ann):
         )
     if ann.type == "ivf_sq":  # one byte a dimension: no codebooks to train
         return lancedb.index.IvfSq(distance_type="cosine", num_partitions=s.get("num_partitions"))
+    if ann.type == "ivf_rq":  # RaBitQ: num_bits a dimension of a randomly rotated vector
+        return lancedb.index.IvfRq(
+            distance_type="cosine", num_partitions=s.get("num_partitions"), num_bits=s["num_bits"]
+        )
     return lancedb.index.IvfHnswSq(  # IVF partitions, each an HNSW graph of scalar-quantized vectors
         distance_type="cosine",
         num_partitions=s.get("num_partitions"),
