@@ -6,9 +6,9 @@ approximate index that trades recall for search time and memory.
   search nprobes, refine_factor): no codebooks to train, so it builds several times faster than IVF-PQ
   (benchmarks/scale.py)
 - ivf_rq: LanceDB's IVF partitions of RaBitQ-quantized vectors (num_bits a dimension after a random rotation;
-  num_partitions, num_bits; at search nprobes, refine_factor): a code of a few bits a dimension scans several
-  times faster than ivf_sq's byte, and the refine step's full vectors restore the order (at 1M chunks
-  the only type that met p95 <= 20 ms at ann_recall_at_k >= 0.95 here, benchmarks/HISTORY.md)
+  num_partitions, num_bits; at search nprobes, refine_factor): a few bits a dimension scan faster than
+  ivf_sq's byte, and the refine step's full vectors restore the order (at 1M chunks, the same probes and
+  recall: two thirds of ivf_sq's search time, benchmarks/HISTORY.md)
 - ivf_hnsw_sq: LanceDB's IVF partitions each holding an HNSW graph of scalar-quantized vectors
   (num_partitions, m, ef_construction; at search nprobes, ef)
 - hnsw: an HNSW graph (m, ef_construction; at search ef): Weaviate, Chroma, Milvus Lite
