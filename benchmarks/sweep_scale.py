@@ -1,6 +1,6 @@
 """Benchmark: a sweep of a 100k-chunk corpus through `rag-sweep run`, end to end, as a user runs it.
 
-    .venv/bin/python benchmarks/sweep_scale.py [--chunks 100000] [--queries 200] [--keep DIR]
+    .venv/bin/python benchmarks/sweep_scale.py [--chunks 100000] [--queries 200] [--index ivf_sq] [--keep DIR]
     .venv/bin/python benchmarks/sweep_scale.py --fleet 1 [--chunks 100000]   # scripts/ensure_servers.sh first
 
 A synthetic corpus as benchmarks/scale.py's (seeded; documents of ~5 paragraphs of words drawn from a
@@ -8,9 +8,10 @@ Zipf-like vocabulary; recursive 384-character chunks, ~5 a document) and `--quer
 consecutive words of a paragraph; its document the relevant one, its next word the answer), embedded by the
 example plug-in `hashed_words` (examples/plugins, installed by uv into a folder on the CLI's path, as a
 user's plug-in is: no model, so the model's ~25 passages/s are not what is measured), indexed in LanceDB
-with IVF-SQ (~sqrt(n) partitions, 30% probed, refine 10), searched by vector and hybrid retrieval (top 5),
-answered by the extractive reader. Prints the run's wall seconds, the CLI's peak resident memory and its
-leaderboard.
+with IVF-SQ, or IVF-RQ at 4 bits a dimension with `--index ivf_rq` (~sqrt(n) partitions, 30% probed,
+refine 10; at 100k IVF-SQ searched the faster, benchmarks/HISTORY.md), searched by vector and hybrid
+retrieval (top 5), answered by the extractive reader. Prints the run's wall seconds, the CLI's peak
+resident memory and its leaderboard.
 
 With `--fleet N`: the same sweep on a deployment, started as benchmarks/fleet.py starts one (PostgreSQL, the
 S3-compatible server, the MLflow server, RabbitMQ): the data dir in the bucket (`RAG_DATA_DIR=s3://…`) and
@@ -57,8 +58,9 @@ def write_data(folder: Path, chunks: int, queries: int) -> None:
     ).write_parquet(folder / "queries.parquet")
 
 
-def sweep_yaml(folder: Path, chunks: int) -> Path:
+def sweep_yaml(folder: Path, chunks: int, index: str) -> Path:
     partitions = int(math.sqrt(chunks))
+    bits = ", num_bits: 4" if index == "ivf_rq" else ""
     spec = folder / "scale.yaml"
     spec.write_text(
         f"""name: scale-{chunks}
@@ -70,7 +72,7 @@ chunking: {{method: recursive, chunk_size: 384, chunk_overlap: 48}}
 embedding: {{model: hashed_words}}
 index:
   store: lancedb
-  ann: {{type: ivf_sq, num_partitions: {partitions}, nprobes: {math.ceil(partitions * 0.3)}, refine_factor: 10}}
+  ann: {{type: {index}, num_partitions: {partitions}{bits}, nprobes: {math.ceil(partitions * 0.3)}, refine_factor: 10}}
 retrieval: {{mode: [vector, hybrid], top_k: 5}}
 generation: {{model: extractive}}
 weights: {{recall_at_k: 0.5, token_f1: 0.5}}
@@ -84,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--index", choices=("ivf_sq", "ivf_rq"), default="ivf_sq", help="the approximate index")
     ap.add_argument("--fleet", type=int, default=0, help="Celery workers, data dir on S3 (0: in process)")
     ap.add_argument("--keep", help="a folder to keep the data, the plug-in and the run's artifacts in")
     args = ap.parse_args()
@@ -101,7 +104,7 @@ def main() -> None:
     t0 = time.perf_counter()
     write_data(work, args.chunks, args.queries)
     print(f"data written: {time.perf_counter() - t0:.1f} s", flush=True)
-    spec = sweep_yaml(work, args.chunks)
+    spec = sweep_yaml(work, args.chunks, args.index)
     out = work / "board.parquet"
     try:
         if args.fleet:

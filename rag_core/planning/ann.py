@@ -8,7 +8,8 @@ approximate index that trades recall for search time and memory.
 - ivf_rq: LanceDB's IVF partitions of RaBitQ-quantized vectors (num_bits a dimension after a random rotation;
   num_partitions, num_bits; at search nprobes, refine_factor): a few bits a dimension scan faster than
   ivf_sq's byte, and the refine step's full vectors restore the order (at 1M chunks, the same probes and
-  recall: two thirds of ivf_sq's search time, benchmarks/HISTORY.md)
+  recall: two thirds of ivf_sq's search time; at 100k its hybrid searches were the slower,
+  benchmarks/HISTORY.md)
 - ivf_hnsw_sq: LanceDB's IVF partitions each holding an HNSW graph of scalar-quantized vectors
   (num_partitions, m, ef_construction; at search nprobes, ef)
 - hnsw: an HNSW graph (m, ef_construction; at search ef): Weaviate, Chroma, Milvus Lite
