@@ -8,7 +8,7 @@ Zipf-like vocabulary; recursive 384-character chunks, ~5 a document) and `--quer
 consecutive words of a paragraph; its document the relevant one, its next word the answer), embedded by the
 example plug-in `hashed_words` (examples/plugins, installed by uv into a folder on the CLI's path, as a
 user's plug-in is: no model, so the model's ~25 passages/s are not what is measured), indexed in LanceDB
-with IVF-SQ, or IVF-RQ at 4 bits a dimension with `--index ivf_rq` (~sqrt(n) partitions, 30% probed,
+with IVF-SQ, or IVF-RQ (its default 4 bits a dimension) with `--index ivf_rq` (~sqrt(n) partitions, 30% probed,
 refine 10; at 100k IVF-SQ searched the faster, benchmarks/HISTORY.md), searched by vector and hybrid
 retrieval (top 5), answered by the extractive reader. Prints the run's wall seconds, the CLI's peak
 resident memory and its leaderboard.
@@ -60,7 +60,6 @@ def write_data(folder: Path, chunks: int, queries: int) -> None:
 
 def sweep_yaml(folder: Path, chunks: int, index: str) -> Path:
     partitions = int(math.sqrt(chunks))
-    bits = ", num_bits: 4" if index == "ivf_rq" else ""
     spec = folder / "scale.yaml"
     spec.write_text(
         f"""name: scale-{chunks}
@@ -72,7 +71,7 @@ chunking: {{method: recursive, chunk_size: 384, chunk_overlap: 48}}
 embedding: {{model: hashed_words}}
 index:
   store: lancedb
-  ann: {{type: {index}, num_partitions: {partitions}{bits}, nprobes: {math.ceil(partitions * 0.3)}, refine_factor: 10}}
+  ann: {{type: {index}, num_partitions: {partitions}, nprobes: {math.ceil(partitions * 0.3)}, refine_factor: 10}}
 retrieval: {{mode: [vector, hybrid], top_k: 5}}
 generation: {{model: extractive}}
 weights: {{recall_at_k: 0.5, token_f1: 0.5}}
