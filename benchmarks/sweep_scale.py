@@ -8,9 +8,9 @@ Zipf-like vocabulary; recursive 384-character chunks, ~5 a document) and `--quer
 consecutive words of a paragraph; its document the relevant one, its next word the answer), embedded by the
 example plug-in `hashed_words` (examples/plugins, installed by uv into a folder on the CLI's path, as a
 user's plug-in is: no model, so the model's ~25 passages/s are not what is measured), indexed in LanceDB
-with IVF-SQ, or IVF-RQ (its default 4 bits a dimension) with `--index ivf_rq` (~sqrt(n) partitions, 30% probed,
-refine 10; at 100k IVF-SQ searched the faster, benchmarks/HISTORY.md), searched by vector and hybrid
-retrieval (top 5), answered by the extractive reader. Prints the run's wall seconds, the CLI's peak
+with IVF-SQ, or IVF-RQ (its default 4 bits a dimension) with `--index ivf_rq` (~sqrt(n) partitions, 30%
+probed, refine 10; at 100k IVF-SQ searched the faster, benchmarks/HISTORY.md), searched by vector and
+hybrid retrieval (top 5), answered by the extractive reader. Prints the run's wall seconds, the CLI's peak
 resident memory and its leaderboard.
 
 With `--fleet N`: the same sweep on a deployment, started as benchmarks/fleet.py starts one (PostgreSQL, the

@@ -210,10 +210,9 @@ class IndexConfig(_Strict):
     `num_partitions`, `num_sub_vectors`; at search `nprobes` (20), `refine_factor`), `ivf_sq` (LanceDB,
     scalar-quantized: `num_partitions`; at search `nprobes` (20), `refine_factor` (10)), `ivf_rq` (LanceDB,
     RaBitQ-quantized: `num_partitions`, `num_bits` (4); at search `nprobes` (20), `refine_factor` (10)),
-    `ivf_hnsw_sq` (LanceDB:
-    `num_partitions`, `m` (16), `ef_construction` (128); at search `ef` (64), `nprobes` (20)), `hnsw`
-    (Weaviate, Chroma, Milvus Lite: `m` (16), `ef_construction` (128), `ef` (64)), or a mapping `{type: ...,
-    <settings>}`. Qdrant's local mode searches exactly only. A store without the type is refused when the
+    `ivf_hnsw_sq` (LanceDB: `num_partitions`, `m` (16), `ef_construction` (128); at search `ef` (64),
+    `nprobes` (20)), `hnsw` (Weaviate, Chroma, Milvus Lite: `m` (16), `ef_construction` (128), `ef` (64)), or
+    a mapping `{type: ..., <settings>}`. Qdrant's local mode searches exactly only. A store without the type is refused when the
     sweep is planned. In the index's key (`__lancedb-ivf_pq-np20`) and fingerprint; `exact` keeps its keys
     and fingerprints. Each approximate config's `ann_recall_at_k` (against the store's exact search),
     `index_build_s` and `index_build_peak_mb` are on the board and in MLflow."""
