@@ -56,7 +56,8 @@ from resources import (
     reachability,
 )
 from resources.devices import DeviceUnavailable
-from resources.storage import check_new_file, is_remote
+from resources.no_links import PlantedLink
+from resources.storage import check_new_file, is_remote, normalized
 
 
 def _check_output(output: str) -> None:
@@ -81,16 +82,38 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> int:
     """`rag-sweep ARGV`, in this process."""
     warnings.showwarning = _show_warning
+    if sys.stdout is None or not _open_fd(1):  # `rag-sweep run … >&-`: before any work (and before a file
+        # the command opens is given fd 1, where a library's print would then write)
+        print(
+            f"error: {CLOSED_STDOUT}; run it again with its output sent somewhere (> FILE, | less)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         return _main(argv)
-    except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; no traceback
+    except BrokenPipeError:  # `rag-sweep validate ... | head`: the reader left; one line, no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
-        return 0
+        try:
+            print(f"rag-sweep: {CLOSED_STDOUT} (its reader left); what it computed is kept", file=sys.stderr)
+        except OSError:
+            pass
+        return 2
     except BaseException as e:  # after the run: printing its board
         if not _interrupt(e):
             raise
         _interrupted()
+
+
+CLOSED_STDOUT = "standard output is closed"
+
+
+def _open_fd(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def console() -> None:
@@ -104,11 +127,12 @@ def exit_now(code: int | None) -> None:
     first: the threads that are not daemons joined, the atexit handlers run, the output flushed."""
     threading._shutdown()  # what the interpreter does first at exit: join the non-daemon threads
     atexit._run_exitfuncs()  # logging, multiprocessing's children, MLflow's async loggers
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # the reader left: nothing more to say
-        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: the stream was closed when the command started
+                stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader left: nothing more to say
+            pass
     os._exit(code if isinstance(code, int) else 0)
 
 
@@ -120,9 +144,18 @@ def _interrupt(e: BaseException) -> bool:
     )
 
 
+class RedactingParser(argparse.ArgumentParser):
+    """argparse's messages redacted: a usage error echoes the arguments (`unrecognized arguments: --data_dir
+    s3://KEY:PASSWORD@bucket`), before any command could redact them. Subcommands' parsers are of this class
+    too (argparse makes them of the parent's class)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        super()._print_message(environment.redact(message) if message else message, file)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `rag-sweep` command line: one subcommand each (subcommands)."""
-    parser = argparse.ArgumentParser(
+    parser = RedactingParser(
         prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -177,8 +210,10 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     environment.hide_secrets_of(sys.argv[1:] if argv is None else argv)  # a data dir's password ...
+    args = parser.parse_args(argv)  # its errors are redacted too (RedactingParser)
+    if getattr(args, "data_dir", None):  # `S3://b/p` is `s3://b/p` for every check and store alike
+        args.data_dir = normalized(args.data_dir)
 
     try:
         _check_outputs(subcommands(parser)[args.command], args)
@@ -253,6 +288,7 @@ EXPECTED = (
     CheckFailed,
     StepFailed,
     PluginError,
+    PlantedLink,
 )
 MAX_MESSAGE = 500  # an unexpected error's message past this is cut (a library's may hold a whole response)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 # embedding models are read from the local cache only; no URL printed by MLflow.
 # the tokenizer's threads are off by default (a process that forks after using them is warned at, and a CPU's
 # cores are the model's); a GPU encoder turns them on unless the user chose (resources/gpu_encoders.py)
-TOKENIZER_THREADS_CHOSEN = "TOKENIZERS_PARALLELISM" in os.environ
+TOKENIZER_THREADS_CHOSEN = bool(os.environ.get("TOKENIZERS_PARALLELISM"))
 for _name, _value in {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "DAGSTER_DISABLE_TELEMETRY": "1",
@@ -32,7 +32,8 @@ for _name, _value in {
     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
     "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
 }.items():
-    os.environ.setdefault(_name, _value)
+    if not os.environ.get(_name):  # unset or empty (an empty variable is an unset one)
+        os.environ[_name] = _value
 
 SECRET_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -306,6 +307,18 @@ VARIABLES = (
 )
 
 
+def drop_empty_variables() -> None:
+    """An empty variable is an unset one, for every variable the product reads: `RAG_DATA_DIR=` must not name
+    the current folder, nor `DAGSTER_PG_USER=` an empty user. Dropped from the environment, so the libraries
+    that read the same variables (MLflow, boto, Dagster) see them unset too."""
+    for variable in VARIABLES:
+        if os.environ.get(variable.name) == "":
+            del os.environ[variable.name]
+
+
+drop_empty_variables()
+
+
 class Unreachable(RuntimeError):
     """A server the environment names (MLflow, PostgreSQL) cannot be connected to: one line naming where
     (no password) and the variables that set it, before any work."""
@@ -320,8 +333,16 @@ def is_set(name: str) -> bool:
     return bool(os.environ.get(name))
 
 
+def normalized(location: str | os.PathLike) -> str | os.PathLike:
+    """A data dir as given, its scheme in lower case (`S3://b/p` is `s3://b/p`, not a local folder named
+    `S3:`): the one spelling the check, `is_remote` and the stores all see."""
+    if isinstance(location, str) and location[:5].lower() == "s3://":
+        return "s3://" + location[5:]
+    return location
+
+
 def default_data_dir() -> str:
-    return os.environ.get("RAG_DATA_DIR", str(Path.cwd() / ".rag_data"))
+    return normalized(os.environ.get("RAG_DATA_DIR") or str(Path.cwd() / ".rag_data"))
 
 
 def s3_settings() -> tuple[str | None, str]:
@@ -482,11 +503,18 @@ _GIVEN_SECRETS: set[str] = set()  # the secrets of URLs given on the command lin
 
 
 def hide_secrets_of(values: list[str]) -> None:
-    """The secrets inside URLs given on the command line (a data dir `s3://user:password@...?token=...`):
-    redacted from whatever this process prints or stores, as the environment's are."""
+    """The secrets inside URLs given on the command line (a data dir `s3://user:password@...?token=...`, also
+    inside `--opt=URL`): redacted from whatever this process prints or stores, as the environment's are. An
+    `s3://` URL's user-info is a secret whole (S3 has no user names: `s3://TOKEN@bucket` is a credential)."""
+    import re
+
     from rag_core.common.redaction import url_secrets
 
-    _GIVEN_SECRETS.update(s for v in values if "://" in v for s in url_secrets(v))
+    for value in values:
+        for url in re.findall(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+", value):
+            _GIVEN_SECRETS.update(url_secrets(url))
+            if url[:5].lower() == "s3://" and "@" in (netloc := url[5:].split("/", 1)[0]):
+                _GIVEN_SECRETS.update(p for p in netloc.rsplit("@", 1)[0].split(":") if p)
 
 
 def redact(text: str, *secrets: str | None) -> str:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from resources.environment import Unreachable, shared_database_address, shared_database_url
-from resources.storage import is_remote
+from resources.no_links import open_lock_file, refuse_links_below
+from resources.storage import atomic_write_bytes, is_remote
 
 
 class NoSharedLock(RuntimeError):
@@ -63,17 +65,34 @@ def shared_lock(name: str, local_file: Path, waiting: Callable[[str], None] | No
             f"{name}: a data dir on object storage needs the deployment's PostgreSQL to lock in "
             "($DAGSTER_PG_HOST ...: see docs/guides/deployment.md)"
         )
+    refuse_links_below(local_file.parent)
     local_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(local_file, "a+") as lock:
+    fd = open_lock_file(local_file)
+    holder = local_file.with_name(local_file.name + ".holder")
+    try:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            lock.seek(0)
             if waiting:
-                waiting(lock.read().strip() or "another process")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}")
-        lock.flush()
+                waiting(_holder(holder) or "another process")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        # who holds it, for a second process to say: a new file renamed onto its name (never written into)
+        atomic_write_bytes(holder, f"pid {os.getpid()}".encode())
         yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(file: Path) -> str:
+    """What the holder wrote (`pid N`), read without following a link; '' when there is none."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        text = os.read(fd, 64).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return text if text.startswith("pid ") and text[4:].isdigit() else ""

@@ -22,13 +22,14 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from resources.environment import s3_settings
+from resources.environment import normalized, s3_settings
+from resources.no_links import refuse_links_below, remember_root
 
 REMOTE_SCHEMES = ("s3://",)
 
 
 def is_remote(location: str | os.PathLike) -> bool:
-    return str(location).startswith(REMOTE_SCHEMES) or getattr(location, "protocol", "") == "s3"
+    return str(location)[:5].lower() in REMOTE_SCHEMES or getattr(location, "protocol", "") == "s3"
 
 
 def check_data_dir(location: str | os.PathLike) -> None:
@@ -42,6 +43,8 @@ def check_data_dir(location: str | os.PathLike) -> None:
     if not isinstance(location, str):
         return
     where = "set --data-dir or $RAG_DATA_DIR to a local folder or s3://BUCKET/prefix"
+    if "\x00" in location:  # no file system takes it: Python's own error would be a traceback
+        raise SpecError(f"data dir {location!r}: holds a NUL byte; {where}")
     if location != location.strip():  # ` s3://b` would be a local folder named so, `b ` another folder
         raise SpecError(f"data dir {location!r}: begins or ends with white space; {where}")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(/*)", location)
@@ -55,9 +58,12 @@ def check_data_dir(location: str | os.PathLike) -> None:
     url = urlsplit(location)
     if slashes != "//" or not url.netloc:
         raise SpecError(f"data dir {location}: not an object-storage URI with a bucket; {where}")
+    if ".." in url.path.split("/") or "." in url.path.split("/")[1:]:  # a key, not a path: no way up
+        raise SpecError(f"data dir s3://{url.hostname}{url.path}: `.` and `..` are not folders in object storage; {where}")
     if "@" in url.netloc or url.query or url.fragment:  # the S3 clients read neither: a secret in plain view
+        shown = f"s3://***@{url.hostname or ''}{url.path}" if "@" in url.netloc else f"s3://{url.netloc}{url.path}"
         raise SpecError(
-            f"data dir {location}: an s3:// data dir holds no credentials, query or fragment; the "
+            f"data dir {shown}: an s3:// data dir holds no credentials, query or fragment; the "
             "credentials are read from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY; " + where
         )
 
@@ -71,6 +77,7 @@ _OTHER_SCHEMES = {
 
 def data_root(location: str | os.PathLike) -> Path:
     """The data dir as a path: a local folder (absolute) or an `s3://bucket/prefix` path."""
+    location = normalized(location)
     check_data_dir(location)
     if is_remote(location):
         from upath import UPath
@@ -80,12 +87,15 @@ def data_root(location: str | os.PathLike) -> Path:
         # their files from exists() for the life of this process
         options = {"use_listings_cache": False, **({"endpoint_url": endpoint} if endpoint else {})}
         return UPath(str(location).rstrip("/"), **options)
-    return Path(location).expanduser().resolve()
+    root = Path(location).expanduser().resolve()
+    remember_root(root)  # what is written below it goes through no link (resources/no_links.py)
+    return root
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
     """`write(a local temp path)`, then publish it as `path`: a reader sees the old file or the whole new one."""
     if not is_remote(path):
+        refuse_links_below(path.parent)  # a folder on the way planted as a link to one outside
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)

@@ -19,6 +19,7 @@ import polars as pl
 from rag_core.common.redaction import redact_url
 from rag_core.decision.qualification import qualified
 from resources.environment import mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
+from resources.no_links import refuse_links_in
 from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
 
 _LOG = logging.getLogger(__name__)
@@ -212,8 +213,20 @@ class MlflowTracking(dg.ConfigurableResource):
                 f"data dir {self.default_dir}: on object storage the config runs are tracked on the "
                 "deployment's MLflow server: set $MLFLOW_TRACKING_URI (see docs/guides/deployment.md)"
             )
-        Path(self.default_dir).mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{Path(self.default_dir).resolve() / 'mlflow.db'}"
+        folder = Path(self.default_dir).resolve()
+        for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm", "mlflow.db-journal", "mlartifacts"):
+            refuse_links_in(folder / name)  # SQLite and MLflow's artifact copies follow links
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'mlflow.db'}"
+
+    def never_made(self) -> bool:
+        """The store is the data dir's SQLite default and does not exist yet (nothing was ever tracked)."""
+        return (
+            not self.tracking_uri
+            and not mlflow_tracking_uri()
+            and not is_remote(self.default_dir)
+            and not (Path(self.default_dir) / "mlflow.db").exists()
+        )
 
     def remembered(self, question: str, ask):
         """`ask()`'s answer (a JSON value): on a local SQLite store, remembered beside it while the store is

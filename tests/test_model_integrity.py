@@ -226,7 +226,7 @@ def test_tags_rewritten_to_match_a_replaced_code_file_are_refused_by_their_signa
     marker = tmp_path / "ran"
     (champion / "model_code.py").write_text(_injected(marker))
     forged()
-    with pytest.raises(TamperedModel, match="its signature does not verify with the signing key"):
+    with pytest.raises(TamperedModel, match="its signature does not verify as serve's model with the signing key"):
         load_champion("models:/serve@champion")
     assert not marker.exists()
     assert main(["verify-model", "models:/serve@champion"]) == 1
@@ -276,11 +276,49 @@ def test_a_key_others_can_read_is_refused(registered, champion, monkeypatch, tmp
 
     key = tmp_path / "open.key"
     monkeypatch.setenv("RAG_SWEEP_SIGNING_KEY", str(key))
-    sign({"a": "b"})  # made on first use, for this user only
+    identity = {"registered_name": "n", "sweep": "n", "config_key": "k", "evaluation_fingerprint": "e"}
+    sign({"a": "b"}, identity)  # made on first use, for this user only
     assert (key.stat().st_mode & 0o777) == 0o600
     os.chmod(key, 0o644)
     with pytest.raises(SigningKeyError, match=r"open\.key: not a file of this user's .*mode 644"):
-        sign({"a": "b"})
+        sign({"a": "b"}, identity)
+
+
+def test_a_signed_model_registered_under_another_name_or_as_another_config_is_refused(
+    registered, champion, capsys
+):
+    """One who can write `mlflow.db` (not the key) registers the signed champion of sweep `serve` as the
+    champion of sweep `victim`, tags and all, and moves the alias: the signature names `serve`, so `victim`'s
+    champion does not verify. Its tags' config key changed (to another config of the same sweep) neither."""
+    uri, _ = registered
+    client = MlflowClient(uri)
+    real = client.get_model_version("serve", "1")
+    client.create_registered_model("victim")
+    forged = client.create_model_version("victim", real.source, tags=dict(real.tags))
+    client.set_registered_model_alias("victim", "champion", forged.version)
+    with pytest.raises(TamperedModel, match="does not verify as victim's model"):
+        load_champion("models:/victim@champion")
+    assert main(["verify-model", "models:/victim@champion"]) == 1
+    assert "does not verify as victim's model" in capsys.readouterr().err
+    relabelled = client.create_model_version("serve", real.source, tags={**real.tags, "config_key": "other"})
+    with pytest.raises(TamperedModel, match="does not verify as serve's model"):
+        load_champion(f"models:/serve/{relabelled.version}")
+    assert main(["verify-model", "models:/serve@champion"]) == 0  # the real one still verifies
+
+
+def test_a_version_signed_over_its_files_alone_refuses_and_is_registered_again(registered, champion):
+    from rag_sweep.shipping.registry import due
+
+    uri, _ = registered
+    client = MlflowClient(uri)
+    real = client.get_model_version("serve", "1")
+    old = client.create_model_version(
+        "serve", real.source, tags={k: v for k, v in real.tags.items() if k != "signature_version"}
+    )
+    with pytest.raises(TamperedModel, match="signed over its files alone"):
+        download_verified(f"models:/serve/{old.version}")
+    assert due(client.get_model_version("serve", old.version), real.tags["evaluation_fingerprint"])
+    assert not due(real, real.tags["evaluation_fingerprint"])
 
 
 def test_the_checked_copy_is_private_and_is_what_loads(champion, tmp_path):
@@ -361,6 +399,7 @@ def test_a_champion_without_fingerprints_is_registered_again(registered, built, 
     with pytest.raises(TamperedModel, match="record no fingerprint"):
         download_verified("models:/serve/1")
     tracking = Tracking(uri, Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts")
-    assert register_champion(tracking, built[0])["version"] == 2
+    anew = register_champion(tracking, built[0])
+    assert anew["registered"] is True and anew["version"] > 1
     again = register_champion(tracking, built[0])
-    assert again["version"] == 2 and again["registered"] is False
+    assert again["version"] == anew["version"] and again["registered"] is False

@@ -103,3 +103,83 @@ def test_run_and_export_leave_no_process_behind(small_slice, tmp_path):
     data = tmp_path / "data"
     _command("run", spec, "--data-dir", data, env=env)  # Dagster runs, compute log tails, MLflow, LanceDB
     _command("export", spec, "--out", tmp_path / "model", "--data-dir", data, env=env)
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> tuple[Path, str]:
+    """A small exported model folder and its fingerprint (tests/small_model.py)."""
+    from rag_sweep.shipping.bundle import fingerprints, save
+    from tests.small_model import small_bundle
+
+    tmp = tmp_path_factory.mktemp("served")
+    folder = save(small_bundle(tmp), tmp / "model")
+    return folder, fingerprints(folder)["model_fingerprint"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_serve_sent_a_signal_ends_its_server_and_removes_its_copy(model_folder, tmp_path, signum):
+    """`kill -TERM PID` (a supervisor), Ctrl-C's SIGINT, a closed terminal's SIGHUP, sent to the command
+    alone: the MLflow server and its uvicorn end with it, the port is free again, the checked copy is gone."""
+    import socket
+    import time
+
+    folder, fingerprint = model_folder
+    port = _free_port()
+    mark = f"RAG_SWEEP_TEST_MARK={uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1], "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [str(RAG_SWEEP), "serve", str(folder), "--fingerprint", fingerprint, "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()
+        assert any(tmp.iterdir())  # the checked copy, while it serves
+        os.kill(proc.pid, signum)  # the command alone, as `kill PID` does
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum
+    time.sleep(0.5)
+    left = _left_by(proc.pid, mark.encode())
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"`rag-sweep serve` left running: {left}"
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing answers on the port any more
+    assert not list(tmp.iterdir())  # the copy is gone
+
+
+def test_serve_refuses_a_port_outside_the_range_before_any_work(model_folder, capsys):
+    from rag_sweep.cli import main
+
+    folder, fingerprint = model_folder
+    for port in ("0", "65536", "-1"):
+        assert main(["serve", str(folder), "--fingerprint", fingerprint, "-p", port]) == 2
+        err = capsys.readouterr().err
+        assert f"--port {port}: not a TCP port" in err and "serving" not in err

@@ -125,3 +125,23 @@ def test_nothing_is_recorded_where_a_server_answers(swept, monkeypatch):
     monkeypatch.delenv("RAG_EXECUTOR")
     weaviate = load_plan(spec, "weaviate", data)
     assert not recordable(weaviate, data)  # a vector store server
+
+
+def test_a_setting_that_cannot_run_is_refused_on_an_up_to_date_rerun_too(swept):
+    """$RAG_DEVICE naming a device this machine lacks, or a bad $RAG_EXECUTOR: the rerun that would compute
+    nothing says so as the run that computes would, in one line."""
+    spec, data, _ = swept
+    for name, value, said in (
+        ("RAG_DEVICE", "cuda:7", "$RAG_DEVICE=cuda:7: this machine has no such device"),
+        ("RAG_EXECUTOR", "threads", "$RAG_EXECUTOR='threads': expected one of"),
+    ):
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DAGSTER_HOME")}
+        done = subprocess.run(
+            [sys.executable, "-m", "rag_sweep.cli", "run", str(spec), "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**env, name: value},
+        )
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert "nothing to compute" not in done.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from resources import environment
-from resources.storage import data_root
+from resources.storage import data_root, is_remote
 
 
 def add_parser(sub) -> None:
@@ -29,9 +29,24 @@ def run(args) -> int:
     age = parse_age(args.older_than)  # before any work
     data = data_root(args.data_dir or environment.default_data_dir())
     plans = [load_plan(spec, args.store, data) for spec in args.specs]
-    with exclusive(data):  # a run started meanwhile waits, then finds what it needs
-        garbage = collect(plans, data, local_instance(data), age)
-        if args.apply:
+    if not args.apply:  # a dry run only reads: it makes no folder, instance, store or lock file
+        if not is_remote(data) and not data.is_dir():
+            print(f"data dir {data} does not exist: nothing to remove")
+            return 0
+        garbage = collect(plans, data, _instance_to_read(data, local_instance), age)
+    else:
+        with exclusive(data):  # a run started meanwhile waits, then finds what it needs
+            garbage = collect(plans, data, local_instance(data), age)
             remove(garbage, data)
     print("\n".join(garbage.lines(applied=args.apply)))
     return 0
+
+
+def _instance_to_read(data, local_instance):
+    """The Dagster instance whose history says what is needed; a local data dir that never held one is read
+    as an empty instance (no runs: nothing needed) rather than made."""
+    import dagster as dg
+
+    if environment.dagster_home() or is_remote(data) or (data / "dagster_home").is_dir():
+        return local_instance(data)
+    return dg.DagsterInstance.ephemeral()

@@ -155,24 +155,30 @@ def verify_model(args) -> int:
 def serve(args) -> int:
     """`mlflow models serve` on a private copy of the model, checked as `verify-model` checks it: the
     server loads exactly what was verified (MLflow serving a registry URI would run the code of the
-    registry's own folder before any check)."""
+    registry's own folder before any check). The server ends with this command, however it is ended
+    (rag_sweep/commands/children.py), and the copy is removed."""
+    import os
     import shutil
-    import subprocess
 
+    from rag_sweep.commands.children import run_until_signalled
     from rag_sweep.shipping.pipeline import MissingPlugin, TamperedModel
 
+    if not 1 <= args.port <= 65535:  # before any work: MLflow would serve on another port than the one said
+        raise SpecError(f"--port {args.port}: not a TCP port; give one from 1 to 65535")
     try:
         folder, found = verified_copy(args.model, None, args.fingerprint)
     except (TamperedModel, MissingPlugin) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"serving {args.model} (fingerprint {found}) from its checked copy {folder}", file=sys.stderr)
-    import os
-
-    bin_dir = Path(sys.executable).parent  # MLflow starts its uvicorn from PATH
-    command = [str(bin_dir / "mlflow"), "models", "serve", "-m", str(folder), "--env-manager", "local"]
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     try:
-        return subprocess.call([*command, "-p", str(args.port), "-h", args.host], env=env)
+        print(f"serving {args.model} (fingerprint {found}) from its checked copy {folder}", file=sys.stderr)
+        bin_dir = Path(sys.executable).parent  # MLflow starts its uvicorn from PATH
+        command = [str(bin_dir / "mlflow"), "models", "serve", "-m", str(folder), "--env-manager", "local"]
+        # the server's temporary files (the model's built index) in the copy's folder, removed below: a
+        # server's workers end without Python's exit handlers, which would remove their own
+        scratch = folder.parent / "tmp"
+        scratch.mkdir(mode=0o700)
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "TMPDIR": str(scratch)}
+        return run_until_signalled([*command, "-p", str(args.port), "-h", args.host], env=env)
     finally:
         shutil.rmtree(folder.parent, ignore_errors=True)

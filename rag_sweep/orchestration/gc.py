@@ -279,6 +279,8 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
     from resources.tracking import MlflowTracking
 
     tracking = MlflowTracking(default_dir=str(data))
+    if tracking.never_made():  # no store yet (a dry run on a data dir no run used): none registered
+        return set()
     client, out = tracking.client(), set()
     for plan in plans:
         try:  # a name never registered gives no versions, not an error

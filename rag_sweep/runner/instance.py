@@ -12,6 +12,7 @@ import dagster as dg
 from rag_sweep.legacy_modules import new_name
 from rag_sweep.runner.errors import DataDirError
 from resources.environment import celery_broker_url, dagster_home, mlflow_tracking_uri, shared_database_url
+from resources.no_links import refuse_links_in
 from resources.storage import atomic_write_bytes, is_remote
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,7 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
             "instance: set $DAGSTER_HOME (with PostgreSQL storage, deploy/dagster.yaml; see docs/guides/deployment.md)"
         )
     home = data_dir / "dagster_home"
+    refuse_links_in(home)  # Dagster's SQLite stores and compute logs follow links (resources/no_links.py)
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     written = config.read_text() if config.exists() else None

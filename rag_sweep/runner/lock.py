@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from rag_core.planning.spec import SpecError
 from rag_sweep.runner.errors import DataDirError
 from resources.locks import shared_lock
+from resources.no_links import open_lock_file
 from resources.storage import atomic_write_bytes, is_remote
 
 
@@ -20,7 +22,7 @@ def exclusive(data: Path):
     if not is_remote(data):
         try:
             data.mkdir(parents=True, exist_ok=True)
-            (data / ".rag-sweep.lock").touch()
+            os.close(open_lock_file(data / ".rag-sweep.lock"))  # never through a link (resources/no_links.py)
         except OSError as e:  # a read-only disk or mount, a folder of another user, a file in the way
             raise DataDirError(
                 f"data dir {data}: cannot write there ({e.strerror}); choose another with --data-dir or "

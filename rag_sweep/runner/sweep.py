@@ -67,6 +67,7 @@ from resources.environment import (
     executor,
     fleet_workers,
 )
+from resources.no_links import refuse_links_in
 from resources.reachability import check_all
 from resources.storage import data_root, is_remote, read_parquet
 
@@ -135,6 +136,8 @@ def run_sweep(
     if fleet and resources:
         raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
     with exclusive(data):
+        if not is_remote(data):  # nothing below is written through a planted link (resources/no_links.py)
+            refuse_links_in(data)
         inputs_at_start = input_files(plan)
         claim_prefix(data, plan.sweep.name, plan.prefix)
         record_sweep(data, plan, plan.sweep.configs if own_configs is None else own_configs)  # for gc

@@ -39,9 +39,9 @@ from resources.storage import atomic_write_bytes, data_root, is_remote, read_par
 from resources.store_answers import store_state
 
 RECORD = ".rag-sweep.up-to-date.json"
-# written by a rerun that changes nothing: the lock, the record itself, and what MLflow's store answered
+# written by a rerun that changes nothing: the lock and who holds it, the record itself, and what MLflow's store answered
 # (resources/store_answers.py: it is checked against the store's own stamp)
-NOT_STAMPED = (".rag-sweep.lock", RECORD)
+NOT_STAMPED = (".rag-sweep.lock", ".rag-sweep.lock.holder", RECORD)
 FORMAT = "rag-sweep up-to-date 1"
 
 
@@ -150,6 +150,17 @@ def record(plan, data: Path, shipping: Shipping, inputs_at_start: dict) -> None:
     atomic_write_bytes(data / RECORD, json.dumps(doc).encode())
 
 
+def check_settings(plan) -> None:
+    """The settings a run checks before its work ($RAG_EXECUTOR, $RAG_DEVICE), checked the same way when the
+    rerun is answered from the record: a setting that cannot run is said whether or not there is work."""
+    from resources.devices import resolve_device
+    from resources.environment import device_setting, executor
+
+    executor()
+    if plan.runs_local_models:
+        resolve_device(device_setting())
+
+
 def remembered(spec: str, data_dir: str | None, store: str | None) -> Remembered | None:
     """The result of an unchanged rerun of `spec` on the data dir, when a run recorded that nothing was due
     and nothing it read has changed since; else None (the run asks Dagster)."""
@@ -159,6 +170,7 @@ def remembered(spec: str, data_dir: str | None, store: str | None) -> Remembered
     plan = load_plan(spec, store, data)
     if not recordable(plan, data):
         return None
+    check_settings(plan)  # what a run would refuse, refused on a rerun that computes nothing too
     with exclusive(data):  # not while another run is writing
         try:
             doc = json.loads((data / RECORD).read_text())

@@ -141,7 +141,7 @@ def check_registered(
     forge: `pinned` (the folder fingerprint the user gives), else the tags' `model_signature`, made with
     this user's signing key (rag_sweep/shipping/signing.py). A version without them refuses: nothing outside its
     folder says what it held."""
-    from rag_sweep.shipping.signing import SigningKeyError, signed
+    from rag_sweep.shipping.signing import SIGNATURE_VERSION, SigningKeyError, signed
 
     where = f"registered model {name} version {version}"
     if "model_files" not in tags or "bundle_fingerprint" not in tags:
@@ -161,18 +161,40 @@ def check_registered(
             f"{where}: not signed (registered before models were signed): register it again (rerun the "
             "sweep), or pin its fingerprint: refusing to load"
         )
+    elif tags.get("signature_version") != SIGNATURE_VERSION:
+        raise TamperedModel(
+            f"{where}: signed over its files alone (before signatures named the model): it cannot be told "
+            "from another sweep's model registered under this name; register it again (rerun the sweep), or "
+            "pin its fingerprint: refusing to load"
+        )
     else:
+        # who it is, as asked for: the name it was fetched by, the sweep of that name, and the config and
+        # evaluation its tags (and, below, its manifest) say; the key signed all of them with the files
+        identity = {
+            "registered_name": name,
+            "sweep": name,
+            "config_key": tags.get("config_key", ""),
+            "evaluation_fingerprint": tags.get("evaluation_fingerprint", ""),
+        }
         try:
-            if not signed(expected, tags["model_signature"]):
+            if not all(identity.values()) or not signed(expected, identity, tags["model_signature"]):
                 raise TamperedModel(
-                    f"{where}: its signature does not verify with the signing key (its files or registry "
-                    "tags were rewritten, or another key signed it): refusing to load"
+                    f"{where}: its signature does not verify as {name}'s model with the signing key (its "
+                    "files or registry tags were rewritten, it was signed as another sweep's, name's or "
+                    "config's model, or another key signed it): refusing to load"
                 )
         except SigningKeyError as e:
             raise TamperedModel(f"{where}: {e}: refusing to load") from None
     parts = json.loads(tags["bundle_parts"]) if "bundle_parts" in tags else None
     if manifest is not None:  # first: it names the part of the manifest that changed
         check_manifest(manifest, tags["bundle_fingerprint"], parts, where)
+        for field, want in (("sweep", tags.get("sweep")), ("config_key", tags.get("config_key")),
+                            ("evaluation_fingerprint", tags.get("evaluation_fingerprint"))):  # fmt: skip
+            if want is not None and manifest.get(field) != want:
+                raise TamperedModel(
+                    f"{where}: its {MANIFEST} says {field} {manifest.get(field)!r}, its registry tags "
+                    f"{want!r}: not the model registered as this version: refusing to load"
+                )
     check_files(folder, expected, where)
 
 

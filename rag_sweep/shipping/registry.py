@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:  # the bundle imports MLflow's pyfunc: a rerun reading the champion need not
     from rag_sweep.shipping.bundle import Bundle
 
+from rag_sweep.shipping.signing import SIGNATURE_VERSION
+
 ALIAS = "champion"
 
 
@@ -62,6 +64,7 @@ def due(now, evaluation_fingerprint: str) -> bool:
         or now.tags.get("evaluation_fingerprint") != evaluation_fingerprint
         or "model_fingerprint" not in now.tags
         or "model_signature" not in now.tags
+        or now.tags.get("signature_version") != SIGNATURE_VERSION  # signed over its files alone: sign anew
     )
 
 
@@ -93,7 +96,12 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = save(bundle, Path(tmp) / "model")
         tags.update(fingerprints(folder))  # what the folder is, signed with a key its writer does not hold
-        tags["model_signature"] = sign(json.loads(tags["model_files"]))
+        # the key signs who the model is with what it holds: registered under another name, or as another
+        # sweep's or config's, it does not verify (rag_sweep/shipping/signing.py)
+        identity = {"registered_name": name, "sweep": name, "config_key": bundle.config_key,
+                    "evaluation_fingerprint": fingerprint}  # fmt: skip
+        tags["model_signature"] = sign(json.loads(tags["model_files"]), identity)
+        tags["signature_version"] = SIGNATURE_VERSION
         client.log_artifacts(run.info.run_id, str(folder), "model")
     client.set_terminated(run.info.run_id)
     try:

@@ -2,7 +2,13 @@
 of its folder, made when it is registered with a key this user keeps outside the data dir and the tracking
 store (default `~/.config/rag-sweep/signing.key`, created on first use, mode 0600; `$RAG_SWEEP_SIGNING_KEY`
 names another file). One who can rewrite a version's folder and its registry tags (`mlflow.db`) cannot make
-a signature that key verifies; one who can read the key can."""
+a signature that key verifies; one who can read the key can.
+
+What is signed is the model's identity with its files (`IDENTITY`: the registered name, the sweep, the
+config key and the evaluation fingerprint): a signed version of another sweep, another name or another
+config registered under this name (by a writer of the tracking store) does not verify as what is asked for.
+What it cannot tell: an alias moved to an older version this key signed for the same name and sweep
+(docs/concepts/trust.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ import stat
 from pathlib import Path
 
 KEY_ENV = "RAG_SWEEP_SIGNING_KEY"
-CONTEXT = b"rag-sweep model files v1\n"  # what the key signs: never mistaken for another use of it
+CONTEXT = b"rag-sweep model v2\n"  # what the key signs: never mistaken for another use of it (v1: files only)
+IDENTITY = ("registered_name", "sweep", "config_key", "evaluation_fingerprint")
+SIGNATURE_VERSION = "2"  # the registry tag `signature_version` of a version signed so
 
 
 class SigningKeyError(RuntimeError):
@@ -75,16 +83,20 @@ def signing_key(create: bool) -> bytes:
     return _read(path)
 
 
-def _mac(key: bytes, files: dict[str, str]) -> str:
-    text = json.dumps(files, sort_keys=True, separators=(",", ":"))
+def _mac(key: bytes, files: dict[str, str], identity: dict[str, str]) -> str:
+    if sorted(identity) != sorted(IDENTITY) or not all(isinstance(v, str) and v for v in identity.values()):
+        raise ValueError(f"a model's identity is {', '.join(IDENTITY)}, each a non-empty text: got {identity}")
+    text = json.dumps({"files": files, "identity": identity}, sort_keys=True, separators=(",", ":"))
     return hmac.new(key, CONTEXT + text.encode(), hashlib.sha256).hexdigest()
 
 
-def sign(files: dict[str, str]) -> str:
-    """The signature of a model folder's files (path -> sha256), with this user's key (made if none yet)."""
-    return _mac(signing_key(create=True), files)
+def sign(files: dict[str, str], identity: dict[str, str]) -> str:
+    """The signature of a model folder's files (path -> sha256) as the model `identity` names (IDENTITY),
+    with this user's key (made if none yet)."""
+    return _mac(signing_key(create=True), files, identity)
 
 
-def signed(files: dict[str, str], signature: str) -> bool:
-    """Whether `signature` is this user's key's signature of `files`; SigningKeyError when there is no key."""
-    return hmac.compare_digest(_mac(signing_key(create=False), files), signature)
+def signed(files: dict[str, str], identity: dict[str, str], signature: str) -> bool:
+    """Whether `signature` is this user's key's signature of `files` as `identity`; SigningKeyError when there
+    is no key."""
+    return hmac.compare_digest(_mac(signing_key(create=False), files, identity), signature)
