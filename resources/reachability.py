@@ -25,9 +25,61 @@ class Server:
     advice: str  # what to do about it
 
 
+MAX_CONNECT_TIMEOUT_S = 3600.0  # longer is a mistake (a threading timeout past ~1e9 s overflows)
+
+
 def connect_timeout_s() -> float:
-    """How long all the servers together are waited for ($RAG_CONNECT_TIMEOUT_S, default 10 s)."""
-    return environment.env_number("RAG_CONNECT_TIMEOUT_S", 10.0, float, positive=True)
+    """How long all the servers together are waited for ($RAG_CONNECT_TIMEOUT_S, default 10 s, at most an
+    hour)."""
+    from rag_core.planning.spec import SpecError
+
+    value = environment.env_number("RAG_CONNECT_TIMEOUT_S", 10.0, float, positive=True)
+    if value > MAX_CONNECT_TIMEOUT_S:
+        raise SpecError(
+            f"$RAG_CONNECT_TIMEOUT_S={value:g}: at most {MAX_CONNECT_TIMEOUT_S:g} s (an hour) is waited for a "
+            "server to answer; set a smaller one"
+        )
+    return value
+
+
+def _valid_url(url: str, variable: str) -> None:
+    """A URL a variable (or option) gives that Python cannot parse (`http://[::1` , a port that is no number)
+    is a one-line error naming the variable, not a library's traceback."""
+    from rag_core.common.redaction import redact_url
+    from rag_core.planning.spec import SpecError
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is no number or out of range
+    except ValueError as e:
+        raise SpecError(
+            f"{variable}={environment.redact(redact_url(url))!r}: not a valid URL ({e})"
+        ) from None
+
+
+def tracking_driver_check(uri: str | None = None, variable: str = "$MLFLOW_TRACKING_URI") -> None:
+    """A database tracking URI whose SQLAlchemy driver is not installed: `postgresql://` means psycopg 3,
+    which the project does not install (psycopg2 is: `postgresql+psycopg2://`). Said in one line, before a
+    library's ModuleNotFoundError."""
+    import importlib.util
+
+    from rag_core.planning.spec import SpecError
+
+    uri = uri or environment.mlflow_tracking_uri()
+    if not uri or "://" not in uri:
+        return
+    scheme = uri.split("://", 1)[0].lower()
+    needs = {"postgresql": "psycopg", "postgres": "psycopg", "postgresql+psycopg": "psycopg",
+             "postgresql+psycopg2": "psycopg2", "mysql": "MySQLdb", "mysql+pymysql": "pymysql"}.get(scheme)  # fmt: skip
+    if needs and importlib.util.find_spec(needs) is None:
+        hint = (
+            "; write postgresql+psycopg2:// (installed) instead"
+            if scheme.startswith("postgres") and needs == "psycopg"
+            else ""
+        )
+        raise SpecError(
+            f"{variable}: {scheme}:// needs the Python driver {needs}, which is not installed{hint}"
+        )
 
 
 def _address(url: str) -> tuple[str, int]:
@@ -51,7 +103,12 @@ def mlflow_server(uri: str | None = None) -> Server | None:
     """The MLflow server of `uri` (a command's --tracking-uri), else of $MLFLOW_TRACKING_URI."""
     variable = "--tracking-uri" if uri else "$MLFLOW_TRACKING_URI"
     uri = uri or environment.mlflow_tracking_uri()
-    if not uri or not uri.startswith(("http://", "https://")):
+    if not uri:
+        return None
+    if "://" in uri:
+        _valid_url(uri, variable)
+    tracking_driver_check(uri, variable)
+    if not uri.startswith(("http://", "https://")):
         return None
     return _server(
         f"MLflow at {_shown(uri)}",
@@ -65,6 +122,7 @@ def s3_server() -> Server | None:
     endpoint, _ = environment.s3_settings()
     if not endpoint:  # AWS itself
         return None
+    _valid_url(endpoint, "$AWS_ENDPOINT_URL")
     return _server(
         f"the S3 endpoint {_shown(endpoint)}",
         "$AWS_ENDPOINT_URL",
@@ -91,6 +149,7 @@ def broker_server() -> Server | None:
     url = environment.celery_broker_url()
     if not url or environment.text("RAG_EXECUTOR", "in_process") != "celery":
         return None
+    _valid_url(url, "$CELERY_BROKER_URL")
     return _server(
         f"the Celery broker at {_shown(url)}",
         "$CELERY_BROKER_URL",
@@ -149,6 +208,7 @@ def check_all(data_dir_remote: bool, runs_steps: bool, tracking_uri: str | None 
     """Every server a command may use: MLflow (`tracking_uri`, else $MLFLOW_TRACKING_URI's), the database,
     the S3 endpoint where the data dir is on object storage, the broker where the command runs steps on
     the fleet."""
+    connect_timeout_s()  # a bad value is said whether or not a server is named
     check(
         [
             mlflow_server(tracking_uri),

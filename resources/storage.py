@@ -13,6 +13,7 @@ file either way.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -59,9 +60,15 @@ def check_data_dir(location: str | os.PathLike) -> None:
     if slashes != "//" or not url.netloc:
         raise SpecError(f"data dir {location}: not an object-storage URI with a bucket; {where}")
     if ".." in url.path.split("/") or "." in url.path.split("/")[1:]:  # a key, not a path: no way up
-        raise SpecError(f"data dir s3://{url.hostname}{url.path}: `.` and `..` are not folders in object storage; {where}")
+        raise SpecError(
+            f"data dir s3://{url.hostname}{url.path}: `.` and `..` are not folders in object storage; {where}"
+        )
     if "@" in url.netloc or url.query or url.fragment:  # the S3 clients read neither: a secret in plain view
-        shown = f"s3://***@{url.hostname or ''}{url.path}" if "@" in url.netloc else f"s3://{url.netloc}{url.path}"
+        shown = (
+            f"s3://***@{url.hostname or ''}{url.path}"
+            if "@" in url.netloc
+            else f"s3://{url.netloc}{url.path}"
+        )
         raise SpecError(
             f"data dir {shown}: an s3:// data dir holds no credentials, query or fragment; the "
             "credentials are read from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY; " + where
@@ -218,6 +225,11 @@ def check_new_file(path: str | Path, flag: str) -> None:
 
     path = Path(path)
     if path.exists() and not path.is_dir() and not path.is_file():  # a device, a pipe, a socket
+        if _no_reader(path):
+            raise SpecError(
+                f"{flag} {path}: a pipe no process reads (writing to it would wait forever); start its reader "
+                "first, or name a file"
+            )
         if _a_stream(path):
             return
         raise SpecError(f"{flag} {path}: not a regular file, a pipe or a terminal; name a file to write")
@@ -242,13 +254,28 @@ def check_new_file(path: str | Path, flag: str) -> None:
         raise SpecError(f"{flag} {path}: cannot write {where} ({e.strerror}); name another path") from None
 
 
+def _no_reader(path: Path) -> bool:
+    """A named pipe no process reads: writing to it would wait forever (opening it without waiting fails)."""
+    import stat
+
+    if not stat.S_ISFIFO(path.stat().st_mode):
+        return False
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as e:
+        return e.errno == errno.ENXIO
+    return False
+
+
 def _a_stream(path: Path) -> bool:
     """A place a report may be streamed to rather than stored: /dev/null, a terminal, a pipe (/dev/stdout
     of a command piped on)."""
     import stat
 
     mode = path.stat().st_mode
-    if stat.S_ISFIFO(mode) or os.path.samefile(path, os.devnull):
+    if stat.S_ISFIFO(mode):
+        return True
+    if os.path.samefile(path, os.devnull):
         return True
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)

@@ -178,3 +178,22 @@ def test_a_config_with_an_approximate_index_round_trips_through_its_dump(tmp_pat
     assert "ann" not in exact.model_dump()["index"]
     back = RagConfig.model_validate(json.loads(json.dumps(approx.model_dump())))
     assert back == approx and back.index.ann.settings() == {"m": 8, "ef_construction": 128, "ef": 64}
+
+
+def test_a_keyword_only_config_searches_no_approximate_index_and_keys_none(tmp_path):
+    """`bm25` reads no vector: an `index.ann` beside it is left out of its config (and its key), so no index
+    is built that nothing searches, and a grid of modes x ann types gives the keyword config once."""
+    spec = {**BASE, "index": {"store": "lancedb", "ann": ["exact", "ivf_pq"]}}
+    spec["retrieval"] = {"mode": ["vector", "bm25", "hybrid"], "top_k": 3}
+    plan = Plan.resolve(load_sweep(write(tmp_path, spec)))
+    assert len(plan.config_keys) == 5 and len(set(plan.config_keys)) == 5
+    bm25 = [k for k in plan.config_keys if "bm25" in k]
+    assert len(bm25) == 1 and "ivf_pq" not in bm25[0]
+    alone = {
+        **spec,
+        "index": {"store": "lancedb", "ann": "ivf_pq"},
+        "retrieval": {"mode": "bm25", "top_k": 3},
+    }
+    sweep = load_sweep(write(tmp_path, alone))
+    assert [c.index.ann.approximate for c in sweep.configs] == [False]
+    assert [k for k in Plan.resolve(sweep).keys("vector_index") if "ivf_pq" in k] == []

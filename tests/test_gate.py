@@ -451,3 +451,22 @@ def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, t
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "unchanged: the candidate is the baseline's own config" in out and "verdict: pass (exit 0)" in out
+
+
+@pytest.mark.slow  # ~40 s a margin
+@pytest.mark.parametrize("margin", [0.002, 0.2])  # a band narrow, and wide, against the spread (se 0.055)
+def test_equivalence_fails_at_the_band_edge_at_the_stated_alpha(margin):
+    """2,000 gates through `gate` with the true difference on the band's edge (-margin: within the band, so
+    "fail" is an error): the share that fail is alpha (0.05), within the simulation's own error, whether the
+    band is narrow or wide against the spread. The smaller one-sided p alone failed ~10% of narrow bands."""
+    rng = np.random.default_rng(20261207)
+    settings = GateSettings(margin=margin, equivalence=True)
+    n, sims, fails = 30, 2000, 0
+    base = np.full(n, 0.5)
+    for _ in range(sims):
+        d = rng.normal(-margin, 0.3, n)  # per-question differences around the edge
+        cand = frame([None] * n, list(base + d))
+        result = gate({"c": cand}, frame([None] * n, list(base)), {"token_f1": 1.0}, settings)
+        fails += result.candidates[0].verdict == "fail"
+    rate, se = fails / sims, (0.05 * 0.95 / sims) ** 0.5
+    assert abs(rate - 0.05) < 3.5 * se, f"fail rate {rate:.4f} at the band's edge, alpha 0.05"

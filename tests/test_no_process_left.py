@@ -183,3 +183,57 @@ def test_serve_refuses_a_port_outside_the_range_before_any_work(model_folder, ca
         assert main(["serve", str(folder), "--fingerprint", fingerprint, "-p", port]) == 2
         err = capsys.readouterr().err
         assert f"--port {port}: not a TCP port" in err and "serving" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_run_sent_a_signal_mid_sweep_leaves_no_process_and_no_temp_folder(small_slice, tmp_path, signum):
+    """`rag-sweep run` sent SIGTERM, SIGINT or SIGHUP (to the command alone) while it computes: it ends,
+    nothing it started is left running, and no temporary folder of its is left; a rerun completes."""
+    import time
+
+    spec = write_sweep(
+        tmp_path / "small.yaml",
+        small_slice,
+        chunking={"method": "recursive", "chunk_size": [256, 384], "chunk_overlap": 48},
+        retrieval={"mode": ["vector", "bm25"], "top_k": 3},
+    )
+    data = tmp_path / "data"
+    mark = f"RAG_SWEEP_TEST_MARK={uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1], "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [str(RAG_SWEEP), "run", str(spec), "--data-dir", str(data)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((data / "dagster_home").glob("storage/*")):
+            time.sleep(0.2)  # a Dagster run under way: its compute logs are being captured
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signum)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    time.sleep(0.5)
+    left = _left_by(proc.pid, mark.encode())
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"`rag-sweep run` left running: {left}"
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
+    r = subprocess.run(
+        [str(RAG_SWEEP), "run", str(spec), "--data-dir", str(data)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert r.returncode == 0, r.stderr

@@ -67,8 +67,9 @@ scores = st.lists(
 def test_the_bootstrap_interval_is_the_one_computed_before(values, seed, level):
     before = _old_bootstrap_ci(values, seed=seed, level=level)
     after = stats.bootstrap_ci(values, seed=seed, level=level)
-    reason = stats.why_no_estimate(len(values), stats.values_spread(values), 1 - level)
-    if reason:  # too few questions or no spread: no interval, where one was given before
+    defined = int(np.count_nonzero(~np.isnan(values)))  # the questions that define it, not the rows
+    reason = stats.why_no_estimate(defined, stats.values_spread(values), 1 - level)
+    if reason:  # too few defined values or no spread: no interval, where one was given before
         assert after is None
     else:
         assert after == pytest.approx(before, abs=1e-12)
@@ -173,3 +174,29 @@ def test_the_drawn_sign_flip_test_agrees_within_its_sampling_error():
         before = _old_sign_flip_p(d, np.random.default_rng(1))
         after = stats.sign_flip_p(d, np.random.default_rng(1))
         assert abs(before - after) <= 4 * max(np.sqrt(before * (1 - before) / 10_000), 1e-4)
+
+
+def test_an_interval_needs_defined_values_not_rows():
+    """3 defined values of 10 are 3 questions of evidence: no interval (it was given from the row count)."""
+    values = [0.0, 1.0, 0.5] + [float("nan")] * 7
+    assert stats.bootstrap_ci(values) is None
+    assert stats.bootstrap_ci([0.0, 1.0, 0.5, 0.2, 0.9, 0.4] + [float("nan")] * 4) is not None
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+def test_the_floor_under_holm_is_where_an_exact_test_first_reaches_holms_first_step(alpha):
+    """For m comparisons Holm tests the smallest p at alpha / m: the floor is the fewest questions whose
+    most extreme sign pattern (p = 2 / 2**n) gets there, about log2(2m / alpha), checked against an exact
+    sign-flip test by enumeration and Holm by hand."""
+    import itertools
+    import math
+
+    for m in (1, 3, 10):
+        need = stats.min_questions_for_claim(alpha, m)
+        assert need == math.ceil(math.log2(2 * m / alpha) - 1e-12)
+        for n in (need - 1, need):
+            d = np.ones(n)  # the most lopsided data there is: every question favours one config
+            flips = np.array(list(itertools.product([-1, 1], repeat=n)))
+            p = float((np.abs(flips @ d) >= abs(d.sum()) - 1e-12).mean())
+            holm_p = min(1.0, m * p)  # the smallest of m equal p's, Holm's first step
+            assert (holm_p <= alpha) == (n >= need), (m, n, holm_p)

@@ -114,3 +114,51 @@ def test_a_dry_gc_and_a_plan_create_nothing(tmp_path):
                 command,
                 r.stderr,
             )
+
+
+def test_an_output_pipe_nobody_reads_is_refused_before_the_work(tmp_path):
+    from resources.storage import check_new_file
+
+    fifo = tmp_path / "board.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="--output .*a pipe no process reads"):
+        check_new_file(fifo, "--output")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader now: the pipe is a place to write
+    try:
+        check_new_file(fifo, "--output")
+    finally:
+        os.close(reader)
+
+
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        ("RAG_CONNECT_TIMEOUT_S", "1e300", "$RAG_CONNECT_TIMEOUT_S=1e+300: at most 3600 s"),
+        (
+            "MLFLOW_TRACKING_URI",
+            "http://[::1:5000/",
+            "$MLFLOW_TRACKING_URI='http://[::1:5000/': not a valid URL",
+        ),
+        ("MLFLOW_TRACKING_URI", f"http://u:{SECRET}@[::1/", "not a valid URL"),
+        ("MLFLOW_TRACKING_URI", "postgresql://u@127.0.0.1/db", "needs the Python driver psycopg"),
+    ],
+)
+def test_a_setting_that_cannot_work_is_one_line_naming_it(variable, value, said, tmp_path):
+    env = {**os.environ, variable: value}
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rag_sweep.cli",
+            "plan",
+            "examples/sweeps/example.yaml",
+            "--data-dir",
+            tmp_path,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert SECRET not in r.stderr and "Traceback" not in r.stderr

@@ -9,7 +9,7 @@ URL inside a text (an error message, a traceback, a log line).
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 MASK = "***"
 
@@ -53,14 +53,13 @@ def redact_url(url: str | None) -> str | None:
     scrubbed)."""
     if not url:
         return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. a bad IPv6 host: scrub what can be recognized
-        return _redact_params(url)
-    if not parts.scheme or "://" not in url:
+    if "://" not in url or not re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", url):
         return _redact_params(url)
     head, rest = url.split("://", 1)
-    netloc, tail = rest[: len(parts.netloc)], rest[len(parts.netloc) :]
+    # the authority as urlsplit finds it (up to the first / ? #), found by hand: a URL urlsplit refuses
+    # (a bad IPv6 host) still has its password masked
+    cut = re.search(r"[/?#]", rest)
+    netloc, tail = (rest[: cut.start()], rest[cut.start() :]) if cut else (rest, "")
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         if ":" in userinfo:
@@ -81,12 +80,9 @@ def url_secrets(url: str | None) -> list[str]:
     if not url or "://" not in url:
         return []
     secrets = []
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            secrets.append(parts.password)
-    except ValueError:
-        return []
+    authority = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0]  # by hand: urlsplit refuses some
+    if "@" in authority and ":" in (userinfo := authority.rsplit("@", 1)[0]):
+        secrets.append(userinfo.split(":", 1)[1])
     for m in _PARAM.finditer(url.split("://", 1)[1]):
         if m["value"] and is_secret_param(m["name"]):
             secrets.append(m["value"])

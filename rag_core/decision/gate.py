@@ -182,10 +182,24 @@ def _t_test(d: np.ndarray, margin: float, settings: GateSettings) -> tuple[float
 
     if settings.equivalence:
         p_pass = max(above(-margin), below(margin))  # TOST
-        p_fail = min(below(-margin), above(margin))  # shown outside the band, on the nearer side
+        p_fail = _outside_band(mean, se, df, margin)
     else:
         p_pass, p_fail = above(-margin), below(-margin)
     return mean, mean - half, mean + half, p_pass, p_fail
+
+
+def _outside_band(mean: float, se: float, df: int, margin: float) -> float:
+    """p of H0 "the difference lies within ±margin" against "outside it, on either side": the chance, at the
+    worst case for H0 (a true difference on the band's edge), of a mean at least as far outside the band as
+    the observed one, on EITHER side. The smaller of the two one-sided p's alone erred up to twice alpha at
+    the edge of a band that is narrow against the spread (both tails reject)."""
+    from scipy import stats
+
+    beyond = abs(mean) - margin  # how far outside the band the mean lies (negative: inside)
+    if se == 0:
+        return 0.0 if beyond > 0 else 1.0
+    # true d = +margin (by symmetry the same as -margin): the mean beyond +margin + beyond, or below -margin - beyond
+    return float(min(1.0, stats.t.sf(beyond / se, df) + stats.t.cdf((-2 * margin - beyond) / se, df)))
 
 
 def questions_needed(d: np.ndarray, margin: float, settings: GateSettings, tests: int) -> int | None:
@@ -234,7 +248,7 @@ def gate(
     labels = labels or {}
     summaries = summaries or {}
     metrics = list(settings.metric_margins)
-    floor = min_questions_for_claim(settings.alpha)
+    floor = min_questions_for_claim(settings.alpha, max(1, len(candidates)))  # Holm over the candidates
 
     def outage(key: str | None, frame: pl.DataFrame) -> dict:
         return failed_stages(summaries.get(key) or per_query_failures(frame))
@@ -332,6 +346,7 @@ def holm_bounds(d: np.ndarray, t: Test, settings: GateSettings) -> tuple[float, 
     upper bound the failing test's. Equivalence: both bounds at the passing test's level for a pass, at
     the failing test's for a fail, the wider of the two otherwise."""
     from scipy import stats
+    from scipy.optimize import brentq
 
     n, mean = len(d), float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(n))
@@ -345,6 +360,13 @@ def holm_bounds(d: np.ndarray, t: Test, settings: GateSettings) -> tuple[float, 
     a_pass, a_fail = level(t.p_pass, t.p_pass_holm), level(t.p_fail, t.p_fail_holm)
     if not settings.equivalence:
         return mean - half(a_pass), mean + half(a_fail)
+    if se > 0 and 0 < a_fail < 1:  # the one-sided level at which a bound outside the band is the two-tailed
+        # `_outside_band` rejecting at a_fail (it adds the far tail to the near one's p)
+        def excess(q: float) -> float:
+            beyond = float(stats.t.isf(q, n - 1)) * se
+            return _outside_band(t.margin + beyond, se, n - 1, t.margin) - a_fail
+
+        a_fail = brentq(excess, 1e-300, a_fail) if excess(a_fail) > 0 else a_fail
     a = a_pass if t.verdict == "pass" else a_fail if t.verdict == "fail" else min(a_pass, a_fail)
     return mean - half(a), mean + half(a)
 

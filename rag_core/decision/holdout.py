@@ -168,7 +168,7 @@ def confirm(
             "n_holdout_errors": [errors[k] for k in keys],
         }
     )
-    need = min_questions_for_claim(alpha)
+    need = min_questions_for_claim(alpha, max(1, len(keys) - 1))  # Holm over the finalists against the best
     failed = {k: e for k, e in errors.items() if e}
     stages = {k: describe(o) for k in keys if (o := failed_stages((summaries or {}).get(k) or {}))}
     status = "failed" if failed or stages else "too few questions" if n < need else "decided"

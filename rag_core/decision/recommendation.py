@@ -225,13 +225,18 @@ def _stages(board: pl.DataFrame) -> str:
     return "; ".join(s for s in found if s) or "see gen errors"
 
 
-def too_few_questions(n: int, alpha: float) -> str:
+def too_few_questions(n: int, alpha: float, comparisons: int = 1) -> str:
     """What a QA set too small for any paired test says instead of tiers and a power figure."""
-    need = min_questions_for_claim(alpha)
+    need = min_questions_for_claim(alpha, comparisons)
+    level = (
+        f"alpha {alpha:g}"
+        if comparisons <= 1
+        else f"alpha {alpha:g} / {comparisons} (Holm's first step over {comparisons} comparisons)"
+    )
     return (
         f"with {n} question(s) no config can be shown better or worse than another: the smallest p-value a "
         f"paired test can reach on {n} questions is {smallest_paired_p(n):.3g} (every sign of the "
-        f"differences flipped), above alpha {alpha:g}; it takes at least {need} questions (and more to "
+        f"differences flipped), above {level}; it takes at least {need} questions (and more to "
         "detect small differences). Every config is kept in tier 1."
     )
 
@@ -254,7 +259,9 @@ def decide(
     idx = np.flatnonzero(sound)  # every config failed: none is tiered, none recommended
     sound_keys = [keys[i] for i in idx]
     n_questions = int(per_query[keys[0]].height)
-    enough = n_questions >= min_questions_for_claim(alpha)
+    # each sound config is compared with the best, Holm-adjusted: the floor is Holm's first step's
+    comparisons = max(1, len(sound_keys) - 1)
+    enough = n_questions >= min_questions_for_claim(alpha, comparisons)
     if not sound_keys:
         scores = None
     elif scores is None:
@@ -307,13 +314,13 @@ def decide(
                 if c in out.columns
             ),
             *(
-                [
+                [  # each config's own interval is one claim: withheld only below a single test's floor
                     pl.lit(None, pl.Float64).alias("overall_ci_low"),
                     pl.lit(None, pl.Float64).alias("overall_ci_high"),
                     pl.lit("n/a").alias("overall_ci95"),
                     pl.lit(why_no_estimate(n_questions, 1.0, alpha)).alias("overall_ci_withheld"),
                 ]
-                if "overall_ci95" in out.columns
+                if "overall_ci95" in out.columns and why_no_estimate(n_questions, 1.0, alpha)
                 else []
             ),
         )
@@ -331,15 +338,15 @@ def decide(
     if scores is not None and enough:
         mde = min_detectable_difference(scores, int(np.argmax(scores.observed)), alpha)
         # every config scoring alike on every question: a difference of 0 would read as perfect power
-        mde_withheld = why_no_estimate(n_questions, mde, alpha) if np.isfinite(mde) else None
+        mde_withheld = why_no_estimate(n_questions, mde, alpha, comparisons) if np.isfinite(mde) else None
     elif scores is not None:
-        mde_withheld = why_no_estimate(n_questions, 1.0, alpha)
+        mde_withheld = why_no_estimate(n_questions, 1.0, alpha, comparisons)
     if mde_withheld:
         mde = float("nan")
     top = out.filter(pl.col("tier") == 1).sort("overall_score", descending=True)
     advice = ""
     if sound_keys and not enough:
-        advice = too_few_questions(n_questions, alpha)
+        advice = too_few_questions(n_questions, alpha, comparisons)
     elif top.height > 1 and mde_withheld:
         advice = (
             f"{top.height} configs are statistically tied at the top; no detectable difference is given "
@@ -367,7 +374,7 @@ def decide(
         "min_detectable_difference_withheld": mde_withheld,  # why no detectable difference is given
         "n_questions": n_questions,
         "enough_questions": enough,
-        "min_questions": min_questions_for_claim(alpha),
+        "min_questions": min_questions_for_claim(alpha, max(1, len(sound_keys) - 1)),
         "advice": advice,
         "prefer": constraints.prefer,
     }

@@ -40,9 +40,19 @@ scored by the fallback. tests/test_languages.py checks every MLQA rule against t
 question by question.
 
 `data.language: auto` detects the language each question is scored in (`scoring_language`: its gold
-documents', else its gold answers', else the question's; `detect`) with py3langid: langid.py's model (Lui and
-Baldwin 2012) shipped inside the package, deterministic, ~0.5 s to load and no download, over 97 languages
-and a few dialects; Arabic dialects count as `ar`, Wu and Cantonese as `zh`. An unsure detection is not used.
+documents', else its gold answers', else the question's; `detect`). The whole text's letters are counted by
+script first (digits, punctuation and whitespace aside), in words as MLQA's Chinese rule counts tokens: a
+run of letters is one word, and in a script written without spaces (Han, kana, Thai, Lao, Khmer, Myanmar)
+each character is one. The script writing most words wins, so an English head ("Source: Wikipedia", a name)
+does not make a Chinese text English, nor do a few Chinese characters make an English one Chinese; a tie
+goes to the script that is not Latin (a Latin name or acronym in another language's text is common). Han,
+kana and Hangul, one family, tell their language apart themselves: Korean where Hangul makes a fifth of them,
+Japanese where kana do, Chinese with neither, py3langid over them in between. Any other script (Latin,
+Cyrillic, Arabic, Devanagari, ...) is told apart by py3langid, reading only that script's letters:
+langid.py's model (Lui and Baldwin 2012) shipped inside the package, deterministic, ~0.5 s to load and no
+download, over 97 languages and a few dialects; Arabic dialects count as `ar`, Wu and Cantonese as `zh`. A
+text in one script reaches py3langid as it is. An unsure detection is not used. Gold documents are read to
+CONTEXT_CHARS each, so a long English head (a page's navigation) is a small share of one.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ import string
 import sys
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Iterator
 from functools import cache, lru_cache
 from importlib.metadata import version
@@ -212,29 +223,117 @@ def _identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+# scripts written without spaces between words: each character counts as a word (MLQA's Chinese tokens)
+_UNSPACED = frozenset({"Han", "Kana", "THAI", "LAO", "KHMER", "MYANMAR"})
+_CJK = frozenset({"Han", "Kana", "HANGUL"})  # one family: Japanese and Korean write Han among their own
+# Hangul (else kana) making this share of a text's Han, kana and Hangul makes it Korean (else Japanese): a
+# sentence of either writes more so (particles, endings); below it py3langid decides (a kanji-heavy name, a
+# Chinese text quoting a Japanese title); none at all is Chinese
+_OWN_SHARE = 0.2
+SAMPLE_CHARS = 10_000  # of the dominant script's text read by py3langid: plenty, and bounded
+
+
+@lru_cache(maxsize=1 << 16)
+def _script(ch: str) -> str | None:
+    """The script a letter is written in: its Unicode name's first word (LATIN, ARABIC, HANGUL, ...), Han
+    for ideographs and Kana for hiragana and katakana, whatever their width; None for a non-letter."""
+    if not unicodedata.category(ch).startswith("L"):
+        return None
+    words = unicodedata.name(ch, "").split() or [""]
+    if words[0] in ("FULLWIDTH", "HALFWIDTH") and len(words) > 1:
+        words = words[1:]
+    if words[0] in ("CJK", "IDEOGRAPHIC"):
+        return "Han"
+    if words[0] in ("HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA"):
+        return "Kana"
+    return words[0] or None
+
+
+def _family(script: str) -> str:
+    return "CJK" if script in _CJK else script
+
+
+def _words(text: str, chars: Counter[str]) -> Counter[str]:
+    """The words of `text` per script: a run of letters of a spaced script is one, a character of an
+    unspaced one is one. `chars`: the text's characters counted."""
+    words: Counter[str] = Counter()
+    cut: dict[int, str | None] = {}  # everything but a spaced script's letters cuts runs; a mark joins them
+    for ch, n in chars.items():
+        script = _script(ch)
+        if script in _UNSPACED:
+            words[script] += n
+        if script is None or script in _UNSPACED:
+            cut[ord(ch)] = None if unicodedata.category(ch).startswith("M") else " "
+    for run in text.translate(cut).split():
+        words[_script(run[0])] += 1
+    return words
+
+
+def _only(text: str, chars: Counter[str], family: str) -> str:
+    """`text` with the letters of every other script family blanked."""
+    other = {ord(ch): " " for ch in chars if (s := _script(ch)) is not None and _family(s) != family}
+    return text.translate(other) if other else text
+
+
+def _cjk_language(text: str, chars: Counter[str]) -> str:
+    """zh, ja or ko: from the share of Hangul or kana among the text's Han, kana and Hangul where it is
+    plain, else from py3langid over those letters."""
+    n = Counter({s: 0 for s in _CJK})
+    for ch, count in chars.items():
+        if (script := _script(ch)) in _CJK:
+            n[script] += count
+    code, own = ("ko", n["HANGUL"]) if n["HANGUL"] >= n["Kana"] else ("ja", n["Kana"])
+    if own == 0:
+        return "zh"
+    if own >= _OWN_SHARE * sum(n.values()):
+        return code
+    return code if _identifier().classify(_only(text, chars, "CJK")[:SAMPLE_CHARS])[0] == code else "zh"
+
+
 def detect(text: str) -> tuple[str | None, float]:
-    """The language of `text` (an ISO 639-1 code where it has one) and the detector's confidence in [0, 1];
-    None when the detector is unsure (below UNSURE) or names no language."""
-    code, confidence = _identifier().classify(text)
+    """The language of `text` (an ISO 639-1 code where it has one) and the confidence in [0, 1]; None when
+    unsure (below UNSURE) or no language is named. The script writing most of the text's words decides: Han,
+    kana and Hangul among themselves (the confidence is their share of the words), any other by py3langid
+    over that script's letters alone (its confidence); a text in one script other than those reaches
+    py3langid as it is."""
+    chars = Counter(text)
+    families = {_family(s) for s in map(_script, chars) if s is not None}
+    family, share = (next(iter(families)) if families else None), 1.0
+    if len(families) > 1:
+        words: Counter[str] = Counter()
+        for script, n in _words(text, chars).items():
+            words[_family(script)] += n
+        # a tie goes to the script that is not Latin: a Latin name or acronym in another language is common
+        family, n = max(words.items(), key=lambda kv: (kv[1], kv[0] != "LATIN", kv[0]))
+        share = n / sum(words.values())
+    if family == "CJK":
+        return (None if share < UNSURE else _cjk_language(text, chars)), share
+    if family is not None:  # py3langid reads that script's letters only: a few Han make no English text zh
+        text = _only(text, chars, family)
+    code, confidence = _identifier().classify(text[:SAMPLE_CHARS])
     code = DIALECTS.get(code, code)
     return (None if code == "zxx" or confidence < UNSURE else code), float(confidence)
 
 
 def scoring_language(answers: list[str], contexts: list[str], question: str) -> str | None:
-    """The language a question's answers are scored in, detected: that of its gold documents, the context
-    the answers come from (MLQA scores in the context's language: its cross-lingual sets ask in one
-    language about a context in another), else of its gold answers (short answers, names and numbers say
-    little: Hindi answers read as Marathi or Nepali), else of the question; None when all are unsure."""
+    """The language a question's answers are scored in, detected (`detect`): that of its gold documents
+    (the first CONTEXT_CHARS of each), the context the answers come from (MLQA scores in the context's
+    language: its cross-lingual sets ask in one language about a context in another), else of its gold
+    answers (short answers, names and numbers say little: Hindi answers read as Marathi or Nepali), else of
+    the question; None when all are unsure."""
     for text in (" ".join(c[:CONTEXT_CHARS] for c in contexts), " ".join(answers), question):
         if text.strip() and (found := detect(text)[0]) is not None:
             return found
     return None
 
 
-CONTEXT_CHARS = 2000  # of each gold document: plenty for the detector, bounded for a long document
+# of each gold document: a boilerplate head (navigation, a licence) is a small share of it; bounded for a
+# long document
+CONTEXT_CHARS = 10_000
 
 
 def detector_version() -> str:
     """What joins the QA set snapshot's fingerprint when languages are detected: the detector and what it
-    reads (`scoring_language`'s order), so a snapshot detected from the questions alone is not reused."""
-    return f"py3langid=={version('py3langid')};documents,answers,question"
+    reads (`scoring_language`'s order and the script count first), so a snapshot detected by another rule
+    is not reused."""
+    return f"py3langid=={version('py3langid')};scripts;documents {CONTEXT_CHARS},answers,question"

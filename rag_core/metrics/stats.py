@@ -71,7 +71,8 @@ def bootstrap_cis(
     out: list[tuple[float, float] | None] = [None] * len(rows)
     spread = []
     for i, v in enumerate(rows):
-        if why_no_estimate(v.size, values_spread(v), 1 - level) is None:
+        # the questions that define the value count, not the rows: 3 defined of 10 make no interval
+        if why_no_estimate(int(np.count_nonzero(~np.isnan(v))), values_spread(v), 1 - level) is None:
             spread.append(i)
     if spread:
         result = stats.bootstrap(
@@ -160,25 +161,31 @@ def values_spread(values) -> float:
     return float(v.max() - v.min()) if v.size > 1 else 0.0
 
 
-def why_no_estimate(n: int, spread: float, alpha: float = 0.05) -> str | None:
+def why_no_estimate(n: int, spread: float, alpha: float = 0.05, comparisons: int = 1) -> str | None:
     """Why no interval or detectable difference may be given from `n` questions whose values (or paired
     differences) spread over `spread` (None: one may). Below `min_questions_for_claim(alpha)` no test can
     make a claim at alpha, and an interval would claim more than the data can; with no spread every
-    resample is alike and the interval (x–x) or detectable difference (0) would claim certainty."""
-    need = min_questions_for_claim(alpha)
+    resample is alike and the interval (x–x) or detectable difference (0) would claim certainty. `n` counts
+    the questions that define the value (an undefined one is no evidence); `comparisons`: the claims Holm
+    adjusts together (a detectable difference against the best of several configs)."""
+    need = min_questions_for_claim(alpha, comparisons)
     if n < need:
-        return f"{n} question(s), below the {need} any claim at alpha {alpha:g} needs"
+        among = f" with Holm over {comparisons} comparisons" if comparisons > 1 else ""
+        return f"{n} question(s), below the {need} any claim at alpha {alpha:g}{among} needs"
     if not spread > 0:
         return f"no spread: every one of the {n} questions gives the same value"
     return None
 
 
-def min_questions_for_claim(alpha: float) -> int:
-    """The fewest questions on which a paired test can call two configs different at `alpha`: below it
-    no data, however lopsided, reaches significance, and a bootstrap's p = 0 would be an artefact (with
-    one question every resample is the same)."""
+def min_questions_for_claim(alpha: float, comparisons: int = 1) -> int:
+    """The fewest questions on which a paired test can call two configs different at `alpha`, when it is
+    one of `comparisons` adjusted by Holm: Holm's first step tests the smallest p at alpha / comparisons,
+    so no claim is possible until an exact test can reach that (about log2(2 · comparisons / alpha)
+    questions). Below it no data, however lopsided, reaches significance, and a bootstrap's p = 0 would be
+    an artefact (with one question every resample is the same)."""
+    level = alpha / max(1, comparisons)
     n = 1
-    while smallest_paired_p(n) > alpha:
+    while smallest_paired_p(n) > level:
         n += 1
     return n
 

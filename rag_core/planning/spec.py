@@ -1162,7 +1162,7 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         RagConfig(
             chunking=c.model_copy(update={"model": c.model or e.model}) if c.needs_model else c,
             embedding=e,
-            index=follow_language(i, r, spec.data.language),
+            index=_unused_ann_left_out(follow_language(i, r, spec.data.language), r),
             retrieval=r,
             rerank=rr,
             generation=g,
@@ -1171,6 +1171,8 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
             chunkings, embeddings, indexes, retrievals, reranks, generations
         )
     ]
+    firsts: dict[str, RagConfig] = {}  # an ann that a config does not search made two of one: kept once
+    configs = [firsts.setdefault(c.model_dump_json(), c) for c in configs if c.model_dump_json() not in firsts]
     _check_consistency(spec, configs, path)
     configs = _search(configs, spec.search)
     base = path.parent
@@ -1196,6 +1198,16 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         optimize=spec.optimize,
         gate=spec.gate,
     )
+
+
+def _unused_ann_left_out(index: IndexConfig, retrieval: RetrievalConfig) -> IndexConfig:
+    """A config whose retrieval reads no vector (`bm25`) searches no approximate index: its `index.ann` is
+    exact, so it is neither built for it nor in its key (a grid of modes x ann types gives it once)."""
+    from rag_core.components.retrieval_modes import retrieval_mode
+
+    if not index.ann.approximate or retrieval_mode(retrieval.mode).reads_vector:
+        return index
+    return index.model_copy(update={"ann": AnnIndex()})
 
 
 def follow_language(index: IndexConfig, retrieval: RetrievalConfig, language: str | None) -> IndexConfig:
