@@ -226,7 +226,9 @@ def test_tags_rewritten_to_match_a_replaced_code_file_are_refused_by_their_signa
     marker = tmp_path / "ran"
     (champion / "model_code.py").write_text(_injected(marker))
     forged()
-    with pytest.raises(TamperedModel, match="its signature does not verify as serve's model with the signing key"):
+    with pytest.raises(
+        TamperedModel, match="its signature does not verify as serve's model with the signing key"
+    ):
         load_champion("models:/serve@champion")
     assert not marker.exists()
     assert main(["verify-model", "models:/serve@champion"]) == 1

@@ -1172,7 +1172,9 @@ def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
         )
     ]
     firsts: dict[str, RagConfig] = {}  # an ann that a config does not search made two of one: kept once
-    configs = [firsts.setdefault(c.model_dump_json(), c) for c in configs if c.model_dump_json() not in firsts]
+    configs = [
+        firsts.setdefault(c.model_dump_json(), c) for c in configs if c.model_dump_json() not in firsts
+    ]
     _check_consistency(spec, configs, path)
     configs = _search(configs, spec.search)
     base = path.parent

@@ -178,7 +178,11 @@ def serve(args) -> int:
         # server's workers end without Python's exit handlers, which would remove their own
         scratch = folder.parent / "tmp"
         scratch.mkdir(mode=0o700)
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "TMPDIR": str(scratch)}
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "TMPDIR": str(scratch),
+        }
         return run_until_signalled([*command, "-p", str(args.port), "-h", args.host], env=env)
     finally:
         shutil.rmtree(folder.parent, ignore_errors=True)

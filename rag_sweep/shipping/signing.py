@@ -85,7 +85,9 @@ def signing_key(create: bool) -> bytes:
 
 def _mac(key: bytes, files: dict[str, str], identity: dict[str, str]) -> str:
     if sorted(identity) != sorted(IDENTITY) or not all(isinstance(v, str) and v for v in identity.values()):
-        raise ValueError(f"a model's identity is {', '.join(IDENTITY)}, each a non-empty text: got {identity}")
+        raise ValueError(
+            f"a model's identity is {', '.join(IDENTITY)}, each a non-empty text: got {identity}"
+        )
     text = json.dumps({"files": files, "identity": identity}, sort_keys=True, separators=(",", ":"))
     return hmac.new(key, CONTEXT + text.encode(), hashlib.sha256).hexdigest()
 
