@@ -259,6 +259,7 @@ def load_qa(
             ),
             stacklevel=2,
         )
+    out = _once(path, out)
     if max_queries is not None:
         out = out[:max_queries]
     found = [detected[r["query_id"]] for r in out if r["query_id"] in detected]
@@ -289,6 +290,44 @@ def load_qa(
     else:
         schema["language"] = pl.String
     return pl.DataFrame(out, schema=schema)
+
+
+def question_key(question: str, relevant_doc_ids: list[str], language: str | None = None) -> str:
+    """What makes two rows one question: the question normalized (case, punctuation, articles and white
+    space, as answers are) and its gold documents as a set."""
+    from rag_core.metrics.languages import normalize
+
+    text = normalize(question, language) or " ".join(question.lower().split())
+    return json.dumps([text, sorted(set(relevant_doc_ids))], ensure_ascii=False)
+
+
+def _once(path: Path, rows: list[dict]) -> list[dict]:
+    """Each question counted once: a row with the same normalized question and gold documents as an earlier
+    one is folded into it (its gold answers added), and the count said. Two copies of a question would count
+    its evidence twice (a paired test's p, an interval) and could fall on both sides of the holdout split."""
+    first: dict[str, dict] = {}
+    folded: list[tuple[str, str]] = []
+    kept = []
+    for row in rows:
+        key = question_key(row["question"], row["relevant_doc_ids"], row.get("language"))
+        if key in first:
+            into = first[key]
+            into["answers"] = into["answers"] + [a for a in row["answers"] if a not in into["answers"]]
+            folded.append((row["query_id"], into["query_id"]))
+            continue
+        first[key] = row
+        kept.append(row)
+    if folded:
+        example = ", ".join(f"{a!r} = {b!r}" for a, b in folded[:3]) + (", …" if len(folded) > 3 else "")
+        warnings.warn(
+            DataWarning(
+                f"{path}: {len(folded)} duplicate question(s) (the same question, normalized, with the same gold "
+                f"documents as an earlier row: {example}) counted once, their gold answers joined: "
+                f"{len(kept)} questions remain"
+            ),
+            stacklevel=3,
+        )
+    return kept
 
 
 def _grades(path: Path, row: dict, i: int, n: int) -> list[float] | None:

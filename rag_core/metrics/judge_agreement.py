@@ -53,6 +53,8 @@ def read_labels(path: str | Path) -> tuple[list[dict], list[bool]]:
     if missing:
         raise LabelsError(f"{path}: no field {', '.join(missing)} (each row needs {', '.join(FIELDS)})")
     rows, labels = [], []
+    seen: dict[tuple, tuple[int, bool]] = {}  # a labelled answer's text -> (its first row, its label)
+    repeated: list[tuple[int, int]] = []
     for n, row in enumerate(frame.select(FIELDS).iter_rows(named=True), start=1):
         for f in ("question", "answer", "context"):
             if not isinstance(row[f], str) or (f != "answer" and not row[f].strip()):
@@ -62,10 +64,36 @@ def read_labels(path: str | Path) -> tuple[list[dict], list[bool]]:
             raise LabelsError(
                 f"{path}: row {n}, field 'supported': expected true/false, 1/0 or yes/no, got {row['supported']!r}"
             )
+        key = tuple(" ".join(str(row[f]).split()) for f in ("question", "answer", "context"))
+        if key in seen:  # the same labelled answer again: one piece of evidence, counted once
+            n0, label0 = seen[key]
+            if label0 != (value in TRUE):
+                raise LabelsError(
+                    f"{path}: rows {n0} and {n}: the same question, answer and context labelled both supported "
+                    "and not: settle the label (one row each), then run again"
+                )
+            repeated.append((n, n0))
+            continue
+        seen[key] = (n, value in TRUE)
         rows.append(row)
         labels.append(value in TRUE)
     if not rows:
         raise LabelsError(f"{path}: no rows")
+    if repeated:
+        import warnings
+
+        from rag_core.data.datasets import DataWarning
+
+        example = ", ".join(f"row {a} = row {b}" for a, b in repeated[:3]) + (
+            ", …" if len(repeated) > 3 else ""
+        )
+        warnings.warn(
+            DataWarning(
+                f"{path}: {len(repeated)} duplicate label row(s) (the same question, answer and context, "
+                f"labelled alike: {example}) counted once: {len(rows)} labels remain"
+            ),
+            stacklevel=2,
+        )
     return rows, labels
 
 
