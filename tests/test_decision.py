@@ -391,3 +391,46 @@ def test_the_ship_report_of_a_sweep_where_no_config_qualifies_lists_them_and_nam
     assert "**none**" in md and "no config qualifies" in md and "None" not in md
     others = md.split("## The other configs")[1]
     assert "too many errors" in others and "| b |" in others and "| a |" in others
+
+
+def _noisy(correct: list[int], median_ms: float, load: float, seed: int) -> pl.DataFrame:
+    """Per-question latencies around `median_ms` (a right-skewed spread, as measured), times a `load`
+    factor that differs by config: a config measured while the machine was busier."""
+    q = per_query(correct)
+    rng = np.random.default_rng(seed)
+    return q.with_columns(pl.Series("retrieval_ms", median_ms * load * rng.lognormal(0, 0.35, q.height)))
+
+
+def test_a_latency_preference_rests_only_on_differences_beyond_the_p95s_intervals():
+    """Three configs tied in score: `best` scores highest but its p95 is about 2.05x the fastest's, a hair
+    past the band. Its p95's own interval overlaps the band, so it is equally fast and recommended, on
+    every redraw of which questions happened to be slow and on a machine 1.5x slower or faster throughout
+    (the band alone flipped with the draw). A config 6x slower is slower on every draw."""
+    n = 100
+    picks, band_alone = set(), set()
+    for trial in range(12):
+        load = (0.67, 1.0, 1.5)[trial % 3]
+        runs = {
+            "best": _noisy(wrong_on(20, n), 20.5, load, 10 + trial),
+            "fast": _noisy(wrong_on(22, n), 10.0, load, 20 + trial),
+            "other": _noisy(wrong_on(21, n), 12.0, load, 30 + trial),
+        }
+        board = _board(runs, {"best": 0.0, "fast": 0.0, "other": 0.0})
+        out, summary = decide(board, runs, W, Constraints())
+        assert set(summary["top_tier"]) == set(runs)
+        picks.add(summary["recommended"])
+        row = out.filter(pl.col("config_key") == "best").row(0, named=True)
+        assert row["p95_latency_ci_low"] <= row["p95_latency_ms"] <= row["p95_latency_ci_high"]
+        within = out["p95_latency_ms"].min() * 2.0 >= row["p95_latency_ms"]
+        band_alone.add("best" if within else "other")
+    assert picks == {"best"}
+    assert band_alone == {"best", "other"}  # what the band on the point estimates alone would have done
+    for seed in range(5):
+        runs = {
+            "best": _noisy(wrong_on(20, n), 60.0, 1.0, seed),
+            "fast": _noisy(wrong_on(22, n), 10.0, 1.0, 9 + seed),
+        }
+        assert (
+            decide(_board(runs, {"best": 0.0, "fast": 0.0}), runs, W, Constraints())[1]["recommended"]
+            == "fast"
+        )

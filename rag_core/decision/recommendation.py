@@ -139,6 +139,22 @@ def query_latency_p95(per_query: pl.DataFrame) -> float:
     return percentile(total.to_list(), 95)
 
 
+LATENCY_BOOT = 1000  # resamples of the questions for the p95's interval (a fixed seed: the same interval)
+
+
+def latency_p95_interval(per_query: pl.DataFrame, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of `query_latency_p95` over the questions: how far the p95 itself
+    moves with which questions happened to be slow. A latency preference rests only on differences beyond
+    it (`_lowest`)."""
+    total = (per_query["retrieval_ms"].fill_null(0.0) + per_query["generation_ms"].fill_null(0.0)).to_numpy()
+    if total.size < 2:
+        return (float(total[0]), float(total[0])) if total.size else (0.0, 0.0)
+    idx = np.random.default_rng(seed).integers(0, total.size, size=(LATENCY_BOOT, total.size))
+    p95s = np.percentile(total[idx], 95, axis=1)
+    low, high = np.percentile(p95s, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def violations(row: dict, c: Constraints) -> list[str]:
     """Why a config breaks the constraints (empty: it meets them)."""
     out = []
@@ -152,8 +168,10 @@ def violations(row: dict, c: Constraints) -> list[str]:
     return out
 
 
-# Measured latency is noisy (a loaded machine doubles it): configs within LATENCY_BAND × the fastest one's
-# p95 count as equally fast, so run-to-run noise does not flip the recommendation. Cost is exact.
+# Measured latency is noisy (a loaded machine doubles it): a config counts as slower than the fastest only
+# when it is more than LATENCY_BAND × slower beyond both p95s' own intervals (the lowest its p95 could be
+# against the highest the fastest's could), so neither run-to-run noise nor a p95 a hair past the band
+# flips the recommendation: otherwise they are equally fast. Cost is exact.
 LATENCY_BAND = 2.0
 PREFERENCES = {
     "cheapest": ("cost_per_1k_queries", "p95_latency_ms"),
@@ -164,7 +182,13 @@ WORDS = {"cost_per_1k_queries": "cheapest", "p95_latency_ms": "fastest", "-overa
 
 
 def _lowest(pool: pl.DataFrame, col: str) -> pl.DataFrame:
-    """The rows with the lowest value of col (latency: within the band of the lowest)."""
+    """The rows with the lowest value of col (latency: every row not resolvably slower than the fastest,
+    LATENCY_BAND beyond both intervals; a board without intervals: within the band of the lowest)."""
+    if col == "p95_latency_ms" and "p95_latency_ci_low" in pool.columns:
+        fastest = pool.sort(["p95_latency_ms", "config_key"]).row(0, named=True)
+        return pool.filter(
+            pl.col("p95_latency_ci_low") <= fastest["p95_latency_ci_high"] * LATENCY_BAND + 1e-12
+        )
     low = pool[col].min()
     limit = low * LATENCY_BAND if col == "p95_latency_ms" else low
     return pool.filter(pl.col(col) <= limit + 1e-12)
@@ -194,8 +218,8 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
     else:
         where = f"no config of tiers 1–{best_tier - 1} meets the constraints; {pool.height} of tier {best_tier} do"
     why = (
-        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} (p95 within "
-        f"{LATENCY_BAND:g}x of the fastest counts as equally fast), then the best-scoring "
+        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} (equally fast "
+        f"unless more than {LATENCY_BAND:g}x slower beyond both p95s' 95% intervals), then the best-scoring "
         f"(score {pick['overall_score']:.4f}, "
         f"${pick['cost_per_1k_queries']:.4f} per 1k queries, p95 {pick['p95_latency_ms']:.0f} ms)"
     )
@@ -270,6 +294,7 @@ def decide(
         scores = scores.subset(sound_keys)
     cost = (board["cost_usd"] / board["n_queries"].clip(lower_bound=1) * 1000).to_numpy()
     p95 = np.array([query_latency_p95(per_query[k]) for k in keys])
+    p95_ci = np.array([latency_p95_interval(per_query[k], seed) for k in keys]).reshape(len(keys), 2)
     tier = np.full(len(keys), None, dtype=object)
     p_adj, on_cost, on_latency = np.ones(len(keys)), np.zeros(len(keys), bool), np.zeros(len(keys), bool)
     if scores is not None and enough:
@@ -283,6 +308,8 @@ def decide(
         pl.Series("p_holm_vs_tier_best", p_adj),
         pl.Series("cost_per_1k_queries", cost),
         pl.Series("p95_latency_ms", p95),
+        pl.Series("p95_latency_ci_low", p95_ci[:, 0]),
+        pl.Series("p95_latency_ci_high", p95_ci[:, 1]),
         pl.Series("pareto_cost", on_cost),
         pl.Series("pareto_latency", on_latency),
     )
