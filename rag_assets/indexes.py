@@ -54,6 +54,18 @@ class VectorIndex(StageLogic):
         ann = {"ann": index.ann} if index.ann.approximate else {}
         with measured() as build:
             n = store.upsert(collection, rows, vectors_from_column(emb["vector"]), index.bm25_analyzer, **ann)
+        built = {}
+        if index.ann.approximate:  # what the store built, said where it is not what was asked
+            asked, trained = index.ann.settings(), store.trained_ann(index.ann, n)
+            changed = {k: (asked[k], trained.get(k)) for k in asked if trained.get(k) != asked[k]}
+            if changed:
+                run.context.log.warning(
+                    f"{store.backend} built {index.ann.type} over {n} chunks with "
+                    + ", ".join(f"{k} {got} (asked {want})" for k, (want, got) in changed.items())
+                    + ": the board's index_ann_partitions and this index's metadata say what was built"
+                )
+            if trained.get("num_partitions") is not None:
+                built["ann_partitions"] = [int(trained["num_partitions"])]
         return pl.DataFrame(
             {
                 "collection": [collection],
@@ -61,11 +73,16 @@ class VectorIndex(StageLogic):
                 "count": [n],
                 "build_s": [round(build.seconds, 4)],
                 "build_peak_mb": [round(build.peak_mb, 2)],
+                **built,
             }
         )
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
-        built = {c: float(frame[c][0]) for c in ("build_s", "build_peak_mb") if c in frame.columns}
+        built = {
+            c: float(frame[c][0])
+            for c in ("build_s", "build_peak_mb", "ann_partitions")
+            if c in frame.columns
+        }
         return {
             "collection": frame["collection"][0],
             "store": frame["store"][0],

@@ -4,6 +4,7 @@ with them, and measured against the store's exact search on a constructed set; r
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -207,3 +208,36 @@ def test_the_report_says_which_retrieval_metrics_an_index_setting_changed():
     (_, _, table), _ = ann_sections(board)
     assert table["index.ann"].to_list() == ["exact", '{"type": "ivf_pq"}', '{"type": "ivf_pq"}', "exact"]
     assert ann_sections(board.with_columns(pl.lit(None, pl.String).alias("index.ann"))) == []
+
+
+@pytest.mark.parametrize("rows, asked", [(300, 4), (700, 8), (2000, 32), (6000, 16)])
+def test_what_lancedb_trains_is_what_the_product_records(tmp_path, rows, asked):
+    """LanceDB trains fewer IVF-PQ partitions than asked on few rows and says so only in its log
+    ("training 7 of the 32 requested IVF partitions"): the product's figure (`trained_ann`, on the board as
+    index_ann_partitions) is checked against that line, built in a process of its own to read its log."""
+    import re
+    import subprocess
+    import sys
+
+    code = f"""
+import numpy as np
+from rag_core.planning.ann import AnnIndex
+from resources.vector_stores import LanceDBStore
+rng = np.random.default_rng(0)
+vectors = rng.normal(size=({rows}, 16)).astype(np.float32)
+rows = [{{"chunk_id": f"c{{i}}", "doc_id": f"d{{i}}", "text": "t", "metadata": "{{}}"}} for i in range({rows})]
+ann = AnnIndex(type="ivf_pq", num_partitions={asked}, num_sub_vectors=4)
+store = LanceDBStore(uri={str(tmp_path / "lancedb")!r})
+store.upsert("Rag_x", rows, vectors, ann=ann)
+print("TRAINED", store.trained_ann(ann, {rows})["num_partitions"])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "RUST_LOG": "warn"}
+    )
+    assert out.returncode == 0, out.stderr
+    recorded = int(re.search(r"TRAINED (\d+)", out.stdout)[1])
+    said = re.search(r"training (\d+) of the (\d+) requested IVF partitions", out.stderr)
+    if said:
+        assert (int(said[1]), int(said[2])) == (recorded, asked)
+    else:  # LanceDB trained every partition asked for
+        assert recorded == asked

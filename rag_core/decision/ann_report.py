@@ -16,6 +16,7 @@ COLUMNS = (
     "ann_recall_at_k",
     "index_build_s",
     "index_build_peak_mb",
+    "index_ann_partitions",
     "retrieval_p50_ms",
     "retrieval_p95_ms",
     "recall_at_k",

@@ -18,7 +18,12 @@ import polars as pl
 # per-question columns a retrieval of an approximate index adds (rerankings and answers carry them along)
 RECALL = "ann_recall_at_k"
 # the index build's figures, the same on every row of a config (read off its vector_index marker)
-BUILD_FIGURES = {"build_s": "index_build_s", "build_peak_mb": "index_build_peak_mb"}
+BUILD_FIGURES = {
+    "build_s": "index_build_s",
+    "build_peak_mb": "index_build_peak_mb",
+    # the IVF partitions the store trained (LanceDB trains fewer than asked on few rows): what was built
+    "ann_partitions": "index_ann_partitions",
+}
 
 
 class VectorSearcher(Protocol):

@@ -21,6 +21,7 @@ from rag_core.planning.plan import Plan
 from rag_sweep.shipping import ExportWarning
 from rag_sweep.shipping.pipeline import (
     BUNDLE,
+    INDEX_BUILD,
     MANIFEST,
     canonical_sha256,
     file_sha256,
@@ -63,6 +64,9 @@ class Bundle:
     tables: dict[str, pl.DataFrame]  # file name -> rows (chunks, embeddings, corpus for parent expansion)
     manifest: dict  # pipeline.json: the config, the index's identity (content hashes added by `write`)
     metadata: dict  # the MLflow model's metadata: identity and figures
+    # an approximate index's evaluated build (its folder in the store, its alias record): shipped as files,
+    # since a rebuild is another random draw of its training (it searched other chunks on 10-15 of 70 questions)
+    index_build: tuple[Path, dict] | None = None
 
 
 def config_key_of(plan: Plan, wanted: str | None, recommended: str | None) -> str:
@@ -166,6 +170,7 @@ def collect(
         "embedder_version": model_version(config.embedding.model),
     }
     manifest = manifest_of(identity, config)
+    build = _evaluated_build(data, config, identity) if config.index.ann.approximate else None
     metadata = {
         **identity,
         "leaderboard_evaluated_at": decision.get("evaluated_at"),
@@ -175,7 +180,27 @@ def collect(
         "settings": config.flat_params(),
         "figures": figures,
     }
-    return Bundle(key, label, tables, manifest, metadata)
+    return Bundle(key, label, tables, manifest, metadata, build)
+
+
+def _evaluated_build(data: Path, config, identity: dict) -> tuple[Path, dict] | None:
+    """The evaluated build of an approximate index on an embedded store, to ship as it is; None on a server
+    store (the model searches the evaluated collection itself). A store that cannot hand its build over is
+    refused: a rebuilt approximate index is not the one that was measured."""
+    from rag_core.components.stores import keeps_files
+    from resources.vector_stores import VectorStores
+
+    if keeps_files(identity["store"]) == "server":
+        return None
+    store = VectorStores(data_dir=str(data)).get(identity["store"])
+    build = store.shipped_build(identity["collection"]) if hasattr(store, "shipped_build") else None
+    if build is None:
+        raise ExportError(
+            f"config {identity['label']}: its approximate index ({config.index.ann.key}) on {identity['store']} "
+            "cannot be shipped as it was evaluated (its build is not one local folder): a rebuild would be "
+            "another draw of its training; use a local data dir, or an exact index"
+        )
+    return build
 
 
 def manifest_of(identity: dict, config) -> dict:
@@ -196,7 +221,17 @@ def write(bundle: Bundle, folder: Path) -> Path:
     for name, frame in bundle.tables.items():
         frame.write_parquet(folder / name)
         hashes[name] = file_sha256(folder / name)
-    manifest = {**bundle.manifest, "content_sha256": hashes}
+    manifest = dict(bundle.manifest)
+    if bundle.index_build is not None:  # the evaluated build's files, each hashed like the tables
+        import shutil
+
+        source, record = bundle.index_build
+        shipped = folder / INDEX_BUILD / source.name
+        shutil.copytree(source, shipped)
+        for path in sorted(p for p in shipped.rglob("*") if p.is_file()):
+            hashes[path.relative_to(folder).as_posix()] = file_sha256(path)
+        manifest["index_build"] = {"folder": shipped.relative_to(folder).as_posix(), "record": record}
+    manifest["content_sha256"] = hashes
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return folder
 

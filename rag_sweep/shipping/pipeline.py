@@ -31,6 +31,7 @@ import pandas as pd
 
 BUNDLE = "bundle"  # the artifact (a folder) holding pipeline.json and the tables
 MANIFEST = "pipeline.json"
+INDEX_BUILD = "index"  # the folder in the bundle holding an approximate index's evaluated build
 # the file MLflow writes into a registered model's folder each time it downloads it (its name and version,
 # data MLflow reads, not code): not one of the files the model was registered with
 MLFLOW_WRITES = "registered_model_meta"
@@ -364,15 +365,19 @@ class RagPipeline(mlflow.pyfunc.PythonModel):
         self.embedder.local_device()  # $RAG_DEVICE=cuda where there is none: said at load, not at a query
         self.llm = llm_from_env(cache_path=None)
         self.collection = manifest["collection"]
-        self.store = self._store(manifest, vectors_from_column(embeddings["vector"]))
+        self.store = self._store(manifest, vectors_from_column(embeddings["vector"]), folder)
 
-    def _store(self, manifest: dict, vectors):
+    def _store(self, manifest: dict, vectors, folder: Path):
         from rag_core.components.stores import keeps_files
         from resources.environment import weaviate_settings
         from resources.vector_stores import VectorStores
 
         backend = manifest["store"]
-        if keeps_files(backend) != "server":  # an embedded store: its index rebuilt from the bundle
+        if shipped := manifest.get("index_build"):  # the evaluated approximate build, as it was measured
+            store = VectorStores(data_dir=str(Path(self._work.name) / "index")).get(backend)
+            store.adopt_build(self.collection, folder / shipped["folder"], shipped["record"])
+            return store
+        if keeps_files(backend) != "server":  # an embedded store: its (exact) index rebuilt from the bundle
             store = VectorStores(data_dir=str(Path(self._work.name) / "index")).get(backend)
             rows = self.chunks.select(
                 "chunk_id", "doc_id", self.chunks["index_text"].alias("text"), "metadata"

@@ -85,6 +85,12 @@ class VectorStore(abc.ABC):
             offered = ", ".join(store_ann_types(self.backend))
             raise ValueError(f"{self.backend} has no {ann.type!r} index; it builds {offered}")
 
+    def trained_ann(self, ann: AnnIndex, rows: int) -> dict:
+        """The settings an approximate index over `rows` rows is actually built with: the asked ones, unless
+        the store changes them (LanceDB trains fewer IVF partitions than asked on few rows). What the board,
+        the label and the report state is checked against this."""
+        return ann.settings()
+
     def _segmentation(self, collection: str) -> str | None:
         """The segmenting analyzer (chinese, japanese, thai) the collection's keyword index was built with,
         or None (plain, english). A store that offers none of them keeps this default."""

@@ -97,6 +97,9 @@ class ChromaStore(dg.ConfigurableResource, EmbeddedStore):
     def _count(self, physical: str) -> int:
         return self._collection(physical).count()
 
+    def _build_folder(self, physical: str) -> Path | None:
+        return Path(self.path) / physical
+
     def _drop(self, physical: str) -> None:
         import shutil
 

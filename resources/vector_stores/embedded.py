@@ -232,6 +232,32 @@ class EmbeddedStore(VectorStore):
         if previous:
             self._drop(previous["physical"])
 
+    def _build_folder(self, physical: str) -> Path | None:
+        """The one local folder that holds a build whole (to ship it), or None where a build is not one
+        self-contained folder (object storage, a store that keeps builds together)."""
+        return None
+
+    def shipped_build(self, collection: str) -> tuple[Path, dict] | None:
+        """The collection's current build as files to ship with a model (its folder and alias record), or
+        None where it cannot be (see `_build_folder`). An approximate index is one random draw of its
+        training: the model serves the build that was evaluated, copied, not a new draw."""
+        record = self._aliases.get(collection)
+        folder = None if record is None else self._build_folder(record["physical"])
+        return (folder, record) if folder is not None and folder.is_dir() else None
+
+    def adopt_build(self, collection: str, folder: Path, record: dict) -> None:
+        """Make a shipped build (`shipped_build`'s folder and record) this store's `collection`: its files
+        copied under this store's root as they are, the alias pointed at them."""
+        target = self._build_folder(record["physical"])
+        if target is None:
+            raise ValueError(f"{self.backend} under {self._root}: a shipped build cannot be adopted here")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, target)
+        fields = record["fields"]
+        self._publish(
+            collection, record["physical"], fields, record["count"], record["analyzer"], record["ann"]
+        )
+
     def filter_fields(self, collection: str) -> dict[str, str]:
         return self._record(collection)["fields"]
 
@@ -282,6 +308,15 @@ class SingleClientStore(dg.ConfigurableResource, EmbeddedStore):
 
     def _drop(self, physical: str) -> None:
         self.CLIENTS.drop(Path(self.path) / physical)
+
+    def _build_folder(self, physical: str) -> Path | None:
+        return Path(self.path) / physical
+
+    def shipped_build(self, collection: str) -> tuple[Path, dict] | None:
+        found = super().shipped_build(collection)
+        if found is not None:  # its storage is written whole only once its one client has closed it
+            self.CLIENTS.close(found[0])
+        return found
 
     def teardown_after_execution(self, context) -> None:
         self.CLIENTS.close_under(Path(self.path))

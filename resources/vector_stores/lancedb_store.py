@@ -215,6 +215,20 @@ class LanceDBStore(dg.ConfigurableResource, EmbeddedStore):
             return None  # object storage: ask LanceDB
         return (Path(self.uri) / f"{physical}.lance" / "_versions").is_dir()
 
+    # LanceDB's IVF-PQ trains its partitions on at least this many rows each (its IVF sample rate), so on few
+    # rows it trains fewer partitions than asked ("training 7 of the 32 requested IVF partitions" in its log)
+    PQ_ROWS_PER_PARTITION: ClassVar[int] = 256
+
+    def trained_ann(self, ann, rows: int) -> dict:
+        settings = ann.settings()
+        asked = settings.get("num_partitions")
+        if ann.type == "ivf_pq" and asked and asked > max(1, rows // self.PQ_ROWS_PER_PARTITION):
+            settings["num_partitions"] = max(1, rows // self.PQ_ROWS_PER_PARTITION)
+        return settings
+
+    def _build_folder(self, physical: str) -> Path | None:
+        return None if "://" in self.uri else Path(self.uri) / f"{physical}.lance"
+
     def _drop(self, physical: str) -> None:
         _OPEN.pop((self.uri, physical), None)
         if physical in self._db().table_names():  # a build that failed before its table existed
