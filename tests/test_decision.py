@@ -434,3 +434,41 @@ def test_a_latency_preference_rests_only_on_differences_beyond_the_p95s_interval
             decide(_board(runs, {"best": 0.0, "fast": 0.0}), runs, W, Constraints())[1]["recommended"]
             == "fast"
         )
+
+
+def test_a_judge_failing_on_the_wrong_answers_neither_wins_nor_reads_as_perfect():
+    """A judge failing on exactly 10% of calls (under the error threshold), all on the 6 wrong answers of 60:
+    its mean over the rest is 1.000. The config is flagged (its failures fall where token F1 is lower), not
+    tiered nor recommended, and compared with another config on the questions both define."""
+    n = 60
+    wrong = set(range(6))
+    judged = pl.DataFrame(
+        {
+            "query_id": [f"q{i:03d}" for i in range(n)],
+            "token_f1": [0.0 if i in wrong else 1.0 for i in range(n)],
+            "faithfulness_judge": [None if i in wrong else 1.0 for i in range(n)],
+            "retrieval_ms": [10.0] * n,
+            "generation_ms": [0.0] * n,
+        },
+        schema_overrides={"faithfulness_judge": pl.Float64},
+    )
+    honest = judged.with_columns(
+        pl.Series("faithfulness_judge", [0.0 if i in wrong else 1.0 for i in range(n)])
+    )
+    weights = {"faithfulness_judge": 1.0}
+    runs = {"biased": judged, "honest": honest}
+    board = pl.DataFrame(
+        [
+            {"config_key": k, "overall_score": float(q["faithfulness_judge"].mean()), "cost_usd": 0.0,
+             "n_queries": float(n), "too_many_errors": False}
+            for k, q in runs.items()
+        ]
+    ).sort("overall_score", descending=True)  # fmt: skip
+    scores = bootstrap_scores(runs, weights)
+    assert scores.observed.tolist() == [1.0, 0.9]
+    assert np.all(scores.diff(0, 1) == 0.0)  # on the 54 questions both define they are the same
+    out, summary = decide(board, runs, weights, Constraints())
+    row = out.filter(pl.col("config_key") == "biased").row(0, named=True)
+    assert "gave no verdict on 6 of 60 answers" in row["judge_failures_not_at_random"]
+    assert row["tier"] is None and summary["recommended"] == "honest"
+    assert out.filter(pl.col("config_key") == "honest")["judge_failures_not_at_random"].to_list() == [None]

@@ -47,6 +47,15 @@ def with_language_scores(columns: list[str], df: pl.DataFrame) -> list[str]:
     return [*columns[:at], *slices, *columns[at:]]
 
 
+def _defined(per_query: pl.DataFrame, weights: dict[str, float]) -> int:
+    """The questions on which some weighted metric is defined: what an interval (or "every question gives
+    the same value") may count, not the rows (a judge that failed on 6 of 60 defines 54)."""
+    columns = [m for m in weights if m in per_query.columns]
+    if not columns:
+        return per_query.height
+    return per_query.select(pl.any_horizontal(pl.col(c).is_not_null() for c in columns)).to_series().sum()
+
+
 def compare_to_leader(
     board: pl.DataFrame,
     per_query: dict[str, pl.DataFrame],
@@ -72,7 +81,7 @@ def compare_to_leader(
     rows, withheld = [], []
     for key in board["config_key"]:
         i = col[key]
-        reason = why_no_estimate(per_query[key].height, float(np.ptp(scores.samples[:, i])), 0.05)
+        reason = why_no_estimate(_defined(per_query[key], weights), float(np.ptp(scores.samples[:, i])), 0.05)
         withheld.append(reason)
         lo = hi = None
         if reason is None:

@@ -130,3 +130,36 @@ def qualified(board: pl.DataFrame) -> pl.DataFrame:
     if "no_score" not in board.columns:
         return board.filter(~pl.col("too_many_errors"))
     return board.filter(qualifies())
+
+
+# answer metrics whose per-question values tell where a judge's failures fell (the first a config defines)
+ANSWER_METRICS = ("token_f1", "exact_match", "answer_similarity", "rouge_l")
+
+
+def concentrated_failures(per_query: pl.DataFrame, alpha: float = 0.05) -> str | None:
+    """Why a config's judge score is biased, or None: its judge failed (no verdict) on answers that score
+    lower on an answer metric than the answers it judged (a one-sided Mann-Whitney test at `alpha`). The
+    judge's mean over the answers it did judge then overstates the config: a missing verdict there is not
+    missing at random, and no average over the rest stands in for it."""
+    from scipy import stats
+
+    if JUDGE_METRIC not in per_query.columns:
+        return None
+    answered = per_query["error"].is_null() if "error" in per_query.columns else pl.lit(True)
+    frame = per_query.filter(answered) if "error" in per_query.columns else per_query
+    failed = frame[JUDGE_METRIC].is_null()
+    if not failed.any() or failed.all():
+        return None
+    for metric in (m for m in ANSWER_METRICS if m in frame.columns):
+        lost = frame.filter(failed)[metric].drop_nulls().cast(pl.Float64).to_numpy()
+        kept = frame.filter(~failed)[metric].drop_nulls().cast(pl.Float64).to_numpy()
+        if lost.size and kept.size and (lost.min() != kept.max() or lost.max() != kept.min()):
+            p = float(stats.mannwhitneyu(lost, kept, alternative="less").pvalue)
+            if p < alpha:
+                return (
+                    f"its judge gave no verdict on {int(failed.sum())} of {frame.height} answers, which score "
+                    f"lower on {metric} ({lost.mean():.3f} against {kept.mean():.3f}, Mann-Whitney p {p:.2g}): "
+                    "its judge score over the rest overstates it"
+                )
+            return None
+    return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from rag_core.decision.qualification import MAX_ERROR_SHARE, qualified
+from rag_core.decision.qualification import MAX_ERROR_SHARE, concentrated_failures, qualified
 from rag_core.metrics import percentile
 from rag_core.metrics.stats import (
     N_BOOT,
@@ -37,14 +37,31 @@ class Scores:
     keys: list[str]
     observed: np.ndarray
     samples: np.ndarray
+    # each config's per-question metric values (NaN: undefined), the resamples and the weights: to compare
+    # two configs on the questions both define where their undefined questions differ (None: not kept)
+    values: list[np.ndarray] | None = None
+    resamples: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
     def diff(self, a: int, b: int) -> np.ndarray:
+        """a − b on each resample, over the questions both define (each metric's own): a config whose judge
+        failed on its worst answers is not compared on the mean of its best ones alone."""
+        if self.values is not None:
+            va, vb = self.values[a], self.values[b]
+            both = ~np.isnan(va) & ~np.isnan(vb)
+            if not np.array_equal(both, ~np.isnan(va)) or not np.array_equal(both, ~np.isnan(vb)):
+                sa = weighted_score(resample_means(np.where(both, va, np.nan), self.resamples), self.weights)
+                sb = weighted_score(resample_means(np.where(both, vb, np.nan), self.resamples), self.weights)
+                return sa - sb
         return self.samples[:, a] - self.samples[:, b]
 
     def subset(self, keys: list[str]) -> Scores:
         """The same resamples, for some of the configs."""
         idx = [self.keys.index(k) for k in keys]
-        return Scores(list(keys), self.observed[idx], self.samples[:, idx])
+        values = None if self.values is None else [self.values[i] for i in idx]
+        return Scores(
+            list(keys), self.observed[idx], self.samples[:, idx], values, self.resamples, self.weights
+        )
 
 
 def bootstrap_scores(
@@ -60,7 +77,7 @@ def bootstrap_scores(
     full = np.arange(n)[None, :]
     observed = np.array([weighted_score(resample_means(m.astype(float), full), w)[0] for m in mats])
     samples = np.stack([weighted_score(resample_means(m.astype(float), idx), w) for m in mats], axis=1)
-    return Scores(keys, observed, samples)
+    return Scores(keys, observed, samples, [m.astype(float) for m in mats], idx, w)
 
 
 def tiers(scores: Scores, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -229,8 +246,15 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
 def no_qualifying_config(board: pl.DataFrame) -> str:
     """Why nothing is recommended when no config's score measures its quality."""
     errors = board.filter(pl.col("too_many_errors")).height
-    unscored = board.height - errors
+    biased = (
+        board.filter(~pl.col("too_many_errors") & pl.col("judge_failures_not_at_random").is_not_null()).height
+        if "judge_failures_not_at_random" in board.columns
+        else 0
+    )
+    unscored = board.height - errors - biased
     parts = []
+    if biased:
+        parts.append(f"{biased} had their judge fail on their worse answers (judge_failures_not_at_random)")
     if errors:
         parts.append(
             f"{errors} had LLM calls fail or fall back for more than {MAX_ERROR_SHARE:.0%} of a stage's calls "
@@ -279,7 +303,9 @@ def decide(
     recommendation; return it with a summary (recommended, why, min detectable difference, advice).
     `scores`: bootstrap_scores of the board's configs, when the caller already has them."""
     keys = board["config_key"].to_list()
-    sound = np.isin(keys, qualified(board)["config_key"].to_list())
+    # a judge whose failures fell on a config's worse answers: its score is biased, not a measure to rank by
+    biased = [concentrated_failures(per_query[k], alpha) for k in keys]
+    sound = np.isin(keys, qualified(board)["config_key"].to_list()) & np.array([b is None for b in biased])
     idx = np.flatnonzero(sound)  # every config failed: none is tiered, none recommended
     sound_keys = [keys[i] for i in idx]
     n_questions = int(per_query[keys[0]].height)
@@ -307,6 +333,7 @@ def decide(
         pl.Series("tier", tier.tolist(), pl.Int64),
         pl.Series("p_holm_vs_tier_best", p_adj),
         pl.Series("cost_per_1k_queries", cost),
+        pl.Series("judge_failures_not_at_random", biased, pl.String),
         pl.Series("p95_latency_ms", p95),
         pl.Series("p95_latency_ci_low", p95_ci[:, 0]),
         pl.Series("p95_latency_ci_high", p95_ci[:, 1]),
