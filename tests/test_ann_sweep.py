@@ -121,3 +121,29 @@ def test_the_shipped_model_serves_the_evaluated_index(ann_sweep, small_slice, tm
         assert not differ, (
             f"{len(differ)} of {len(ids)} questions retrieved other chunks than evaluated: {differ[:3]}"
         )
+
+
+def test_the_recall_is_that_of_the_chunks_the_config_returned(ann_sweep, small_slice):
+    """ann_recall_at_k of each question is the overlap of the chunks the config's retrieval returned with the
+    exact search's top k, both taken as a retrieval takes them (k + TIE_MARGIN deep, top k kept)."""
+    from rag_core.data.datasets import load_qa
+    from rag_core.retrieval.ann_recall import recall_at_k
+    from rag_core.retrieval.retrieve import TIE_MARGIN, ranked
+    from resources.embedders import EmbeddingService
+    from resources.vector_stores import VectorStores
+
+    run, data = ann_sweep
+    plan = run.plan
+    c = next(c for c in plan.configs if c.index.ann.type == "ivf_hnsw_sq" and c.retrieval.mode == "vector")
+    frame = run.artifact("retrievals", plan.key_of(c, "retrievals"))
+    marker = run.artifact("vector_index", plan.key_of(c, "vector_index"))
+    store = VectorStores(data_dir=str(data)).get("lancedb")
+    qa = load_qa(small_slice["qa"])
+    question = dict(zip(qa["query_id"], qa["question"], strict=True))
+    vectors, _ = EmbeddingService(cache_dir=str(data / "embedding_cache")).embed(
+        c.embedding.model, [question[q] for q in frame["query_id"]]
+    )
+    k = c.retrieval.top_k
+    for row, v in zip(frame.iter_rows(named=True), vectors, strict=True):
+        exact = ranked(store.exact_vector_search(marker["collection"][0], v, k + TIE_MARGIN), k)
+        assert row["ann_recall_at_k"] == recall_at_k(list(row["chunk_ids"]), [h.chunk_id for h in exact])

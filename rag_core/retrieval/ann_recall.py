@@ -42,11 +42,17 @@ def recall_at_k(approximate: Sequence[str], exact: Sequence[str]) -> float | Non
 def ann_recalls(
     store: VectorSearcher, collection: str, vectors: np.ndarray, k: int, where: dict | None = None
 ) -> list[float | None]:
-    """Each question's recall of the approximate search against the exact one (same vector, k, filter)."""
+    """Each question's recall of the approximate search against the exact one (same vector, k, filter), each
+    as a retrieval returns it: searched k + TIE_MARGIN deep and its top k kept by the tie rule
+    (rag_core/retrieval/retrieve.py), so the figure is that of the chunks the config actually returned (a
+    search 5 deep recalls less than the top 5 of one 15 deep, the deeper the more an index refines)."""
+    from rag_core.retrieval.retrieve import TIE_MARGIN, ranked
+
+    depth = k + TIE_MARGIN
     out = []
     for v in vectors:
-        approx = [h.chunk_id for h in store.vector_search(collection, v, k, where)]
-        exact = [h.chunk_id for h in store.exact_vector_search(collection, v, k, where)]
+        approx = [h.chunk_id for h in ranked(store.vector_search(collection, v, depth, where), k)]
+        exact = [h.chunk_id for h in ranked(store.exact_vector_search(collection, v, depth, where), k)]
         out.append(recall_at_k(approx, exact))
     return out
 
