@@ -162,3 +162,21 @@ def test_a_setting_that_cannot_work_is_one_line_naming_it(variable, value, said,
     )
     assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert SECRET not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("field", ["data.corpus", "evaluation.judge_labels", "generation.prompt_template"])
+def test_a_nul_byte_in_any_text_of_the_spec_is_one_line_naming_the_field(tmp_path, field):
+    from rag_core.planning.spec import load_sweep
+
+    section, name = field.split(".")
+    spec = {
+        "name": "nul",
+        "data": {"corpus": "c.parquet", "qa": "q.parquet"},
+        "chunking": {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        "retrieval": {"mode": "bm25", "top_k": 5},
+    }
+    spec.setdefault(section, {})[name] = "a\x00b"
+    path = tmp_path / "nul.yaml"
+    path.write_text(__import__("yaml").safe_dump(spec))
+    with pytest.raises(SpecError, match=rf"field '{field}': holds a NUL byte"):
+        load_sweep(path)

@@ -1131,7 +1131,21 @@ def load_sweep(path: str | Path) -> Sweep:
     return sweep_from_dict(raw, path)
 
 
+def _refuse_nul(value: Any, path: Path, where: str = "") -> None:
+    """A NUL byte in any text of the spec (YAML's "\\0"): no path, prompt or model name holds one, and the
+    file system's refusal would be a traceback; said in one line naming the field."""
+    if isinstance(value, str) and "\x00" in value:
+        raise SpecError(f"{path}: field '{where or 'sweep'}': holds a NUL byte ({value!r})")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_nul(v, path, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_nul(v, path, where)
+
+
 def sweep_from_dict(raw: dict[str, Any], path: Path) -> Sweep:
+    _refuse_nul(raw, path)
     if "optimize" in raw and raw["optimize"] in (None, {}):  # YAML's `optimize:` alone is null
         raise SpecError(
             f"{path}: field 'optimize': the section is empty; it needs reflection_model (a litellm model "
