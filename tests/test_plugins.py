@@ -22,7 +22,7 @@ from rag_core.common.registry import PluginError, UnknownComponent, refresh_all
 from rag_core.metrics import evaluate_queries
 from rag_core.metrics.registry import METRICS, scorable_metrics
 from rag_core.planning.spec import SpecError, load_sweep
-from tests.conftest import write_sweep
+from tests.conftest import ROOT, write_sweep
 
 
 def _sweep(path: Path, data: dict, **sections) -> Path:
@@ -785,3 +785,25 @@ def test_a_shipped_model_refuses_to_load_without_its_plugin_naming_the_package(p
         mlflow.pyfunc.load_model(str(folder))
     assert main(["verify-model", str(folder)]) == 1
     assert wanted in capsys.readouterr().err
+
+
+def test_the_example_plugins_import_only_the_public_plugin_module():
+    """A plug-in imports `rag_sweep.plugins` and nothing else of the project (its internals may move); every
+    name the public module lists resolves."""
+    import ast
+
+    import rag_sweep.plugins as api
+
+    internal = ("rag_core", "resources", "rag_assets", "sensors", "rag_sweep")
+    found = {}
+    for path in sorted((ROOT / "examples/plugins/src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            for name in names:
+                if name.split(".")[0] in internal:
+                    found.setdefault(name, []).append(path.name)
+    assert set(found) == {"rag_sweep.plugins"}, found
+    assert all(hasattr(api, name) for name in api.__all__)

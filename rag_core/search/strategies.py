@@ -24,6 +24,9 @@ from rag_core.search.space import Candidate, Space
 
 
 class Strategy:
+    """A search over the sweep's configs: `propose()` the next candidate (None when done), `observe()` what
+    it scored; `best()` the best observed."""
+
     def __init__(self, space: Space, seed: int = 0):
         self.space, self.seed = space, seed
         self.seen: dict[tuple, tuple[float, ...]] = {}

@@ -395,6 +395,37 @@ def extension_points_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def plugin_api_page() -> str:
+    """`rag_sweep.plugins`' names, each with where it is defined and the first line of its docstring."""
+    import inspect
+
+    import rag_sweep.plugins as api
+
+    lines = [
+        "# The plug-in API",
+        "",
+        GENERATED,
+        "`rag_sweep.plugins` is the one module a plug-in imports (`from rag_sweep.plugins import Metric, "
+        "Question`): every name below, and nothing else of the project, is kept stable for plug-ins. "
+        "[Plug-ins](../guides/plugins.md) says how each kind is written and registered.",
+        "",
+        "| name | kind | what it is |",
+        "|---|---|---|",
+    ]
+    for name in api.__all__:
+        obj = getattr(api, name)
+        if type(obj).__name__ == "Registry":
+            kind, doc = "registry", f"the registry of entry-point group `{obj.group}`"
+        elif inspect.isclass(obj):
+            kind, doc = "class", (inspect.getdoc(obj) or "").split("\n")[0]
+        elif callable(obj) and hasattr(obj, "__wrapped__") or inspect.isfunction(obj):
+            kind, doc = "function", (inspect.getdoc(inspect.unwrap(obj)) or "").split("\n")[0]
+        else:  # a type alias
+            kind, doc = "type", f"`{obj!r}`".replace("rag_core.data.filters.", "")
+        lines.append(f"| `{name}` | {kind} | {_cell(doc)} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- the pages -------------------------------------------------------------------------------------------
 
 PAGES = {
@@ -403,6 +434,7 @@ PAGES = {
     "docs/reference/environment.md": environment_page,
     "docs/reference/metrics-registry.md": metrics_page,
     "docs/reference/extension-points.md": extension_points_page,
+    "docs/reference/plugin-api.md": plugin_api_page,
 }
 
 

@@ -8,8 +8,7 @@ those the generator causes (it was there and not used).
 
 from __future__ import annotations
 
-from rag_core.common.text import normalize_answer
-from rag_core.metrics.registry import Metric, Question
+from rag_sweep.plugins import Metric, Question, normalize_answer
 
 
 def _score(q: Question) -> float | None:

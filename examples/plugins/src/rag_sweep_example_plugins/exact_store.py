@@ -19,10 +19,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from rag_core.data.filters import matches
-from rag_core.retrieval import bm25
-from resources.vector_stores.base import Conditions, Hit
-from resources.vector_stores.embedded import EmbeddedStore
+from rag_sweep.plugins import BM25Index, Conditions, EmbeddedStore, Hit, matches
 
 FILE = "chunks.parquet"
 
@@ -34,7 +31,7 @@ class Build:
     texts: list[str]
     attributes: list[dict]
     vectors: np.ndarray  # unit length, one row per chunk
-    keywords: bm25.BM25Index
+    keywords: BM25Index
 
     def hit(self, i: int, score: float) -> Hit:
         return Hit(self.chunk_ids[i], self.doc_ids[i], self.texts[i], float(score))
@@ -53,7 +50,7 @@ def _load(file: str) -> Build:
         texts,
         [json.loads(a) for a in frame["attributes"]],
         np.asarray(frame["vector"].to_list(), dtype=np.float32),
-        bm25.BM25Index(texts),
+        BM25Index(texts),
     )
 
 

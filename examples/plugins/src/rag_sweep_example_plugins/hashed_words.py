@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from rag_core.components.embedders import Embedder
+from rag_sweep.plugins import Embedder
 
 DIMENSIONS = 256
 _WORD = re.compile(r"\w+")

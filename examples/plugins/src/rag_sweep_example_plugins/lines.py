@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from rag_core.chunking.base import Measure, Span, pack
+from rag_sweep.plugins import Measure, Span, pack
 
 _LINE = re.compile(r"[^\n]*\S[^\n]*")  # a line with some text
 
