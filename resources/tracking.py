@@ -19,6 +19,7 @@ import polars as pl
 from rag_core.common.redaction import redact_url
 from rag_core.decision.qualification import qualified
 from resources.environment import mlflow_tracking_uri, mlflow_ui_url, redact, user_cache_dir
+from resources.mlflow_private import client_stores
 from resources.no_links import refuse_links_in
 from resources.storage import is_remote, set_aside_damaged_store, sqlite_damage
 
@@ -58,7 +59,7 @@ def _client_for(uri: str):
     if _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
         _SQLITE_FILES[uri] = (st.st_dev, st.st_ino)
         # MLflow keeps one store per URI for the process (its tracking and registry stores): close their pools
-        for store in (client._tracking_client.store, client._get_registry_client().store):
+        for store in client_stores(client):
             if (engine := getattr(store, "engine", None)) is not None:
                 engine.dispose()
     return client
@@ -133,12 +134,12 @@ def seed_sqlite_store(db: Path) -> None:
     template = cache / f"mlflow-{mlflow.__version__}-empty.db"
     try:
         if not template.exists():
-            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+            from resources.mlflow_private import sqlalchemy_store
 
             cache.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=cache) as tmp:
                 fresh = Path(tmp) / "empty.db"
-                SqlAlchemyStore(f"sqlite:///{fresh}", Path(tmp).as_uri()).engine.dispose()
+                sqlalchemy_store()(f"sqlite:///{fresh}", Path(tmp).as_uri()).engine.dispose()
                 os.replace(fresh, template)  # whole, or not there: a concurrent builder's is as good
         db.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=db.parent) as tmp:

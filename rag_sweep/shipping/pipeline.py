@@ -124,10 +124,11 @@ def registered_as(model_uri: str) -> tuple[str, str, dict] | None:
     URI names (the registry of the tracking URI set), or None for any other URI."""
     if not isinstance(model_uri, str) or not model_uri.startswith("models:/"):
         return None
-    from mlflow.store.artifact.utils.models import _parse_model_uri, get_model_name_and_version
     from mlflow.tracking import MlflowClient
 
-    if _parse_model_uri(model_uri).model_id is not None:  # models:/m-<id>: a logged model, not a version
+    from resources.mlflow_private import get_model_name_and_version, parse_model_uri
+
+    if parse_model_uri(model_uri).model_id is not None:  # models:/m-<id>: a logged model, not a version
         return None
     name, version = get_model_name_and_version(MlflowClient(), model_uri)
     return str(name), str(version), version_tags(str(name), str(version))
