@@ -160,7 +160,7 @@ def _evaluation_settings(c: RagConfig, judge: JudgeSetting | None) -> Any:
 
 STAGES: tuple[Stage, ...] = (
     Stage("corpus", None, (), 1),
-    Stage("qa_set", None, ("corpus",), 1),
+    Stage("qa_set", None, ("corpus",), 2),  # 2: a duplicate question (normalized, same gold) counted once
     Stage(
         "chunksets",
         None,
@@ -192,7 +192,8 @@ STAGES: tuple[Stage, ...] = (
         "retrievals",
         "vector_index",
         ("vector_index", "chunksets", "qa_set"),
-        4,  # 4: the tie rule (score, doc id, chunk id)
+        # 4: the tie rule (score, doc id, chunk id); 5: ann_recall_at_k of the chunks the config returned
+        5,
         key=_retrieval_key,
         settings=_retrieval_settings,
         calls_llm=lambda c, j: (
@@ -229,8 +230,9 @@ STAGES: tuple[Stage, ...] = (
         "answers",
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
         # 8: a metric no query defines is null, not 0.0; 9: a question's language normalizes its answers;
-        # 10: Japanese and Thai answers segmented into words, Korean into characters (a language column's too)
-        10,
+        # 10: Japanese and Thai answers segmented into words, Korean into characters (a language column's too);
+        # 11: a metric's interval needs enough questions that define it (not rows)
+        11,
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
         failures="n_generation_errors",
@@ -238,8 +240,9 @@ STAGES: tuple[Stage, ...] = (
         reads_language=True,
     ),
     # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
-    # 5: a short label per config (rag_core/planning/labels.py)
-    Stage("leaderboard", None, ("evaluations", "qa_set"), 5, failures="n_generation_errors"),
+    # 5: a short label per config (rag_core/planning/labels.py); 6: latency preferred only beyond the p95s'
+    # intervals, the floor under Holm, configs compared on shared questions, judge failures not at random
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 6, failures="n_generation_errors"),
     # the finalists on the holdout split (rag_core/decision/holdout.py); only in sweeps with decision.holdout > 0
     Stage("confirmation", None, ("leaderboard", "evaluations", "qa_set"), 1),
 )
