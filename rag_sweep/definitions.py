@@ -1,8 +1,9 @@
-"""The deployment's Definitions: every sweep of `defs/` (a `RagSweep` component instance each), the
-shared resources and the automation sensor.
+"""The deployment's Definitions: every sweep of `defs/` (a `RagSweep` component instance each: the example
+only, the demos stay in examples/), the shared resources and the automation sensor.
 
 `$RAG_SWEEP` (a sweep file) replaces the `defs/` folder with that one sweep, as `rag-sweep run` prints it
-(its nightly re-evaluation at `$RAG_NIGHTLY_CRON`, default 02:00 UTC);
+(its nightly re-evaluation at `$RAG_NIGHTLY_CRON`, default 02:00 UTC, off unless
+`$RAG_NIGHTLY_STATUS=running`);
 artifacts go to `$RAG_DATA_DIR` (default `./.rag_data`); configs that name no vector store use
 `$RAG_VECTOR_STORE` (default lancedb).
 """

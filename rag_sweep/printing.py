@@ -112,15 +112,30 @@ def _print_board(board, full_table: Path | None = None) -> None:
         print(f"every metric and the full config keys: {full_table}")
 
 
-def _print_recommendation(data: Path, sweep: str) -> None:
+def in_labels(text: str, labels: dict[str, str]) -> str:
+    """`text` with each config key it names as the board's short label (longest keys first: a key may
+    hold a shorter one)."""
+    for key in sorted(labels, key=len, reverse=True):
+        if labels[key] and labels[key] != key:
+            text = text.replace(key, labels[key])
+    return text
+
+
+def _print_recommendation(data: Path, sweep: str, labels: dict[str, str] | None = None) -> None:
+    """The recommendation by its label, with its config key once; what follows names configs by label."""
+    labels = labels or {}
     decision = read_decision(data, sweep)
-    print(f"\nRecommended: {decision['recommended'] or 'none'}\n  {decision['why']}")
+    key = decision["recommended"]
+    label = labels.get(key) or key
+    named = f"{label} (config {key})" if key and label != key else key or "none"
+    why = decision["why"].removeprefix(f"{key}: ") if key else decision["why"]
+    print(f"\nRecommended: {named}\n  {in_labels(why, labels)}")
     if decision["advice"]:
         print(f"  {decision['advice']}")
     if held := decision.get("holdout"):
         print(
             f"  Holdout ({holdout_share(decision)}): "
-            + ("pending" if held.get("pending") else held["verdict"])
+            + ("pending" if held.get("pending") else in_labels(held["verdict"], labels))
         )
     if undefined := decision.get("undefined_metrics"):
         print(
@@ -164,9 +179,12 @@ def _print_export(label: str, key: str, out: Path, fingerprint: str) -> None:
     )
 
 
-def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> None:
+def _print_champion(
+    shipping: Shipping, sweep: str, unsupported: str | None, labels: dict[str, str] | None = None
+) -> None:
     """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
-    supports it (`unsupported`: why it does not)."""
+    supports it (`unsupported`: why it does not); the winner by its label where the board names it."""
+    labels = labels or {}
     from rag_sweep.shipping.registry import ALIAS
 
     if not shipping.enabled:
@@ -176,7 +194,8 @@ def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> 
         if shipping.champion is not None:
             version, key = shipping.champion
             print(
-                f"  models:/{sweep}@{ALIAS} is still version {version} ({key}), from an earlier leaderboard"
+                f"  models:/{sweep}@{ALIAS} is still version {version} ({labels.get(key) or key}), from an "
+                "earlier leaderboard"
             )
         return
     if shipping.champion is None:
@@ -187,7 +206,7 @@ def _print_champion(shipping: Shipping, sweep: str, unsupported: str | None) -> 
     secret = shipping.display_uri != store
     load = "os.environ['MLFLOW_TRACKING_URI']" if secret else repr(store)
     print(
-        f"\nShip the winner ({uri}, version {version}: {key}):\n"
+        f"\nShip the winner ({uri}, version {version}: {labels.get(key) or key}):\n"
         + (
             f"  (the tracking URI {shipping.display_uri} holds a password: the commands read it from "
             "$MLFLOW_TRACKING_URI; set it in the shell they run in)\n"
@@ -236,7 +255,8 @@ def _print_run(run, args, seconds: float) -> int:
         )
         for key, n in (search.dropped or {}).items():
             print(f"  dropped after {n} questions: {key}")
-    _print_recommendation(data, sweep.name)
+    labels = dict(zip(board["config_key"], board["label"], strict=True)) if "label" in board.columns else {}
+    _print_recommendation(data, sweep.name, labels)
     if args.output:
         _write(board, args.output)
     # an unchanged rerun answered from its record holds what the last run read from MLflow
@@ -248,7 +268,7 @@ def _print_run(run, args, seconds: float) -> int:
     home = environment.dagster_home() or data / "dagster_home"
     _print_explore(shipping, sweep.name, Path(args.spec).resolve(), data, home, plan.store)
     unsupported = unsupported_claim(read_decision(data, sweep.name))
-    _print_champion(shipping, sweep.name, unsupported)
+    _print_champion(shipping, sweep.name, unsupported, labels)
     if run.champion_kept:
         print(f"error: the champion was not replaced: {run.champion_kept}", file=sys.stderr)
         return 1

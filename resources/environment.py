@@ -256,6 +256,13 @@ VARIABLES = (
         "fleet",
     ),
     Variable(
+        "RAG_NIGHTLY_STATUS",
+        "stopped",
+        "Whether each sweep's nightly re-evaluation schedules start running (`running`) or stay off until "
+        "turned on in the Dagster UI (`stopped`): a nightly re-asks every config's LLM calls.",
+        "fleet",
+    ),
+    Variable(
         "RAG_ALERT_WEBHOOK",
         "",
         "Where failed `nightly_drift` checks are posted as JSON (an http(s) URL); unset: no alert is sent.",
@@ -394,6 +401,12 @@ def nightly_cron() -> str:
     """When the nightly re-evaluation of a `$RAG_SWEEP` deployment runs ($RAG_NIGHTLY_CRON, default
     02:00 UTC; a defs/ component instance sets its own `nightly_cron`)."""
     return os.environ.get("RAG_NIGHTLY_CRON") or "0 2 * * *"
+
+
+def nightly_status() -> str:
+    """The default status of the nightly re-evaluation schedules ($RAG_NIGHTLY_STATUS): `stopped` unless a
+    deployment asks for them, as they spend LLM calls every night."""
+    return env_choice("RAG_NIGHTLY_STATUS", "stopped", ("stopped", "running"))
 
 
 def sweep_file() -> str | None:

@@ -16,4 +16,6 @@ extra=()
 echo "[bootstrap] uv sync ${extra[*]:-} (cached in ${UV_CACHE_DIR:-~/.cache/uv})" >&2
 # --compile-bytecode: every later start imports dagster, mlflow, torch ... from .pyc; without it a shell with
 # PYTHONDONTWRITEBYTECODE compiles ~6,000 modules on every start (~10 s; only the first sync pays, ~1 min)
-"${uv[@]}" sync --quiet --frozen --compile-bytecode --python 3.11 "${extra[@]}" >&2
+# --inexact: installs and pins what uv.lock names, removes nothing; an extra added since (`uv sync --inexact
+# --extra qdrant`, as a refusal says) survives both README commands, which an exact sync would uninstall
+"${uv[@]}" sync --quiet --frozen --inexact --compile-bytecode --python 3.11 "${extra[@]}" >&2

@@ -24,7 +24,9 @@ def seen_lately(last: dict, key: str, value) -> bool:
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:
     return dg.AutomationConditionSensorDefinition(
         "rag_automation_sensor",
-        target=dg.AssetSelection.all(),
+        # the input files too: their cron observation is a condition, and left out Dagster adds a
+        # `default_automation_condition_sensor` of its own for them, stopped
+        target=dg.AssetSelection.all(include_sources=True),
         default_status=dg.DefaultSensorStatus.RUNNING,
         # every 10 s, not Dagster's 30: a UI sweep's chain (holdout stages, champion) follows it step by step
         minimum_interval_seconds=10,

@@ -5,6 +5,7 @@ import dagster as dg
 from rag_assets.stage_asset import FORCE_TAG
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
+from resources.environment import nightly_status
 
 
 def holdout_keys(plan: Plan, data_dir: str, instance) -> list[str]:
@@ -29,14 +30,15 @@ def nightly_reevaluation(
 ) -> dg.ScheduleDefinition:
     """`data_dir`: where the sweep's leaderboard is (default: the deployment's, $RAG_DATA_DIR); `held`: the
     schedule `<sweep>__evaluate_holdout_nightly` of the holdout's chain (`<sweep>__holdout`: the finalists'
-    holdout answers and evaluations, one run), beside the selection's."""
+    holdout answers and evaluations, one run), beside the selection's. Off until turned on in the UI or by
+    $RAG_NIGHTLY_STATUS=running."""
 
     @dg.schedule(
         name=f"{plan.prefix}__evaluate_holdout_nightly" if held else f"{evaluate_job.name}_nightly",
         job=evaluate_job,
         cron_schedule=cron,
         execution_timezone="UTC",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
+        default_status=dg.DefaultScheduleStatus(nightly_status().upper()),
         description=(
             "Re-answer and re-evaluate the last leaderboard's finalists on the holdout (forced: LLMs and "
             "providers drift, and are asked again); the confirmation follows the new leaderboard through "

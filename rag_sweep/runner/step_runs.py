@@ -82,6 +82,12 @@ def batch_run(plan, stage: str, key, instance=None) -> tuple[str | None, dict[st
     return None, range_tags(plan, stage, key, instance), f"{stage}[{len(key)} partitions]"
 
 
+def step_job_name(plan, keys) -> str:
+    """`<sweep>__<stage>` (the asset's name; several: joined by `_and_`): how the Dagster UI names a run
+    of the CLI, as a fleet's step job (rag_sweep/fleet/step_jobs.py) and the chains are named."""
+    return f"{plan.prefix}__" + "_and_".join(k.path[-1] for k in keys)
+
+
 def first_key(key) -> str | None:
     """A step's partition key, or a batch's first (its keys are all of one asset)."""
     return key if not key or isinstance(key, str) else key[0]
@@ -117,9 +123,23 @@ class StepRunner:
     verbose: bool
     plan: Any
     assets: list = field(init=False)
+    jobs: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         self.assets = list(self.defs.assets)
+
+    def job(self, selection: list) -> dg.JobDefinition:
+        """The step's job, named by its sweep and stage: `dg.materialize` would name every run
+        `__ephemeral_asset_job__`, which tells nothing apart in the UI."""
+        name = step_job_name(self.plan, selection)
+        if name not in self.jobs:
+            defs = dg.Definitions(
+                assets=self.assets,
+                resources=self.defs.resources,
+                jobs=[dg.define_asset_job(name, selection=selection)],
+            )
+            self.jobs[name] = defs.resolve_job_def(name)
+        return self.jobs[name]
 
     def __call__(self, stage, key=None, extra_tags: dict | None = None) -> list[str]:
         """`key`: a partition key, or a tuple of them (a batch); `stage`: a stage, or a tuple of
@@ -141,12 +161,9 @@ class StepRunner:
                         run_config=quiet, instance=self.instance, resources=self.defs.resources, tags=tags
                     )
                 else:
-                    result = dg.materialize(
-                        self.assets,
-                        selection=[asset_key(self.plan, s, asset) for s in stages],
+                    result = self.job([asset_key(self.plan, s, asset) for s in stages]).execute_in_process(
                         partition_key=key,
                         instance=self.instance,
-                        resources=self.defs.resources,
                         tags=tags,
                         run_config=quiet,
                         raise_on_error=True,
