@@ -22,9 +22,28 @@ reranker adds `QUESTIONS` calls.
 Strategies: random search, Optuna TPE (`bayesian`), TPE with the reuse-aware pool (`bayesian-reuse`,
 pool 4), and `cost_aware` (rag_core/search/cost_aware.py), all at the same seeds, each to `--evals`
 evaluations; `cost_aware-half` is cost_aware given a budget of half random's mean index builds and half its
-mean LLM calls (at the same number of evaluations at most). Printed: mean regret against cumulative index
-builds and against cumulative LLM calls, and the cost each strategy needs to reach random's final regret.
-About 35 minutes at the default 30 seeds on a loaded 2-core machine (Optuna's TPE is most of it).
+mean LLM calls on that grid in this run (at the same number of evaluations at most).
+
+Printed, per suite (rag_hpo_bench's 12 grids; the synthetic grids): mean regret against cumulative index
+builds and against cumulative LLM calls; each strategy's final regret against random's, paired by seed;
+then cost_aware-half on every grid and pooled over the grids: its final regret - random's final regret
+(the same seed), its final regret - random's regret when random is stopped at the builds and LLM calls
+cost_aware-half spent (a matched budget), the ratios of its mean builds and LLM calls to random's, and the
+Test regret of the grid's Dev-best config (every config evaluated: what a search that finds the Dev
+optimum keeps; where it is above random's regret, a better search on Dev is a worse one on Test).
+
+Intervals: 95% percentile bootstrap over seeds (the seeds resampled within each grid, 10,000 resamples,
+fixed seed); a pooled figure is the mean over grids of the per-grid means, so every grid weighs the same.
+
+The goal, judged per suite on the pooled figures: cost_aware-half pays at most half of random's builds
+and LLM calls (the ratios of the means; the budget makes this hold by construction, the interval shows how
+much random's own mean varies) AND its regret is not worse than random's: the upper end of the interval of
+(cost_aware-half's final regret - random's final regret) is at most the tolerance (`--tolerance`, 0.005:
+half a point of the score). The goal line says "met" only then, and says too whether the upper end is at
+most 0. Per grid: better (upper end < 0), not worse (upper end <= tolerance), worse by less than the
+tolerance (lower end > 0, upper end <= tolerance), WORSE (lower end > 0, upper end > tolerance),
+undecided (neither end decides). About 35 minutes at the default 30 seeds on a loaded 2-core machine
+(Optuna's TPE is most of it; `--strategies random cost_aware-half` alone: about a minute).
 
 Successive halving needs per-question scores, which the published table does not hold, so it is not
 replayed here (tests/test_search.py checks it on per-question data).
@@ -51,6 +70,11 @@ QUESTIONS = 100  # questions per evaluation: an answer and a judge call each (ra
 DIMS = ["Chunk Size", "Chunk Overlap", "Embedding Model", "Top-K", "Generative Mode"]
 EXPENSIVE = ("Chunk Size", "Chunk Overlap", "Embedding Model")  # they decide the index
 METRICS = ["Context Correctness", "LLMaaJ-AC", "Lexical-AC", "Lexical-FF"]
+# regret (in points of the score) by which cost_aware-half may trail random and still count as not worse:
+# half a point, a sixth of random's regret on rag_hpo_bench
+TOLERANCE = 0.005
+LEVEL = 0.95
+BOOTSTRAP = 10_000  # resamples of the seeds (within each grid), fixed seed
 HPO_STAGES = [
     ("chunksets", ("Chunk Size", "Chunk Overlap"), Cost()),
     ("embeddings", ("Embedding Model",), Cost(index_builds=1)),
@@ -143,10 +167,94 @@ def regret_at(runs: list[list[tuple]], unit: int, cap: float, worst: float) -> f
     return float(np.mean(out))
 
 
-def needed(runs: list[list[tuple]], unit: int, target: float, worst: float) -> float:
-    """The least cost in a unit at which the mean regret reaches `target` (inf: never, in these runs)."""
-    caps = sorted({r[unit] for run in runs for r in run})
-    return next((c for c in caps if regret_at(runs, unit, c, worst) <= target + 1e-12), math.inf)
+def final(run: list[tuple]) -> tuple[float, float, float]:
+    """(index builds, LLM calls, regret) at the end of a run."""
+    return run[-1]
+
+
+def regret_within(run: list[tuple], builds: float, calls: float, worst: float) -> float:
+    """Regret of a run stopped before it pays more than `builds` index builds or `calls` LLM calls: the
+    Dev-best of what it evaluated within both; `worst` when it evaluated nothing within them."""
+    within = [r for r in run if r[0] <= builds + 1e-9 and r[1] <= calls + 1e-9]
+    return within[-1][2] if within else worst
+
+
+def paired(a: list[list[tuple]], b: list[list[tuple]], worst: float) -> dict[str, np.ndarray]:
+    """Per seed (a's run s against b's run s, one grid): a's final regret and costs, b's final ones, and
+    b's regret stopped where a's run ended (the same spent builds and LLM calls: a matched budget)."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} runs against {len(b)}: pair them by seed")
+    fa = np.array([final(r) for r in a], dtype=float)
+    fb = np.array([final(r) for r in b], dtype=float)
+    matched = np.array([regret_within(rb, x[0], x[1], worst) for rb, x in zip(b, fa, strict=True)])
+    return {
+        "regret": fa[:, 2],
+        "builds": fa[:, 0],
+        "calls": fa[:, 1],
+        "base_regret": fb[:, 2],
+        "base_builds": fb[:, 0],
+        "base_calls": fb[:, 1],
+        "base_matched": matched,
+    }
+
+
+def bootstrap(
+    groups: list[np.ndarray], stat, resamples: int = BOOTSTRAP, seed: int = 0, level: float = LEVEL
+):
+    """(estimate, low, high) of `stat` of the column means pooled over groups (the mean of each group's
+    column means): a percentile interval from resampling the rows (seeds) within each group (grid)."""
+    rng = np.random.default_rng(seed)
+    point = np.mean([g.mean(axis=0) for g in groups], axis=0)
+    pooled = np.zeros((resamples, groups[0].shape[1]))
+    for g in groups:
+        pooled += g[rng.integers(0, len(g), (resamples, len(g)))].mean(axis=1)
+    values = stat(pooled / len(groups))
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(values, [tail, 100 - tail])
+    return float(stat(point[None, :])[0]), float(lo), float(hi)
+
+
+COLUMNS = ["regret", "builds", "calls", "base_regret", "base_builds", "base_calls", "base_matched"]
+STATS = {
+    "final": lambda m: m[:, 0] - m[:, 3],  # a's final regret - b's final regret
+    "matched": lambda m: m[:, 0] - m[:, 6],  # a's final regret - b's regret at a's spent cost
+    "builds": lambda m: m[:, 1] / np.maximum(m[:, 4], 1e-12),  # ratio of the mean costs
+    "calls": lambda m: m[:, 2] / np.maximum(m[:, 5], 1e-12),
+}
+
+
+def compare(pairs: list[dict[str, np.ndarray]], **kw) -> dict[str, tuple[float, float, float]]:
+    """Over one grid's pairs (a list of one) or several grids pooled: the mean regret difference against b's
+    final regret and against b at a matched budget, and the ratios of the mean costs, each with its interval;
+    also the mean regrets themselves."""
+    groups = [np.column_stack([p[c] for c in COLUMNS]) for p in pairs]
+    out = {name: bootstrap(groups, f, **kw) for name, f in STATS.items()}
+    means = np.mean([g.mean(axis=0) for g in groups], axis=0)
+    out["means"] = dict(zip(COLUMNS, map(float, means), strict=True))
+    return out
+
+
+def status(diff: tuple[float, float, float], tolerance: float = TOLERANCE) -> str:
+    """What an interval of (a's regret - b's regret) shows, against the tolerance."""
+    _, lo, hi = diff
+    if hi < 0:
+        return "better"
+    if hi <= tolerance:
+        return "worse by < tol" if lo > 0 else "not worse"
+    return "WORSE" if lo > 0 else "undecided"
+
+
+def verdict(c: dict, tolerance: float = TOLERANCE) -> str:
+    """The goal on a comparison (`compare`): at most half of b's builds and LLM calls (the ratios of the
+    means) and a regret not worse than b's final one (the interval's upper end at most `tolerance`)."""
+    if c["builds"][0] > 0.5 + 1e-9 or c["calls"][0] > 0.5 + 1e-9:
+        return "NOT met (costs more than half)"
+    _, lo, hi = c["final"]
+    if hi <= tolerance:
+        return "met" + (
+            " (upper end <= 0)" if hi <= 0 else f" (within the tolerance; upper end {hi:+.4f} > 0)"
+        )
+    return "NOT met (" + ("worse" if lo > 0 else "not shown: the interval reaches past the tolerance") + ")"
 
 
 def suite(grids: list[tuple], stages, expensive, names, seeds, evals) -> dict:
@@ -171,27 +279,26 @@ def suite(grids: list[tuple], stages, expensive, names, seeds, evals) -> dict:
     return runs
 
 
-def report(title: str, runs: dict, grids: list[tuple], evals: int) -> None:
-    """Per grid, each strategy's regret curve is averaged over seeds; the curves are averaged over grids."""
+def _grid_runs(runs: list, label: str) -> list[list[tuple]]:
+    return [r for lab, r in runs if lab == label]
+
+
+def _iv(t: tuple[float, float, float], signed: bool = True) -> str:
+    f = "+.4f" if signed else ".2f"
+    return f"{t[0]:{f}} [{t[1]:{f}}, {t[2]:{f}}]"
+
+
+def report(title: str, runs: dict, grids: list[tuple], evals: int, tolerance: float) -> dict:
+    """Regret curves (mean over seeds, then over grids), then each strategy against random paired by seed,
+    and cost_aware-half against random on every grid and pooled over the grids, with its goal line."""
     labels = [g[0] for g in grids]
     worst = {g[0]: max(g[2].values()) - min(g[2].values()) for g in grids}
 
     def per_grid(name, f):
-        return float(
-            np.mean([f([r for lab, r in runs[name] if lab == label], worst[label]) for label in labels])
-        )
+        return float(np.mean([f(_grid_runs(runs[name], label), worst[label]) for label in labels]))
 
-    print(
-        f"\n## {title}: {len(labels)} grids, {len(runs['random']) // len(labels)} seeds each, up to {evals} evaluations"
-    )
-    final = {
-        n: (
-            per_grid(n, lambda rs, w: np.mean([r[-1][2] for r in rs])),
-            per_grid(n, lambda rs, w: np.mean([r[-1][0] for r in rs])),
-            per_grid(n, lambda rs, w: np.mean([r[-1][1] for r in rs])),
-        )
-        for n in runs
-    }
+    seeds = len(runs["random"]) // len(labels)
+    print(f"\n## {title}: {len(labels)} grids, {seeds} seeds each, up to {evals} evaluations")
     builds_axis = [1, 2, 3, 4, 6, 8, 10, 12]
     per_eval = 2 * QUESTIONS
     calls_axis = [per_eval * k for k in (2, 4, 6, 8, 10, 15, 20)]
@@ -205,51 +312,66 @@ def report(title: str, runs: dict, grids: list[tuple], evals: int) -> None:
     for n in runs:
         row = [per_grid(n, lambda rs, w, c=c: regret_at(rs, 1, c, w)) for c in calls_axis]
         print(f"  {n:16}" + "".join(f"{v:8.4f}" for v in row))
-    r_regret, r_builds, r_calls = final["random"]
+
+    def pairs(name):
+        return [paired(_grid_runs(runs[name], g), _grid_runs(runs["random"], g), worst[g]) for g in labels]
+
+    base = compare(pairs("random"))["means"]
     print(
-        f"random's final regret {r_regret:.4f} at {r_builds:.2f} index builds and {r_calls:.0f} LLM calls; "
-        "to reach it (per grid: the least cost at which the mean over seeds reaches random's final mean):"
+        f"final regrets, paired by seed with random's (random: {base['regret']:.4f} at {base['builds']:.2f} "
+        f"index builds and {base['calls']:.0f} LLM calls); differences and cost ratios with {LEVEL:.0%} "
+        f"intervals (bootstrap over seeds within each grid, {BOOTSTRAP:,} resamples), pooled over the grids:"
     )
     for n in runs:
-        regret, builds, calls = final[n]
-        b = [
-            needed([r for lab, r in runs[n] if lab == g], 0, _final(runs["random"], g), worst[g])
-            for g in labels
-        ]
-        c = [
-            needed([r for lab, r in runs[n] if lab == g], 1, _final(runs["random"], g), worst[g])
-            for g in labels
-        ]
-        rb = [np.mean([r[-1][0] for lab, r in runs["random"] if lab == g]) for g in labels]
-        rc = [np.mean([r[-1][1] for lab, r in runs["random"] if lab == g]) for g in labels]
-        ok = [i for i in range(len(labels)) if math.isfinite(b[i]) and math.isfinite(c[i])]
-        reached = len(ok)
-        ratio_b = np.mean([b[i] / rb[i] for i in ok]) if ok else math.inf
-        ratio_c = np.mean([c[i] / rc[i] for i in ok]) if ok else math.inf
+        if n == "random":
+            continue
+        c = compare(pairs(n))
         print(
-            f"  {n:16} final regret {regret:.4f} (x{regret / max(r_regret, 1e-12):.2f}), builds {builds:.2f} "
-            f"(x{builds / r_builds:.2f}), LLM calls {calls:.0f} (x{calls / r_calls:.2f}); reaches random's "
-            f"final regret on {reached}/{len(labels)} grids, there with x{ratio_b:.2f} of its builds and "
-            f"x{ratio_c:.2f} of its LLM calls (mean over those grids)"
+            f"  {n:16} regret {c['means']['regret']:.4f}, - random {_iv(c['final'])}; builds "
+            f"x{_iv(c['builds'], False)}, LLM calls x{_iv(c['calls'], False)}"
         )
-    h_regret, h_builds, h_calls = final["cost_aware-half"]
-    sem = {
-        n: float(np.std([r[-1][2] for _, r in runs[n]]) / math.sqrt(len(runs[n])))
-        for n in ("random", "cost_aware-half")
-    }
     print(
-        f"standard errors of the final regrets: random {sem['random']:.4f}, cost_aware-half {sem['cost_aware-half']:.4f}"
+        "cost_aware-half on every grid: mean final regrets (random, cost_aware-half, the grid's Dev-best); "
+        "cost_aware-half - random (paired by seed); cost_aware-half - random stopped at the builds and LLM "
+        "calls cost_aware-half spent (matched budget); ratios of the mean builds and LLM calls:"
     )
-    met = h_regret <= r_regret and h_builds <= r_builds / 2 and h_calls <= r_calls / 2
+    half = pairs("cost_aware-half")
+    floor = {g[0]: dev_best_regret(g[1], g[2]) for g in grids}
+    statuses = {}
+
+    def line(name, c, dev_best):
+        m = c["means"]
+        return (
+            f"  {name:30} {m['base_regret']:.4f} {m['regret']:.4f} {dev_best:.4f} | {_iv(c['final'])} "
+            f"{status(c['final'], tolerance):14} | matched {_iv(c['matched'])} | builds "
+            f"x{_iv(c['builds'], False)}, calls x{_iv(c['calls'], False)}"
+        )
+
+    for label, p in zip(labels, half, strict=True):
+        c = compare([p])
+        statuses[label] = status(c["final"], tolerance)
+        print(line(label, c, floor[label]))
+    pooled = compare(half)
+    print(line("pooled", pooled, float(np.mean(list(floor.values())))))
+    counts = ", ".join(
+        f"{k} {list(statuses.values()).count(k)}"
+        for k in ("better", "not worse", "worse by < tol", "undecided", "WORSE")
+    )
+    print(f"  grids ({len(labels)}): {counts}")
+    goal = verdict(pooled, tolerance)
     print(
-        f"goal (at random's final regret, <= 1/2 its builds and <= 1/2 its LLM calls): cost_aware-half "
-        f"regret {h_regret:.4f} vs {r_regret:.4f}, builds x{h_builds / r_builds:.2f}, LLM calls "
-        f"x{h_calls / r_calls:.2f}: {'met' if met else 'NOT met'}"
+        f"goal (<= 1/2 random's builds and LLM calls, and the upper end of the {LEVEL:.0%} interval of "
+        f"cost_aware-half's regret - random's <= {tolerance}, pooled over the grids): builds "
+        f"x{pooled['builds'][0]:.2f}, LLM calls x{pooled['calls'][0]:.2f}, regret difference "
+        f"{_iv(pooled['final'])}: {goal}"
     )
+    return {"pooled": pooled, "statuses": statuses, "goal": goal}
 
 
-def _final(runs: list, label: str) -> float:
-    return float(np.mean([r[-1][2] for lab, r in runs if lab == label]))
+def dev_best_regret(dev: dict, test: dict) -> float:
+    """Test regret of the config with the best Dev score of the whole grid (ties as `Strategy.best`)."""
+    key = max(dev, key=lambda k: (dev[k], tuple(map(str, k))))
+    return max(test.values()) - test[key]
 
 
 def main() -> None:
@@ -262,6 +384,9 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=20, help="evaluations per run (random's budget)")
     parser.add_argument("--synthetic", type=int, default=5, help="synthetic grids (0: none)")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    parser.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help="regret by which cost_aware-half may trail random"
+    )
     args = parser.parse_args()
     names = ["random", *[n for n in args.strategies if n != "random"]]
     if "cost_aware-half" not in names:
@@ -274,12 +399,28 @@ def main() -> None:
     ]
     print("rag_hpo_bench", file=sys.stderr)
     runs = suite(grids, HPO_STAGES, EXPENSIVE, names, args.seeds, args.evals)
-    report("rag_hpo_bench (162 configs, 18 indexes)", runs, grids, args.evals)
+    goals = {
+        "rag_hpo_bench": report(
+            "rag_hpo_bench (162 configs, 18 indexes)", runs, grids, args.evals, args.tolerance
+        )
+    }
     if args.synthetic:
         print("synthetic", file=sys.stderr)
         syn = [(f"synthetic-{i}", *synthetic(i)) for i in range(args.synthetic)]
         runs = suite(syn, SYN_STAGES, ("chunking", "embedding"), names, args.seeds, args.evals)
-        report("synthetic grids (432 configs, 12 indexes, stage costs x10-x100)", runs, syn, args.evals)
+        title = "synthetic grids (432 configs, 12 indexes, stage costs x10-x100)"
+        goals["synthetic"] = report(title, runs, syn, args.evals, args.tolerance)
+    met = all(g["goal"].startswith("met") for g in goals.values())
+    worse = [
+        label for g in goals.values() for label, st in g["statuses"].items() if st.lower().startswith("worse")
+    ]
+    grids_n = sum(len(g["statuses"]) for g in goals.values())
+    print(
+        f"\ngoal, every suite: {'met' if met else 'NOT met'} ("
+        + "; ".join(f"{k}: {g['goal']}" for k, g in goals.items())
+        + f"); cost_aware-half's interval lies above 0 on {len(worse)} of {grids_n} grids"
+        + (f": {', '.join(worse)}" if worse else "")
+    )
     print(f"\n{time.perf_counter() - t0:.0f} s (measured on a loaded 2-core machine)")
 
 
