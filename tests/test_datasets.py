@@ -90,8 +90,8 @@ def test_a_gold_answer_that_normalizes_to_nothing_is_dropped_and_counted(tmp_pat
     ok = {"query_id": "q1", "question": "?", "answers": ["Paris"], "relevant_doc_ids": []}
     rows = [
         ok,
-        {**ok, "query_id": "q2", "answers": ["Paris", answer]},
-        {**ok, "query_id": "q3", "answers": [answer]},
+        {**ok, "query_id": "q2", "question": "??", "answers": ["Paris", answer]},
+        {**ok, "query_id": "q3", "question": "???", "answers": [answer]},
     ]
     p = jsonl(tmp_path / "q.jsonl", rows)
     with pytest.warns(DataWarning) as caught:
@@ -109,7 +109,7 @@ def test_graded_relevance(tmp_path):
     base = {"question": "?", "answers": ["x"], "relevant_doc_ids": ["d1", "d2"]}
     p = jsonl(
         tmp_path / "g.jsonl",
-        [{**base, "query_id": "q1", "relevant_doc_grades": [3, 1]}, {**base, "query_id": "q2"}],
+        [{**base, "query_id": "q1", "relevant_doc_grades": [3, 1]}, {**base, "query_id": "q2", "question": "??"}],
     )
     df = load_qa(p)
     assert df["relevant_doc_grades"].to_list() == [[3.0, 1.0], [1.0, 1.0]]

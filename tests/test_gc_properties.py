@@ -90,7 +90,16 @@ def test_after_gc_every_sweep_reruns_with_nothing_to_compute_and_its_champion_an
             write_sweep(files[i], small_slice, name=names[i], **_sections(config))
             return run_sweep(str(files[i]), str(data), progress=False)
 
+        # a stage folder no sweep here uses, linked to a folder outside holding an artifact-named file: planted
+        # for each gc only, as a run refuses any link in its data dir
+        outside = root / "outside" / f"{'ab' * 32}.parquet"
+        outside.parent.mkdir(parents=True)
+        pl.DataFrame({"x": [1]}).write_parquet(outside)
+        os.utime(outside, (time.time() - 90 * 86400,) * 2)  # old enough for any --older-than drawn
+        link = data / "prompt_optimizations"
+
         def gc(age_days: int, older: str, given: tuple[int, ...]) -> None:
+            link.symlink_to(outside.parent, target_is_directory=True)
             then = time.time() - age_days * 86400
             for path in data.rglob("*.parquet"):  # every artifact and cache part written that long ago
                 os.utime(path, (then, then), follow_symlinks=False)
@@ -108,20 +117,15 @@ def test_after_gc_every_sweep_reruns_with_nothing_to_compute_and_its_champion_an
             )
             assert code == (0 if len(given) == len(files) else 2), given
             assert code == 0 or sorted(data.rglob("*.parquet")) == before  # a refusal deletes nothing
+            assert outside.exists() and link.is_symlink()
+            link.unlink()
 
         runs = [run(i, c) for i, c in enumerate(configs)]
-        # a stage folder no sweep here uses, linked to a folder outside holding an artifact-named file
-        outside = root / "outside" / f"{'ab' * 32}.parquet"
-        outside.parent.mkdir(parents=True)
-        pl.DataFrame({"x": [1]}).write_parquet(outside)
-        os.utime(outside, (time.time() - 90 * 86400,) * 2)  # old enough for any --older-than drawn
-        (data / "prompt_optimizations").symlink_to(outside.parent, target_is_directory=True)
         for i, config, gc_after in changes:
             runs[i] = run(i, config)
             if gc_after is not None:
                 gc(*gc_after)
         gc(*final[:2], (0, 1))
-        assert outside.exists() and (data / "prompt_optimizations").is_symlink()
 
         for path in files:
             _, left = bill(str(path), str(data))

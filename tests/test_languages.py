@@ -131,7 +131,8 @@ def _qa_file(tmp_path: Path, rows: list[dict]) -> Path:
 
 
 def _row(qid: str, answers: list[str], **extra) -> dict:
-    return {"query_id": qid, "question": "?", "answers": answers, "relevant_doc_ids": ["d1"], **extra}
+    # a question of its own per row: rows asking the same question are folded into one
+    return {"query_id": qid, "question": f"{qid}?", "answers": answers, "relevant_doc_ids": ["d1"], **extra}
 
 
 def test_the_qa_set_keeps_a_language_per_question_and_refuses_a_bad_one(tmp_path):

@@ -294,11 +294,12 @@ def load_qa(
 
 def question_key(question: str, relevant_doc_ids: list[str], language: str | None = None) -> str:
     """What makes two rows one question: the question normalized (case, punctuation, articles and white
-    space, as answers are) and its gold documents as a set."""
+    space, as answers are), its gold documents as a set and its declared language (the same words asked of a
+    set in two languages are two questions, each scored in its own)."""
     from rag_core.metrics.languages import normalize
 
     text = normalize(question, language) or " ".join(question.lower().split())
-    return json.dumps([text, sorted(set(relevant_doc_ids))], ensure_ascii=False)
+    return json.dumps([text, sorted(set(relevant_doc_ids)), language or ""], ensure_ascii=False)
 
 
 def _once(path: Path, rows: list[dict]) -> list[dict]:
