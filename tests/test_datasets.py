@@ -109,7 +109,10 @@ def test_graded_relevance(tmp_path):
     base = {"question": "?", "answers": ["x"], "relevant_doc_ids": ["d1", "d2"]}
     p = jsonl(
         tmp_path / "g.jsonl",
-        [{**base, "query_id": "q1", "relevant_doc_grades": [3, 1]}, {**base, "query_id": "q2", "question": "??"}],
+        [
+            {**base, "query_id": "q1", "relevant_doc_grades": [3, 1]},
+            {**base, "query_id": "q2", "question": "??"},
+        ],
     )
     df = load_qa(p)
     assert df["relevant_doc_grades"].to_list() == [[3.0, 1.0], [1.0, 1.0]]
