@@ -35,7 +35,8 @@ from resources.environment import user_cache_dir
 from resources.storage import atomic_write, data_root
 
 OPTIMIZATION = "prompt_optimizations"
-VERSION = 1  # bump when the optimization's code changes what it finds for the same inputs
+VERSION = 2  # bump when the optimization's code changes what it finds for the same inputs
+# 2: at the smallest budget GEPA runs its one iteration (it ran none)
 
 
 def optimized_dir(data_dir, prefix: str) -> Path:

@@ -31,6 +31,14 @@ def test_parse_ordering_is_robust():
     assert parse_ordering("Passage [2] is best, then [2] again and 9", 3) == [1, 0, 2]  # repeats/out of range
     assert parse_ordering("1 > 3", 4) == [0, 2, 1, 3]  # unlisted keep their order after the listed
     assert parse_ordering("no idea", 3) is None
+    assert parse_ordering("RANKING: 2, 1", 3) == [1, 0, 2] and parse_ordering("1. [3]\n2. [1]", 3) == [
+        2,
+        0,
+        1,
+    ]
+    # a numbered list of the model's own text names no passage (a bare number in prose neither)
+    assert parse_ordering("1. VIVA Media AG (until 2004) 2. VIVA Media GmbH", 3) is None
+    assert parse_ordering("It opened on April 3", 3) is None
 
 
 def test_mmr_prefers_diverse_candidates():
@@ -53,6 +61,14 @@ def test_query_replies_and_context_budget():
         and parse_compressed("") is None
         and parse_compressed("kept") == "kept"
     )
+    # held to the passage (the built-in prompt asks for its sentences word for word)
+    passage = "Ed Wood was directed by Tim Burton. It was released in 1994."
+    assert (
+        parse_compressed("Ed Wood was directed by Tim Burton.", passage)
+        == "Ed Wood was directed by Tim Burton."
+    )
+    assert parse_compressed("Tim Burton and Johnny Depp made more films together.", passage) is None
+    assert parse_compressed("NONE", passage) == "" and parse_compressed("1994", passage) == "1994"
     assert apply_budget(["a b c", "d e f", "g h"], 5, word_count) == ["a b c", "d e"]
     assert apply_budget(["a b"], None, word_count) == ["a b"]
 

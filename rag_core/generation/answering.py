@@ -24,6 +24,7 @@ from rag_core.generation.context import (
 )
 from rag_core.generation.generate import build_prompt, format_context
 from rag_core.metrics.generation import citations
+from rag_core.planning.prompts import COMPRESS_PROMPT
 from rag_core.planning.spec import GenerationConfig, RagConfig
 
 ANSWER_SCHEMA = {
@@ -85,7 +86,9 @@ def synthesize(
                 gen.context_model, compress_prompt(question, text, gen.context_prompt), max_tokens=256
             )
             spent = {k: spent[k] + v for k, v in usage(out).items()}
-            short = None if out.error else parse_compressed(out.text)
+            # the built-in prompt asks for the passage's own sentences: held to them
+            grounded = text if gen.context_prompt in (None, COMPRESS_PROMPT) else None
+            short = None if out.error else parse_compressed(out.text, grounded)
             if short is None:
                 fallbacks += 1
                 kept.append((title, text, doc))

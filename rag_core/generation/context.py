@@ -1,13 +1,15 @@
 """Context synthesis: which retrieved text the generator sees (pure functions).
 
 - concat (default): the retrieved chunks as numbered blocks `[n] title: text` (rag_core.generation.generate).
-- compress: each block reduced by an LLM to the sentences that help answer; `NONE` drops the block.
+- compress: each block reduced by an LLM to the sentences that help answer; `NONE` drops the block; a reply
+  to the built-in prompt that is not the passage's own words keeps the block whole, counted as a fallback.
 - budget: blocks are kept in rank order while the running token count fits `max_tokens`; the block that
   crosses the budget is cut to fit at a word boundary, and later blocks are dropped.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from rag_core.planning.prompts import COMPRESS_PROMPT
@@ -18,14 +20,33 @@ def compress_prompt(query: str, passage: str, template: str | None = None) -> st
     return (template or COMPRESS_PROMPT).replace("{query}", query).replace("{passage}", passage)
 
 
-def parse_compressed(reply: str) -> str | None:
-    """The kept text, '' when the model says nothing helps, None when the reply is unusable."""
+def parse_compressed(reply: str, passage: str | None = None) -> str | None:
+    """The kept text, '' when the model says nothing helps, None when the reply is unusable. With `passage`
+    (the built-in prompt, which asks for its sentences word for word), a reply that is not mostly the
+    passage's own words is unusable too: a small model writes text of its own there, and the generator would
+    read it as the context (at least half of its words must be in sentences copied from the passage)."""
     text = (reply or "").strip()
     if not text:
         return None
     if text.upper().rstrip(".") == "NONE":
         return ""
+    if passage is not None and not _from(text, passage):
+        return None
     return text
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def _from(text: str, passage: str) -> bool:
+    """Whether at least half of the reply's words are in sentences it copied from the passage (word for
+    word, case and punctuation aside; a list's markers are not words of the reply)."""
+    source = " " + " ".join(_words(passage)) + " "
+    sentences = [_words(s) for s in re.split(r"(?<=[.!?])\s+|\n+|(?:^|\s)\d+[.)]\s", text)]
+    total = sum(len(s) for s in sentences)
+    copied = sum(len(s) for s in sentences if s and f" {' '.join(s)} " in source)
+    return total > 0 and copied * 2 >= total
 
 
 def apply_budget(texts: Sequence[str], max_tokens: int | None, count: Callable[[str], int]) -> list[str]:

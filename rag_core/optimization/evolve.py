@@ -155,9 +155,12 @@ def optimize(
     cost = _CostStopper(metered, spec.budget.max_cost_usd)
     # GEPA checks its budget between iterations, and an iteration scores two minibatches and, when its
     # proposal is accepted, the validation questions: keep room for one, so the budget is never passed.
+    # GEPA starts an iteration while its count is below the limit: the seed's validation leaves it at
+    # len(val), so at the smallest budget (min_metric_calls) the limit must be len(val) + 1, not len(val)
+    # (which ran no iteration at all), and an iteration begun at limit - 1 still ends within the budget.
     # A run refuses a smaller budget before any step (check_optimize_budget); this guards other callers
     minibatch = min(spec.minibatch, len(train))
-    limit = spec.budget.max_metric_calls - (2 * minibatch + len(val))
+    limit = spec.budget.max_metric_calls - (2 * minibatch + len(val)) + 1
     if spec.budget.max_metric_calls < spec.min_metric_calls(len(ids)):
         raise OptimizationError(
             f"optimize.budget.max_metric_calls {spec.budget.max_metric_calls} cannot hold the seed's "

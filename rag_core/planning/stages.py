@@ -205,7 +205,7 @@ STAGES: tuple[Stage, ...] = (
         "rerankings",
         "retrievals",
         ("retrievals", "embeddings", "qa_set"),
-        2,
+        3,  # 3: an LLM's ranking read from passage numbers only, not a list's markers or prose numbers
         key=lambda c: f"{c.rerank.key}-k{c.retrieval.top_k}",
         settings=_rerank_settings,
         models=lambda c: (c.rerank.model,) if c.rerank.reranker.local_model else (),
@@ -216,8 +216,9 @@ STAGES: tuple[Stage, ...] = (
         "rerankings",
         ("rerankings", "chunksets", "corpus", "qa_set"),
         # 5: an empty completion is a failed call (retried, counted), not an empty answer; 6: `sample`;
-        # 7: the extractive reader's words keep their combining marks (a Hindi or Thai word is not cut)
-        7,
+        # 7: the extractive reader's words keep their combining marks (a Hindi or Thai word is not cut);
+        # 8: a compression not in the passage's own words (the built-in prompt) is a counted fallback
+        8,
         key=lambda c: c.generation.key,
         # one sample keeps the fingerprints answers had before samples existed
         # (an unset compression prompt likewise, as before it was a setting)

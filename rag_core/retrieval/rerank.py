@@ -85,12 +85,28 @@ def llm_rerank_prompt(query: str, texts: Sequence[str], template: str = RERANK_P
     return fill(template, query=query, passages=passages)
 
 
+# A candidate is named by "[n]", "Passage n", or a line of numbers alone ("3, 1, 2", "1 > 3"); a bare number
+# inside prose (a date, "April 3") or a list's marker ("1. VIVA Media AG …") names none: a small model that
+# answers with a numbered list of its own text ranked nothing, and reading its markers as passage numbers
+# kept the retrieval's order while counting no fallback.
+_NAMED = re.compile(r"\[\s*(\d+)\s*\]|\bpassages?\s*#?\s*(\d+)", re.IGNORECASE)
+_LABEL = re.compile(r"^\s*[A-Za-z][A-Za-z ]{0,24}:")
+_NUMBERS_LINE = re.compile(r"^[\s\[\](),>#.;:-]*\d+(?:[\s\[\](),>#.;:-]+\d+)*[\s\[\](),>#.;:-]*$")
+
+
 def parse_ordering(reply: str, n: int) -> list[int] | None:
     """0-based candidate order from a reply like "3, 1, [2]" or "Passage 3 > Passage 1". Numbers outside
     1..n and repeats are ignored; candidates the reply does not list keep their original order after the
-    listed ones. None when the reply lists no valid candidate (the caller falls back and counts it)."""
+    listed ones. None when the reply names no valid candidate (the caller falls back and counts it)."""
+    named: list[str] = []
+    for line in (reply or "").splitlines():
+        line = _LABEL.sub("", line)  # "RANKING: 2, 1"
+        if found := [a or b for a, b in _NAMED.findall(line)]:
+            named += found  # "1. [3]": the bracket names the passage, not the list's marker
+        elif _NUMBERS_LINE.match(line):
+            named += re.findall(r"\d+", line)
     listed: list[int] = []
-    for m in re.findall(r"\d+", reply or ""):
+    for m in named:
         i = int(m) - 1
         if 0 <= i < n and i not in listed:
             listed.append(i)
