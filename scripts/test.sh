@@ -22,6 +22,10 @@ bash scripts/lowest_dagster.sh
 # worker starts its own servers on free ports. Much of a stack test is waiting (daemon ticks, run workers,
 # server start-up), so two workers on two cores overlap one's waiting with the other's work.
 # At most 4 (each holds its own servers and model); RAG_TEST_WORKERS=0 runs in one process.
+# The soak tier (the whole stack end to end, a quarter of an hour alone) only with RAG_TEST_SOAK=1; a -m
+# given to this script replaces the filter.
+soak=(-m "not soak")
+[ "${RAG_TEST_SOAK:-0}" = 1 ] && soak=()
 cores=$(nproc)
 .venv/bin/python -m pytest -n "${RAG_TEST_WORKERS:-$((cores < 4 ? cores : 4))}" --dist loadfile \
-  --no-loadscope-reorder "$@"
+  --no-loadscope-reorder "${soak[@]}" "$@"

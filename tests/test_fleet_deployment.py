@@ -22,7 +22,11 @@ from rag_core.planning.stages import STAGES
 from tests.conftest import TIMED, assert_same_board, write_sweep
 from tests.servers import CeleryWorker, deployment, mlflow_tracking
 
-pytestmark = [pytest.mark.slow, pytest.mark.stack]
+# soak: 15-17 min on one of CI's two workers, a third of the suite's wall. Most of its parts run in CI (the
+# fleet in tests/test_fleet.py, a run launched from the UI and the daemon's chain in
+# tests/test_deployment_launch.py and tests/test_search_on_deployment.py, the nightly's definitions in
+# tests/test_code_location.py); a nightly tick run by the daemon, on the fleet, only here (RAG_TEST_SOAK=1)
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.soak]
 NAME, PREFIX = "fleet-ui", "fleet_ui"
 NO_COMPUTE_LOGS = """
 compute_logs:
