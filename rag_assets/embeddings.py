@@ -45,6 +45,8 @@ class Embeddings(StageLogic):
             cache_hits=stats.unique - stats.embedded,
             seconds=round(stats.seconds, 2),
             texts_per_second=round(stats.embedded / stats.seconds, 1) if stats.embedded else 0.0,
+            # of the token slots computed now, the padding's (0.0: nothing embedded, or not our batches)
+            padding_share=round(stats.padding_share or 0.0, 4),
             embedded_now_on=stats.device or "nothing embedded now (every text was in the cache)",
             embedded_on=dg.MetadataValue.json(stats.embedded_on),
         )

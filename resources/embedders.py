@@ -47,6 +47,9 @@ class EmbedStats:
     seconds: float
     device: str = ""  # where this call embedded them (describe()), "" when the cache held every text
     embedded_on: dict[str, int] | None = None  # of the distinct texts: where each one's vector was computed
+    # of the token slots the model computed now, the share that was padding (a batch pads to its longest
+    # text); None when nothing was embedded or the padding is not ours (a plug-in's or remote model)
+    padding_share: float | None = None
 
 
 def fixed_size_vectors(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -259,7 +262,7 @@ class EmbeddingService(dg.ConfigurableResource):
         origins: dict[str, str] = {}
         cache = self._load_cache(model, origins)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in cache}
-        device = ""
+        device, padding = "", None
         with _embedding(self._cache_path(model)) if missing else contextlib.nullcontext():
             if missing:  # another process may have embedded them while this one waited
                 cache = self._load_cache(model, origins)
@@ -268,26 +271,48 @@ class EmbeddingService(dg.ConfigurableResource):
                 local = is_local(model) or is_plugin_embedder(model)
                 encoder = self.encoder(model, list(missing.values())) if local else None
                 device = describe(encoder) if encoder is not None else f"api ({model})"
-                self._embed_missing(model, missing, cache, progress, encoder, device, origins)
+                padding = self._embed_missing(model, missing, cache, progress, encoder, device, origins)
         matrix = np.stack([cache[h] for h in hashes]) if hashes else np.zeros((0, 0), np.float32)
         embedded_on: dict[str, int] = {}
         for h in set(hashes):
             embedded_on[origins[h]] = embedded_on.get(origins[h], 0) + 1
         stats = EmbedStats(
-            len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0, device, embedded_on
+            len(texts), len(set(hashes)), len(missing), time.perf_counter() - t0, device, embedded_on, padding
         )
         return matrix, stats
 
+    def _padded_lengths(self, model: str, texts: list[str], encoder) -> list[int] | None:
+        """Each text's length in the model's tokens as a batch pads it (cut at what the model reads), for a
+        local model's encoder; None for a plug-in's or remote model (its batches are the service's)."""
+        if encoder is None or isinstance(encoder, PluginEncoder):
+            return None
+        return [min(n, encoder.max_tokens) for n in self.token_counts(model, texts)]
+
     def _embed_missing(
         self, model: str, missing: dict[str, str], cache: dict, progress, encoder, device: str, origins: dict
-    ) -> None:
-        # longest first, so each batch holds texts of about one length: a batch pads to its longest text,
-        # and unsorted batches of chunks spent half of the model's time on padding
-        todo = sorted(missing.items(), key=lambda item: len(item[1]), reverse=True)
+    ) -> float | None:
+        """Embeds `missing` into the cache, in parts; the share of the token slots that was padding."""
+        items = list(missing.items())
+        tokens = self._padded_lengths(model, [text for _, text in items], encoder)
+        # longest first, so each batch holds texts of about one length: a batch pads to its longest text
+        # (unsorted batches of chunks spent half of the model's time on padding). By the token counts the
+        # tokenizer gives (once per text and process) where the model is ours: by characters 16% of the
+        # example's document slots were padding, by tokens 1.4%. A fixed count per batch, not a token
+        # budget: on the CPU the time follows the slots computed, and larger batches of short texts padded
+        # more than they saved (benchmarks/fused_encoder.py)
+        lengths = tokens if tokens is not None else [len(text) for _, text in items]
+        order = sorted(range(len(items)), key=lengths.__getitem__, reverse=True)
+        todo = [items[i] for i in order]
+        size = (encoder.batch_size if encoder is not None else None) or self.batch_size
+        real = slots = 0
         # a GPU's batches are large: a part holds several of them (a part per 256 texts is ~20 a second there)
         every = max(self.checkpoint_texts, 8 * ((encoder.batch_size if encoder is not None else None) or 0))
         for start in range(0, len(todo), every):
             block = todo[start : start + every]
+            if tokens is not None:  # the batches _model_embed makes of this block
+                for at in range(start, start + len(block), size):
+                    batch = [tokens[i] for i in order[at : min(at + size, start + len(block))]]
+                    real, slots = real + sum(batch), slots + max(batch) * len(batch)
 
             def block_progress(done: int, _: int, start: int = start) -> None:
                 if progress:
@@ -300,6 +325,7 @@ class EmbeddingService(dg.ConfigurableResource):
             atomic_write_parquet(part, self._cache_path(model) / f"{uuid.uuid4().hex}.parquet")
             cache.update(zip((h for h, _ in block), new, strict=True))
             origins.update(dict.fromkeys((h for h, _ in block), device))
+        return 1 - real / slots if slots else None
 
 
 def _embedding(folder: Path):

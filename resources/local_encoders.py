@@ -1,21 +1,21 @@
 """A local sentence-transformers model as an encoder: texts to L2-normalized vectors, and its tokenizer.
 
 Two backends compute the same vectors. `torch` is sentence-transformers itself (the torch extra). `onnx`,
-the default, runs the model's transformer in ONNX Runtime (fp32, every graph optimization) and pools in
-numpy: it starts in ~0.3 s where importing sentence-transformers, transformers and torch takes ~8 s, and it
-needs no torch.
+the default, runs the model's transformer in ONNX Runtime (fp32, the graph fused by ONNX Runtime's
+transformer optimizer, every session optimization; THREADS) and pools in numpy: it starts in ~0.3 s where
+importing sentence-transformers, transformers and torch takes ~8 s, and it needs no torch.
 
-The ONNX graph is built from the model's safetensors weights (resources/bert_onnx.py: BERT-family models)
-once per machine, model version and library versions (into the user's cache dir, whole or not at all), and
-checked the moment it is built: its tokens and offsets must equal the torch tokenizer's and every vector be
-within cosine 0.9999 of torch's. For the packaged model the check is against torch's tokens and vectors
-carried with the code (resources/encoder_reference.py: the fixed probes and texts of the example data), so
-no torch is imported; for any other local model, against live torch on the first texts the run asks for
-plus the probes. That bar is far stricter than "close enough" on purpose: the two backends share the
+The ONNX graph is built from the model's safetensors weights (resources/bert_onnx.py: BERT-family models) and
+fused once per machine, model version, fusions and library versions (into the user's cache dir, whole or not
+at all), and checked the moment it is built: its tokens and offsets must equal the torch tokenizer's and every
+vector be within cosine 0.9999 of torch's. For the packaged model the check is against torch's tokens and
+vectors carried with the code (resources/encoder_reference.py: the fixed probes and texts of the example
+data), so no torch is imported; for any other local model, against live torch on the first texts the run asks
+for plus the probes. That bar is far stricter than "close enough" on purpose: the two backends share the
 embedding cache and every fingerprint, so the graph must compute the same numbers up to float rounding
-(torch's own vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about
-and torch used; a model the builder does not cover (pooling other than mean, another architecture) uses
-torch; where torch is not installed, that is one error naming the extra.
+(torch's own vectors move by ~1e-7 with the batch a text is in). A failed check is recorded, warned about and
+torch used; a model the builder does not cover (pooling other than mean, another architecture) uses torch;
+where torch is not installed, that is one error naming the extra.
 
 On a CUDA device (resources/devices.py) the encoder is torch, at the lowest precision whose vectors pass
 the same check against the CPU's, in batches measured to fit (resources/gpu_encoders.py).
@@ -48,12 +48,25 @@ from resources.torch_encoder import TorchEncoder
 __all__ = ["MIN_COSINE", "PROBES", "SAMPLE_TEXTS", "TorchEncoder", "check", "sample"]  # read here by tests
 
 BACKENDS = ("onnx", "torch")
-EXPORT_FORMAT = 2  # bump when the graph or its check changes: older builds are then made again
+EXPORT_FORMAT = 3  # bump when the graph or its check changes: older builds are then made again
 # 2: the graph built from the weights (resources/bert_onnx.py), checked against the carried reference
+# 3: that graph fused by ONNX Runtime's transformer optimizer (bert_onnx.FUSION, also in the key)
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 _BUILDING = threading.RLock()  # a GPU encoder that falls back to the CPU asks again within
 _ENCODERS: dict[tuple, object] = {}  # (model, version, backend, device) -> encoder
+
+
+def _threads() -> dict:
+    """ONNX Runtime's threads for the encoder: one operator at a time (a BERT graph is a chain: the
+    parallel executor measured x0.65), each split over the cores this process may use. On 2 cores shared
+    with other work one thread measured faster (x1.28 of the unfused graph against x1.21); alone on them,
+    the run's embedding step keeps ~1.7 cores busy with two."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"intra_op_num_threads": cores, "inter_op_num_threads": 1}
+
+
+THREADS = _threads()
 
 
 class OnnxEncoder:
@@ -80,9 +93,15 @@ class OnnxEncoder:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
+        for key, value in THREADS.items():
+            setattr(options, key, value)
         # the pool's threads spin between calls by default: a core busy for nothing while the run does
-        # its other work (measured: ~20 ms spun after each call); inside a call they still spin
+        # its other work (measured: ~20 ms spun after each call)
         options.add_session_config_entry("session.force_spinning_stop", "1")
+        # and inside a call, waiting for each other at every operator: on shared cores the spinning thread
+        # takes the core its partner needs (benchmarks/fused_encoder.py, 2 cores: texts per CPU-s x1.32 of
+        # the unfused graph without spinning, x1.12 with it)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
@@ -112,6 +131,7 @@ def export_folder(model: str) -> Path:
     reference it is checked against."""
     reference = carried(model)
     versions = [model_version(model), EXPORT_FORMAT, reference.model_version if reference else "live torch"]
+    versions += [bert_onnx.FUSION]
     versions += [importlib.metadata.version(d) for d in ("onnx", "onnxruntime", "tokenizers", "safetensors")]
     return user_cache_dir() / "onnx" / f"{slug(model)}-{short_hash(json.dumps(versions), 12)}"
 
@@ -132,14 +152,15 @@ def mean_pooled(model: str) -> bool:
     }
 
 
-def _export(model: str, folder: Path) -> None:
-    """The model's transformer as an ONNX graph built from its weights (dynamic batch and length), and the
-    tokenizer it is fed by, as the model folder has it."""
+def _export(model: str, folder: Path, fused: bool = True) -> None:
+    """The model's transformer as an ONNX graph built from its weights (dynamic batch and length), fused
+    (bert_onnx.FUSION) unless not `fused`, and the tokenizer it is fed by, as the model folder has it."""
     import onnx
     from tokenizers import Tokenizer
 
     source = Path(weights_path(model))
-    onnx.save(bert_onnx.build(source), str(folder / "model.onnx"))
+    graph = bert_onnx.build(source, fused)
+    onnx.save(graph, str(folder / "model.onnx"))
     shutil.copyfile(source / "tokenizer.json", folder / "tokenizer.json")
     pad_token = _setting(source, "tokenizer_config.json", "pad_token") or "[PAD]"
     pad_token = pad_token["content"] if isinstance(pad_token, dict) else pad_token
@@ -151,8 +172,17 @@ def _export(model: str, folder: Path) -> None:
         "inputs": list(bert_onnx.INPUTS),
         "pad_id": pad_id,
         "pad_token": pad_token,
+        "fused": bert_onnx.fused_ops(graph),  # e.g. {"Attention": 6, "BiasGelu": 6}: what the fusions matched
     }
     (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def graph_encoder(model: str, folder: Path, fused: bool = True) -> OnnxEncoder:
+    """An encoder on the model's graph built into `folder` now, fused or not, unchecked and outside the
+    cache: today's and the fused graph side by side (benchmarks/fused_encoder.py, tests)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _export(model, folder, fused)
+    return OnnxEncoder(folder)
 
 
 def _setting(folder: Path, file: str, key: str):
