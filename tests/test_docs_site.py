@@ -55,7 +55,6 @@ def test_the_site_builds_strictly_and_a_broken_link_anchor_or_page_fails_it(tmp_
 # exceptions that never reach a user as themselves, and why
 INTERNAL = {
     "Pending": "a search loop's signal: a step is still running",
-    "BudgetSpent": "a search loop's signal: the budget stops it cleanly",
     "PartitionsFailed": "reaches the user as StepFailed, naming the partition",
     "ReflectionFailed": "GEPA skips that proposal and goes on",
     "Unsupported": "the ONNX graph builder's: the embedder falls back to torch or says which extra it needs",

@@ -63,10 +63,6 @@ class Pending(Exception):  # noqa: N818 (a signal, not an error)
         self.steps = steps
 
 
-class BudgetSpent(Exception):  # noqa: N818
-    """New work was due but an LLM budget of the search is used up."""
-
-
 Spent = Callable[[], tuple[int, float]]  # (LLM calls, USD) this search has paid for so far
 
 
