@@ -146,6 +146,9 @@ class Evaluations(StageLogic):
             },
             metrics=metrics,
             tags={
+                # every run of the experiment says what it is: config, leaderboard, champion, gate,
+                # prompt_optimization (the MLflow UI's filter `tags.kind = 'config'` lists the configs alone)
+                "kind": "config",
                 "sweep": run.plan.sweep.name,
                 "config_key": key,
                 **where_models_ran(run),

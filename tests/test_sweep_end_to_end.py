@@ -103,6 +103,10 @@ def test_mlflow_holds_one_run_per_config(sweep_run):
     exp = client.get_experiment_by_name(plan.sweep.name)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.config_key != ''")
     assert sorted(r.data.tags["config_key"] for r in runs) == sorted(plan.config_keys)
+    # one tag tells every kind of run apart: the configs alone under `tags.kind = 'config'`
+    kinds = {r.info.run_id: r.data.tags.get("kind") for r in client.search_runs([exp.experiment_id])}
+    assert {i for i, k in kinds.items() if k == "config"} == {r.info.run_id for r in runs}
+    assert None not in kinds.values(), kinds
     for r in runs:
         c = plan.config(r.data.tags["config_key"])
         assert r.data.params["retrieval.mode"] == c.retrieval.mode
