@@ -99,8 +99,10 @@ def test_the_eager_conditions_ignore_a_chains_records_and_follow_a_stages_own_ru
     job = defs.resolve_job_def(sweep_chain_name(plan))
     assert job.execute_in_process(instance=instance, tags={FORCE_TAG: "true"}).success
     after_chain = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
-    # the chain computed every later stage itself: nothing to request for what it recorded
-    assert after_chain.total_requested == 0, after_chain.get_requested_partitions
+    # the chain computed every later stage itself: nothing to request for what it recorded (the input files'
+    # observation is due at every quarter hour whatever ran, rag_assets/inputs.py: only the stages count)
+    asked = {name: after_chain.get_num_requested(asset_key(plan, name)) for name in sweep_stages(plan)}
+    assert not any(asked.values()), asked
     # the chunksets by their own asset's run: the embeddings follow them
     chunk = plan.keys("chunksets")[0]
     assert dg.materialize(
