@@ -301,3 +301,11 @@ def _no_dead_definitions_state():
         warnings.warn(
             "this test left Dagster's definitions state pointing at a disposed instance", stacklevel=1
         )
+
+
+def computing_runs(runs) -> list:
+    """`runs` less the input files' observation, which the automation sensor launches at every quarter hour
+    (rag_assets/inputs.py: two hashes read, nothing computed): a test whose window crosses a quarter hour
+    sees one whatever it did."""
+    files = {"corpus_file", "qa_file"}
+    return [r for r in runs if not (r.asset_selection and {k.path[-1] for k in r.asset_selection} <= files)]

@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.conftest import computing_runs
 from tests.docs_images import keep_for_docs
 from tests.servers import _stop, free_port, graphql, wait_http
 
@@ -91,14 +92,7 @@ def test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the
         daemon_log = (tmp_path / "daemon.log").read_text()[-3000:]
         assert len(ticks) >= 2, f"the automation sensor did not tick twice\n{daemon_log}"
         runs = dg.DagsterInstance.from_config(str(home)).get_runs()
-        # nothing launched but, across a quarter hour, the input files' observation (rag_assets/inputs.py:
-        # two hashes read, nothing computed)
-        files = {"corpus_file", "qa_file"}
-        launched = [
-            r
-            for r in runs[: len(runs) - before]
-            if not (r.asset_selection and {k.path[-1] for k in r.asset_selection} <= files)
-        ]
+        launched = computing_runs(runs[: len(runs) - before])  # nothing launched
         assert not launched, [r.tags for r in launched]
 
         with sync_playwright() as p:
