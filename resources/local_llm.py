@@ -14,7 +14,6 @@ The server runs in a process group of its own and is stopped (SIGTERM, SIGKILL a
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import secrets
 import signal
@@ -28,6 +27,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag_core.common.processes import die_with_parent
 from resources.environment import user_cache_dir
 
 ALIAS = "gemma3-270m"  # the name the server answers to
@@ -105,13 +105,6 @@ def default_threads() -> int:
     """Every core but one, which the sweep's own process needs: llama.cpp's threads wait for each other
     by spinning, and on 2 cores shared with the sweep 2 threads generated 4 tokens/s where 1 made 18."""
     return max(1, len(os.sched_getaffinity(0)) - 1)
-
-
-def _die_with_parent() -> None:  # in the child, before exec (Linux): SIGTERM when the parent dies
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -203,7 +196,7 @@ class LocalLLM:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,  # its own group, signalled whole
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         try:
             self._wait_until_ready()

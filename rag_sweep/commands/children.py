@@ -10,26 +10,20 @@ own children see their parent go.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
+
+from rag_core.common.processes import die_with_parent
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE_S = 10.0  # a server's own shutdown, before it is killed
 
 
-def _die_with_parent() -> None:  # in the child, before exec (Linux): SIGTERM when the parent dies
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def run_until_signalled(command: list[str], env: dict[str, str] | None = None) -> int:
     """Run `command` until it exits, or until this process is sent one of SIGNALS: then the child's whole
     process group is sent it too and waited for. The child's exit code, or 128 + the signal's number."""
-    child = subprocess.Popen(command, env=env, process_group=0, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(command, env=env, process_group=0, preexec_fn=die_with_parent)
     received: list[int] = []
 
     def forward(signum, frame) -> None:
