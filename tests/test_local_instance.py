@@ -190,7 +190,8 @@ def test_without_setpriv_a_steps_output_is_mirrored_as_dagster_does(tmp_path):
 def test_the_mirrors_tail_ends_when_the_process_is_killed_mid_step(tmp_path):
     """What Dagster's watcher process was for: a command killed while a step's output is captured leaves no
     tail running, also while its parent has not reaped it yet (it reads the command's output to its end
-    first, and the tails hold that output open)."""
+    first, and the tails hold that output open), and also when killed at once (a tail still in setpriv,
+    its signal not yet armed, would never be sent it)."""
     pids = tmp_path / "tails.txt"
     script = f"""
 import os, signal
@@ -200,13 +201,16 @@ from rag_sweep.runner.instance import local_instance
 instance = local_instance(Path({str(tmp_path / "data")!r}))
 with instance.compute_log_manager.capture_logs(["run", "step"]):
     children = Path(f"/proc/self/task/{{os.getpid()}}/children").read_text().split()
-    Path({str(pids)!r}).write_text(" ".join(children))
+    names = [Path(f"/proc/{{c}}/comm").read_text().strip() for c in children]
+    Path({str(pids)!r}).write_text(" ".join(children) + "\\n" + " ".join(names))
     os.kill(os.getpid(), signal.SIGKILL)
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
-    tails = [int(p) for p in pids.read_text().split()]
-    assert len(tails) == 2
+    children, names = pids.read_text().split("\n")
+    tails = [int(p) for p in children.split()]
+    # the capture begins once each child runs tail: setpriv has armed the parent-death signal by then
+    assert len(tails) == 2 and names.split() == ["tail", "tail"], names
 
     def running(pid: int) -> bool:
         try:

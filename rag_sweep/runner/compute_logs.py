@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from rag_sweep.dagster_private import (
     IO_TYPE_EXTENSION,
@@ -56,6 +57,7 @@ def _mirrored(stream, path: str) -> Generator[None, None, None]:
     out = stream if fileno(stream) else None  # a test runner's stream without a descriptor: inherited
     # started from the thread that captures, which outlives the capture (the signal follows that thread)
     tail = subprocess.Popen([*ends, "tail", "-F", "-c", "+0", path], stdout=out)
+    _armed(tail)
     try:
         with redirect_to_file(stream, path):
             yield
@@ -64,6 +66,20 @@ def _mirrored(stream, path: str) -> Generator[None, None, None]:
         time.sleep(float(os.getenv("DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH", "0")))  # as Dagster's mirror
         tail.terminate()
         tail.communicate(timeout=30)
+
+
+def _armed(process: subprocess.Popen, within_s: float = 10.0) -> None:
+    """Wait until `process` runs tail: setpriv sets the parent-death signal and then execs tail, so
+    from then on this process's death ends it. (Killed in between, the signal would never be sent and the
+    tail would hold the command's output open.)"""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if Path(f"/proc/{process.pid}/comm").read_text().strip() == "tail":
+                return
+        except OSError:  # no /proc, or the process already ended: nothing to wait for
+            return
+        time.sleep(0.001)
 
 
 def _caught_up(pid: int, path: str, within_s: float = 0.5) -> None:
