@@ -23,6 +23,10 @@ class Answers(StageLogic):
         ),
     )
 
+    def side_by_side(self, config) -> bool:
+        # an LLM generator shares nothing with the other configs' but the client (a reader is a local model)
+        return not config.generation.is_reader
+
     def compute(self, run: StageRun) -> pl.DataFrame:
         gen = run.config.generation
 

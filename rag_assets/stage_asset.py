@@ -10,6 +10,7 @@ compute, what to report, what to publish beyond the artifact and which checks to
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -148,6 +149,12 @@ class StageLogic:
             run.context.log.info(f"{failed} failed LLM calls in {run.ref.path()}: computing it again")
             return False
         return run.ref.exists()
+
+    def side_by_side(self, config: RagConfig) -> bool:
+        """Whether a batch may compute this config's partition beside others (`StageSteps.side_by_side`):
+        only where it calls an LLM and its `compute` shares nothing with theirs but the LLM client (no
+        store, local model or cache). None by default."""
+        return False
 
     def compute(self, run: StageRun) -> pl.DataFrame | Artifact:
         """The artifact's rows (or an Artifact with side tables) for `run.ref`."""
@@ -331,18 +338,24 @@ class StageSteps:
 
     def step(self, context, key: str | None, inputs: dict) -> tuple[Artifact, dict, list]:
         """One partition: its artifact (reused or computed), its metadata and its checks' results."""
-        logic = self.logic
+        return self.finished(*self.computed(context, key, inputs))
+
+    def computed(self, context, key: str | None, inputs: dict) -> tuple[StageRun, bool]:
+        """A partition's run with its artifact (`run.output`), reused or computed; and whether reused."""
         run = self.prepared(context, key, inputs)
-        ref = run.ref
-        reused = logic.reusable(run) and not forced(context)
+        reused = self.logic.reusable(run) and not forced(context)
         if reused:
-            out = Artifact(ref)
-            frame = ref.read()
+            run.output = Artifact(run.ref)
         else:
-            computed = logic.compute(run)
-            out = computed if isinstance(computed, Artifact) else Artifact(ref, computed)
-            frame = out.frame
-        run.output = out
+            computed = self.logic.compute(run)
+            run.output = computed if isinstance(computed, Artifact) else Artifact(run.ref, computed)
+        return run, reused
+
+    def finished(self, run: StageRun, reused: bool) -> tuple[Artifact, dict, list]:
+        """A computed partition's artifact, its metadata (what `publish` put outside it included) and its
+        checks' results."""
+        logic, ref, out = self.logic, run.ref, run.output
+        frame = ref.read() if reused else out.frame
         metadata = {
             "fingerprint": dg.MetadataValue.text(ref.fp),
             "path": dg.MetadataValue.path(str(ref.path())),
@@ -352,11 +365,24 @@ class StageSteps:
         }
         return out, metadata, logic.check(run, frame)
 
+    def side_by_side(self, context, keys: list[str]) -> tuple[list[str], int]:
+        """The partitions of a batch computed side by side, and how many at once: those whose LLM calls
+        the stage lets run beside the others' (`StageLogic.side_by_side`), so that the calls in flight are
+        the client's limit over the configs, not one config's questions (rag_core/common/in_flight.py)."""
+        side = [k for k in keys if self.logic.side_by_side(self.plan.partition(self.name, k).config)]
+        if len(side) < 2:
+            return [], 1
+        # each maps its questions over up to `max_concurrency` threads; a few partitions keep the slots full
+        # as one winds down, without a thread for every question of every config
+        limit = getattr(context.resources.llm, "max_concurrency", 1)
+        return side, min(len(side), max(2, limit // 4))
+
     def batch(self, context, loaded: dict, wanted: list[str]):
-        """Many partitions in one run (rag_core/planning/batches.py): each is computed and stored before the
-        next starts, and recorded (its own materialization, fingerprint and metadata) when the batch ends,
-        fails or is interrupted; yields each check's result merged over the batch. One that fails does not
-        stop the others; the batch then raises, naming it."""
+        """Many partitions in one run (rag_core/planning/batches.py): each is computed (those that call an
+        LLM side by side, `side_by_side`), stored in the batch's order, and recorded (its own
+        materialization, fingerprint and metadata) when the batch ends, fails or is interrupted; yields each
+        check's result merged over the batch. One that fails does not stop the others; the batch then
+        raises, naming it."""
         # Recorded when the batch ends: Dagster's backfill requests a downstream partition as soon as its
         # parents are recorded, so a batch recording as it went split the next stage of a UI backfill into a
         # run per daemon tick (43 runs instead of 12 for the example). A run killed outright records nothing, but
@@ -366,12 +392,21 @@ class StageSteps:
         results: dict[str, list[tuple[str, dg.AssetCheckResult]]] = {}
         failed: list[tuple[str, BaseException]] = []
         finished: list[dg.AssetMaterialization] = []
+
+        def compute(k: str) -> tuple[dict, StageRun, bool]:
+            inputs = inputs_of(plan.partition(name, k), loaded)
+            return inputs, *self.computed(OnePartition(context, name, k), k, inputs)
+
+        # partitions that call an LLM compute side by side; each is finished (metadata, anything published,
+        # checks) and stored in the batch's order, by this thread
+        side, width = self.side_by_side(context, wanted)
+        pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=name) if side else None
+        ahead = {k: pool.submit(compute, k) for k in side} if pool else {}
         try:
             for k in wanted:
-                one = OnePartition(context, name, k)
                 try:
-                    inputs = inputs_of(plan.partition(name, k), loaded)
-                    out, meta, checks = self.step(one, k, inputs)
+                    inputs, run, reused = ahead[k].result() if k in ahead else compute(k)
+                    out, meta, checks = self.finished(run, reused)
                 except Exception as e:  # noqa: BLE001 (that partition's failure: raised below, named)
                     context.log.error(f"{name}[{k}] failed: {type(e).__name__}: {e}")
                     failed.append((k, e))
@@ -384,6 +419,8 @@ class StageSteps:
                 for result in checks:
                     results.setdefault(result.check_name, []).append((k, result))
         finally:  # an interrupted batch records what it finished too
+            if pool is not None:  # the partitions not begun are not; calls in flight end on their own
+                pool.shutdown(wait=False, cancel_futures=True)
             record(context, finished)
         context.log.info(
             f"{len(finished)} of {len(wanted)} {name} partitions materialized, {len(failed)} failed"

@@ -14,6 +14,7 @@ its time is reported apart (`startup_ms`), never as a question's latency.
 from __future__ import annotations
 
 import email.utils
+import functools
 import socket
 import threading
 import time
@@ -21,6 +22,7 @@ import time
 import dagster as dg
 
 from rag_core.common.completion import Completion
+from rag_core.common.in_flight import in_flight
 from resources.environment import redact
 from resources.llm_cache import call_key, open_cache
 
@@ -62,6 +64,18 @@ def retry_after_s(error: Exception) -> float | None:
         return max(0.0, email.utils.mktime_tz(when) - time.time()) if when else None
 
 
+@functools.cache
+def endpoint_of(model: str, api_base: str | None) -> str:
+    """The model's provider and endpoint: what its rate limit and its calls in flight are counted by."""
+    import litellm
+
+    try:
+        provider = litellm.get_llm_provider(model, api_base=api_base)[1]
+    except Exception:  # a model litellm cannot place: its prefix names the provider
+        provider = model.split("/", 1)[0]
+    return f"{provider} {api_base or ''}"
+
+
 def _build_reply_types(model: str) -> None:
     """Build what a reply's first parse builds (pydantic completes the SDK's reply types on first use,
     a quarter of a second): a canned reply through litellm's and the OpenAI SDK's types, no request."""
@@ -94,7 +108,7 @@ class LLMClient(dg.ConfigurableResource):
     max_retries: int = 2
     retry_backoff_s: float = 1.0
     max_retry_after_s: float = 60.0  # the longest Retry-After honoured; a longer one waits this long
-    max_concurrency: int = 4  # calls in flight at once within a stage
+    max_concurrency: int = 4  # calls in flight at once to one provider and endpoint, over the process
     # the provider's quota: requests start at most this often (all stages and threads of a process share
     # it per provider and endpoint, rag_core/common/rate_limit.py); None: as fast as max_concurrency allows
     requests_per_minute: float | None = None
@@ -121,19 +135,16 @@ class LLMClient(dg.ConfigurableResource):
         cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
         return out
 
-    def _quota(self, model: str):
-        """The rate limiter of the model's provider and endpoint, if a rate is set."""
+    def _endpoint(self, model: str) -> str:
+        return endpoint_of(model, self.api_base)
+
+    def _quota(self, endpoint: str):
+        """The rate limiter of the provider and endpoint, if a rate is set."""
         if not self.requests_per_minute:
             return None
-        import litellm
-
         from rag_core.common.rate_limit import limiter
 
-        try:
-            provider = litellm.get_llm_provider(model, api_base=self.api_base)[1]
-        except Exception:  # a model litellm cannot place: its prefix names the provider
-            provider = model.split("/", 1)[0]
-        return limiter(f"{provider} {self.api_base or ''}", self.requests_per_minute)
+        return limiter(endpoint, self.requests_per_minute)
 
     def warm(self, model: str) -> float | None:
         """Start the client of `model`'s provider, once per process and endpoint, untimed by any question:
@@ -182,21 +193,25 @@ class LLMClient(dg.ConfigurableResource):
         self.warm(model)  # before the clock starts: start-up is no question's latency
         t0 = time.perf_counter()
         error, waited = None, 0.0
-        quota = self._quota(model)
+        endpoint = self._endpoint(model)
+        quota = self._quota(endpoint)
         for attempt in range(1, self.max_retries + 2):
             if quota is not None:
                 waited += quota.wait()
             try:
-                resp = litellm.completion(
-                    model=model,
-                    messages=[{"role": "user", "content": prompt}],
-                    temperature=temperature,
-                    max_tokens=max_tokens,
-                    timeout=self.timeout_s,
-                    api_base=self.api_base,
-                    api_key=self.api_key,
-                    num_retries=0,  # retries are ours, counted per query
-                )
+                # the provider's calls in flight, counted over every stage and config of this process
+                with in_flight(endpoint, self.max_concurrency) as queued:
+                    waited += queued
+                    resp = litellm.completion(
+                        model=model,
+                        messages=[{"role": "user", "content": prompt}],
+                        temperature=temperature,
+                        max_tokens=max_tokens,
+                        timeout=self.timeout_s,
+                        api_base=self.api_base,
+                        api_key=self.api_key,
+                        num_retries=0,  # retries are ours, counted per query
+                    )
                 text = (resp.choices[0].message.content or "").strip()
                 if not text:  # a reply with no text is a failed call, not an empty answer to score
                     raise EmptyCompletion("the model returned an empty completion")

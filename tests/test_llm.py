@@ -573,3 +573,80 @@ def test_a_damaged_call_cache_is_set_aside_named_and_begun_anew(tmp_path, caplog
     assert (tmp_path / "llm_cache.sqlite.damaged").exists()
     cache.put("k1", "m", Completion("Paris", None, 1, 1.0))
     assert cache.get("k1").text == "Paris" and cache.spent()[0] == 1
+
+
+class _Active:
+    """A responder that answers the gold answer after `delay` s and counts the calls it is answering at
+    once: in all (`most`) and by model (`models_together`: the most models in flight at one moment)."""
+
+    def __init__(self, gold: GoldAnswers | None, delay: float):
+        import threading
+
+        self.gold, self.delay, self.lock = gold, delay, threading.Lock()
+        self.active: dict[str, int] = {}
+        self.most = self.models_together = 0
+
+    def __call__(self, prompt: str, model: str = MODEL):
+        with self.lock:
+            self.active[model] = self.active.get(model, 0) + 1
+            self.most = max(self.most, sum(self.active.values()))
+            self.models_together = max(self.models_together, sum(1 for n in self.active.values() if n))
+        time.sleep(self.delay)
+        with self.lock:
+            self.active[model] -= 1
+        return 200, (self.gold.answer[self.gold.question(prompt)] if self.gold else "ok"), 0.0
+
+
+def test_calls_in_flight_are_the_clients_limit_over_every_map_of_the_process():
+    """Two stages (or configs) each mapping 6 calls over 6 threads, to one endpoint whose client takes 3 at
+    once: never more than 3 reach the server together, 3 do, and the time a call queued for its slot is
+    not its latency."""
+    import threading
+
+    from rag_core.common.concurrency import map_concurrently
+
+    active = _Active(None, 0.1)
+    with OpenAIStub(active) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="k", max_concurrency=3)
+        client.warm(MODEL)
+        outs: list = []
+
+        def stage(name: str) -> None:
+            outs.extend(map_concurrently(lambda i: client.complete(MODEL, f"{name} {i}"), range(6), 6))
+
+        stages = [threading.Thread(target=stage, args=(n,)) for n in ("a", "b")]
+        for t in stages:
+            t.start()
+        for t in stages:
+            t.join()
+    assert len(outs) == 12 and all(o.error is None for o in outs)
+    assert active.most == 3, active.most  # 12 calls queued for 3 slots: full, never over
+    # the last ones queued ~0.3 s for a slot: a latency is the server's 0.1 s and the client's own time
+    assert max(o.latency_ms for o in outs) < 280, sorted(o.latency_ms for o in outs)
+
+
+def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(slice_data, tmp_path):
+    """Three LLM generators and the reader in one answers batch: the generators' calls are in flight
+    together (one config's 20 questions would leave slots empty as it winds down), never more than the
+    client's limit, and each config gets its own questions' answers."""
+    qa = pl.read_parquet(slice_data["qa"])
+    active = _Active(GoldAnswers(qa), 0.05)
+    gen = {"temperature": 0.0, "max_tokens": 16}
+    spec = write_sweep(
+        tmp_path / "side.yaml",
+        slice_data,
+        name="side-by-side",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        generation=[{"model": "extractive"}, *({"model": f"openai/m{i}", **gen} for i in range(3))],
+        decision={"holdout": 0},
+    )
+    with OpenAIStub(active, by_model=True) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    assert len(stub.requests) == 3 * qa.height
+    assert active.most <= 8 and active.models_together >= 2, (active.most, active.models_together)
+    board = run.board
+    llm_rows = board.filter(pl.col("config_key").str.contains("openai"))
+    assert llm_rows.height == 3 and llm_rows["exact_match"].to_list() == [1.0, 1.0, 1.0]
+    assert board.height == 4

@@ -20,6 +20,7 @@ R = TypeVar("R")
 def map_concurrently(fn: Callable[[T], R], items: Iterable[T], workers: int, what: str = "") -> list[R]:
     """`fn` over `items` on up to `workers` threads; results in the items' order. With `what` (e.g.
     "questions answered"), each finished item is reported to the progress listener (rag_core/common/progress.py)."""
+    counter = None
     if what:
         items = list(items)
         counter = Counter(what, len(items))
@@ -35,3 +36,5 @@ def map_concurrently(fn: Callable[[T], R], items: Iterable[T], workers: int, wha
         return list(pool.map(fn, items))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        if counter is not None:
+            counter.close()
