@@ -568,11 +568,16 @@ def test_a_prompt_optimization_on_the_smallest_budget_tries_a_proposal_and_repor
 # ---- a prompt past the context ---------------------------------------------------------------------
 
 
-def test_a_prompt_longer_than_the_context_is_a_counted_failure_with_its_reason(small_slice, tmp_path):
-    """A server whose slots hold 512 tokens: a generation prompt past them is refused (HTTP 400), kept as
-    the question's error with the server's reason and counted, not answered with a default or a crash;
-    the prompts that fit are answered. The server is gone once stopped."""
+def test_a_prompt_longer_than_the_context_is_a_counted_failure_with_its_reason(
+    small_slice, tmp_path, monkeypatch
+):
+    """A server whose slots hold 512 tokens: `plan` warns first, from the server's own context and
+    tokenizer, with a longest prompt no prompt of the run exceeds; then a generation prompt past the
+    context is refused (HTTP 400), kept as the question's error with the server's reason and counted, not
+    answered with a default or a crash; the prompts that fit are answered. The server is gone once stopped."""
     from rag_sweep.runner import run_sweep
+    from rag_sweep.runner.estimate import bill
+    from resources.llm_context import ModelContext
 
     server = local_llm(ctx_size=512, parallel=1)
     try:
@@ -584,13 +589,24 @@ def test_a_prompt_longer_than_the_context_is_a_counted_failure_with_its_reason(s
             retrieval={"mode": "bm25", "top_k": 4},
             generation={"model": MODEL, "max_tokens": 16},
         )
+        monkeypatch.setenv("RAG_LLM_API_BASE", server.api_base)
+        monkeypatch.setenv("RAG_LLM_API_KEY", server.api_key)
+        _, estimate = bill(str(spec), str(tmp_path / "data"))
+        warned = [line for line in estimate.context_lines if line.startswith("warning:")]
+        assert len(warned) == 1 and "past the 512 that" in warned[0] and "the server's n_ctx" in warned[0], (
+            warned
+        )
+        longest = int(re.search(r"is ([\d,]+) tokens", warned[0]).group(1).replace(",", ""))
         with RecordingProxy(server.api_base) as proxy:
             client = _client(server, proxy, in_flight=1)
             run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": client})
+        endpoint = ModelContext(server.api_base, server.api_key)
+        sent = max(endpoint.count(MODEL, prompt_of(e)) for e in proxy.exchanges)
         pid = server.proc.pid
     finally:
         server.stop()
     assert not _alive(pid)
+    assert 512 < sent + 16 <= longest  # the run's longest prompt is past the context, and no longer than said
     refused = [e for e in proxy.exchanges if e["status"] == 400]
     assert refused and all("context size" in e["reply"]["error"]["message"] for e in refused)
     empty = [e for e in proxy.exchanges if e["status"] == 200 and not (reply_text(e) or "").strip()]

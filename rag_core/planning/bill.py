@@ -37,6 +37,7 @@ class Bill:
     selection_questions: int = 0  # the questions the configs are chosen on
     embedding_speeds: list[str] = field(default_factory=list)  # per model: the device and the rate assumed
     cost_model: CostModel | None = None  # each config's steps and their costs (an adaptive search's)
+    context_lines: list[str] = field(default_factory=list)  # prompts past their model's context
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
@@ -52,6 +53,7 @@ class Bill:
             f" + unpriced models {sorted(self.unpriced)}" if self.unpriced else ""
         )
         out.append(f"  estimated LLM cost: up to {cost}")
+        out += self.context_lines
         if "prompt_optimizations" in self.llm_calls:
             out.append(
                 "  prompt optimization: at most the budget's questions scored and a reflection per iteration, "

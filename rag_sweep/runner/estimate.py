@@ -20,7 +20,7 @@ from rag_sweep.orchestration.plans import load_plan
 from resources.artifacts import ArtifactRef
 from resources.devices import ASSUMED_CPU_CHARS, measured_rate
 from resources.embedders import EmbeddingService
-from resources.environment import default_data_dir, device_setting
+from resources.environment import default_data_dir, device_setting, text
 from resources.llm import price
 from resources.storage import data_root
 
@@ -111,7 +111,47 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         holdout_questions=held,
     )
     out.embedding_speeds = [line for _, line in rates.values()]
+    if qa is not None:
+        out.context_lines = context_lines(plan, chunks_of, qa["question"].to_list())
     return plan, out
+
+
+def context_lines(plan: Plan, chunks_of, questions: list[str]) -> list[str]:
+    """What `plan` says of prompts past their model's context (rag_core/planning/context_fit.py): a warning
+    per stage and model, and the models whose context nobody says."""
+    from rag_core.planning.context_fit import past_context
+    from resources.llm_context import ModelContext
+
+    if not (plan.calls_llm("answers") or plan.sweep.judge is not None):
+        return []
+    endpoint = ModelContext(text("RAG_LLM_API_BASE"), text("RAG_LLM_API_KEY"))
+    where: dict[str, str] = {}
+
+    def window(model: str) -> int | None:
+        tokens, where[model] = endpoint.window(model)
+        return tokens
+
+    found = past_context(plan, chunks_of, questions, endpoint.count, window)
+    labels = plan.labels
+    lines = []
+    for p in found:
+        what = "the judge's" if p.stage == "evaluations" else "the generator's"
+        some = ", ".join(labels.get(k, k) for k in p.configs[:3]) + (
+            f" and {len(p.configs) - 3} more" if len(p.configs) > 3 else ""
+        )
+        lines.append(
+            f"warning: {what} longest prompt with its reply is {p.tokens:,} tokens, past the {p.window:,} "
+            f"that {p.model} reads ({where[p.model]}), in {len(p.configs)} config(s): {some}. Such calls "
+            "fail, each counted as a failed call; fewer or shorter chunks (top_k, chunk_size), "
+            "generation.context_max_tokens or a longer context fit them."
+        )
+    unknown = sorted(m for m, how in where.items() if not how)
+    if unknown:
+        lines.append(
+            f"  the context of {', '.join(unknown)} is unknown (litellm has no entry; the endpoint does not say): "
+            "its prompts were not checked against it"
+        )
+    return lines
 
 
 def embedding_rates(plan: Plan, embedder: EmbeddingService) -> dict[str, tuple[float, str]]:
