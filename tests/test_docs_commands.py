@@ -26,7 +26,7 @@ RUN = {FIRST_COMMAND: "tests/test_docs_commands.py::test_the_first_command_runs_
 COVERED = {
     # the whole suite: what CI runs (.ci/run), never from inside the suite
     "bash scripts/test.sh": ".ci/run",
-    "DAGSTER_HOME=$PWD/.rag_data/dagster_home .venv/bin/dagster dev": "tests/test_ui.py::"
+    "DAGSTER_HOME=$PWD/.rag_data/dagster_home DAGSTER_GRPC_TIMEOUT_SECONDS=240 .venv/bin/dg dev": "tests/test_ui.py::"
     "test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the_leaderboard",
     "LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri sqlite:///$PWD/.rag_data/mlflow.db": (
         "tests/test_ui.py::test_mlflow_ui_lists_config_runs_by_label_and_previews_their_questions"

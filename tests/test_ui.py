@@ -1,7 +1,7 @@
 """The README's flow after the first command: open the Dagster UI and the MLflow UI on a finished sweep, in a
 real browser (Debian's Chromium driven by Playwright).
 
-Opening the Dagster UI (webserver + daemon, as `dagster dev` runs them) must start no run by itself while
+Opening the Dagster UI (webserver + daemon, as the README's `dg dev` runs them) must start no run by itself while
 the automation sensor ticks; the leaderboard page shows the table with short labels and its plot loads.
 MLflow shows the config runs under their labels and previews a run's per-question table.
 """
@@ -59,11 +59,10 @@ def test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the
     }
     bindir = Path(sys.executable).parent
     port = free_port()
-    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("webserver", "daemon")}
-    commands = {
-        "webserver": ["dagster-webserver", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-        "daemon": ["dagster-daemon", "run", "-w", "workspace.yaml"],
-    }
+    # the README's command (`dg dev`: the webserver and the daemon on the dg project), on a free port
+    env["DAGSTER_GRPC_TIMEOUT_SECONDS"] = "240"
+    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("webserver",)}
+    commands = {"webserver": ["dg", "dev", "--host", "127.0.0.1", "--port", str(port)]}
     procs = [
         subprocess.Popen(
             [str(bindir / cmd[0]), *cmd[1:]],
@@ -89,7 +88,7 @@ def test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the
             assert state["__typename"] == "Sensor", state
             ticks = state["sensorState"]["ticks"]
             time.sleep(5)
-        daemon_log = (tmp_path / "daemon.log").read_text()[-3000:]
+        daemon_log = (tmp_path / "webserver.log").read_text()[-3000:]  # dg dev logs both
         assert len(ticks) >= 2, f"the automation sensor did not tick twice\n{daemon_log}"
         runs = dg.DagsterInstance.from_config(str(home)).get_runs()
         launched = computing_runs(runs[: len(runs) - before])  # nothing launched
