@@ -100,7 +100,8 @@ def test_the_ui_lines_quote_each_value(capsys, tmp_path):
         f"RAG_SWEEP={data / 'ship.yaml'}",
         f"RAG_DATA_DIR={data}",
         "RAG_VECTOR_STORE=lancedb",
-        ".venv/bin/dagster",
+        "DAGSTER_GRPC_TIMEOUT_SECONDS=240",
+        ".venv/bin/dg",
         "dev",
     ]
     mlflow = shlex.split(_line(printed, "MLflow UI:"))
