@@ -369,7 +369,14 @@ class StageSteps:
         """The partitions of a batch computed side by side, and how many at once: those whose LLM calls
         the stage lets run beside the others' (`StageLogic.side_by_side`), so that the calls in flight are
         the client's limit over the configs, not one config's questions (rag_core/common/in_flight.py)."""
-        side = [k for k in keys if self.logic.side_by_side(self.plan.partition(self.name, k).config)]
+
+        def config(k: str) -> RagConfig | None:
+            try:
+                return self.plan.partition(self.name, k).config
+            except KeyError:  # no such partition: it fails in the batch's loop, named there
+                return None
+
+        side = [k for k in keys if (c := config(k)) is not None and self.logic.side_by_side(c)]
         if len(side) < 2:
             return [], 1
         # each maps its questions over up to `max_concurrency` threads; a few partitions keep the slots full
