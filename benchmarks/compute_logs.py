@@ -35,8 +35,8 @@ def main() -> None:
     args = ap.parse_args()
     import numpy as np
 
-    from rag_sweep.dagster_private import LocalComputeLogManager
     from rag_sweep.runner.compute_logs import TailedComputeLogManager, _ends_with_this_process
+    from resources.dagster_private import LocalComputeLogManager
 
     if _ends_with_this_process() is None:
         print("setpriv cannot run here: the tailed manager falls back to Dagster's mirror", file=sys.stderr)

@@ -19,14 +19,14 @@ import dagster as dg
 from rag_core.decision.holdout import holdout_key, is_holdout_key
 from rag_core.planning.plan import Partition, Plan
 from rag_core.planning.stages import stage
-from rag_sweep.dagster_private import (
+from resources.artifacts import ArtifactRef
+from resources.dagster_private import (
     CODE_VERSION_TAG,
     DATA_VERSION_IS_USER_PROVIDED_TAG,
     DATA_VERSION_TAG,
     input_data_version_tag,
     input_event_pointer_tag,
 )
-from resources.artifacts import ArtifactRef
 
 # A run over a range of partitions (a batch) that wants only some of them: their keys, as a JSON list.
 BATCH_TAG = "rag/partitions"

@@ -1,4 +1,4 @@
-"""The champion model: the leaderboard's recommendation shipped as an MLflow pyfunc model (rag_sweep/shipping/) and
+"""The champion model: the leaderboard's recommendation shipped as an MLflow pyfunc model (resources/shipping/) and
 registered under the sweep's name with the alias `champion`, so the registry always holds the current
 winner. It follows the leaderboard (and the holdout confirmation, when the sweep holds questions out); a
 leaderboard that recommends the same evaluation again registers nothing."""
@@ -20,7 +20,7 @@ CHAMPION = "champion_model"
 def champion_due(plan: Plan, data, tracking) -> bool:
     """Whether the registry's champion is not the current recommendation's evaluation (what the runner
     asks before materializing the champion: an unchanged rerun launches no run for it)."""
-    from rag_sweep.shipping.registry import champion_of
+    from resources.shipping.registry import champion_of
 
     board_file = leaderboard_path(data, plan.sweep.name)
     if not tracking.enabled or not board_file.exists():
@@ -34,9 +34,9 @@ def champion_due(plan: Plan, data, tracking) -> bool:
 
 
 def recommendation_due(board: pl.DataFrame, key: str, now) -> bool:
-    """Whether the champion `now` is to be replaced by the board's evaluation of `key` (rag_sweep.shipping.registry
+    """Whether the champion `now` is to be replaced by the board's evaluation of `key` (resources.shipping.registry
     `due`; a key the board does not hold: yes, and registering says why it cannot)."""
-    from rag_sweep.shipping.registry import due
+    from resources.shipping.registry import due
 
     row = board.filter(pl.col("config_key") == key)
     return row.height == 0 or due(now, row["fingerprint"][0])
@@ -138,8 +138,8 @@ def champion_asset(plan: Plan) -> dg.AssetsDefinition:
         ),
     )
     def _champion(context):
-        from rag_sweep.shipping.bundle import collect
-        from rag_sweep.shipping.registry import current_champion, register_champion
+        from resources.shipping.bundle import collect
+        from resources.shipping.registry import current_champion, register_champion
 
         def checked(passed: bool, message: str, warn: bool = False, **metadata) -> dg.AssetCheckResult:
             """ERROR when failed: blocking; WARN: a comparison that could not be made (said, not blocking)."""

@@ -3,7 +3,7 @@ the config it starts from. It reads what the config's first optimized stage read
 the rerankings for answer-side prompts, the retrievals for the reranking prompt, the vector index for the
 query transformation prompt) and the selection split of the QA set (never the holdout), runs the config's
 stages from there with each candidate's texts, and writes the candidates it found.
-The best prompts become a new config of the plan (rag_sweep/orchestration/plans.py reads them from the data dir), whose
+The best prompts become a new config of the plan (rag_assets/orchestration/plans.py reads them from the data dir), whose
 answers, evaluations, leaderboard rank, holdout confirmation and MLflow run are those of any config.
 
 MLflow keeps one run per optimization with a child run per GEPA candidate (its prompts and validation

@@ -50,13 +50,13 @@ from rag_sweep.printing import (  # noqa: F401
 )
 from rag_sweep.runner.errors import CheckFailed, DataDirError, StepFailed
 from rag_sweep.runner.up_to_date import remembered
-from rag_sweep.shipping import ExportWarning
 from resources import (
     environment,  # first: the process defaults (rag_assets imports it first too)
     reachability,
 )
 from resources.devices import DeviceUnavailable
 from resources.no_links import PlantedLink
+from resources.shipping import ExportWarning
 from resources.storage import check_new_file, is_remote, normalized
 
 
@@ -325,7 +325,7 @@ def _interrupted() -> None:
 
 
 def _validate(spec: str) -> int:
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from rag_sweep.runner.estimate import load_data, require_extras
 
     plan = load_plan(spec)

@@ -185,7 +185,7 @@ def _print_champion(
     """How to load and serve the registered winner, when the registry holds one and this sweep's evidence
     supports it (`unsupported`: why it does not); the winner by its label where the board names it."""
     labels = labels or {}
-    from rag_sweep.shipping.registry import ALIAS
+    from resources.shipping.registry import ALIAS
 
     if not shipping.enabled:
         return
@@ -213,7 +213,7 @@ def _print_champion(
             if secret
             else ""
         )
-        + f"  Load it:  mlflow.set_tracking_uri({load}); from rag_sweep.shipping.registry import load_champion; "
+        + f"  Load it:  mlflow.set_tracking_uri({load}); from resources.shipping.registry import load_champion; "
         f"load_champion({uri!r}).predict(pandas.DataFrame({{'question': ['...']}}))\n"
         f"  Serve it: {serve_command(uri, store, secret)}\n"
         "            curl -s 127.0.0.1:5001/invocations -H 'Content-Type: application/json' "

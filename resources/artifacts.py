@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from rag_sweep.dagster_private import DATA_VERSION_TAG
+from resources.dagster_private import DATA_VERSION_TAG
 from resources.storage import atomic_write_parquet, data_root, parquet_columns, read_parquet, readable_parquet
 
 

@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             signal.pause()  # until SIGINT, SIGTERM or SIGHUP
             return 0
-        from rag_sweep.commands.children import run_until_signalled
+        from rag_core.common.children import run_until_signalled
 
         # from here a signal is passed on to the command, which ends; then the server is stopped
         return run_until_signalled(command, env=command_env(server))

@@ -23,9 +23,9 @@ import dagster as dg
 
 from rag_assets.champion import CHAMPION
 from rag_assets.holdout_chain import chain_tags, first_stage
+from rag_assets.orchestration.todo import holdout_steps, new_finalists
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.plan import Plan
-from rag_sweep.orchestration.todo import holdout_steps, new_finalists
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dagster as dg
 
 from rag_assets.board_files import leaderboard_path, read_decision
+from rag_assets.orchestration.todo import completed, input_fingerprints
 from rag_assets.prompt_optimization import OPTIMIZATION, optimization_ref, optimized_prompts
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.plan import Plan
-from rag_sweep.orchestration.todo import completed, input_fingerprints
 from resources.environment import default_data_dir
 from resources.storage import data_root
 

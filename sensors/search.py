@@ -1,6 +1,6 @@
 """An adaptive search (halving, bayesian) on a deployment: the `<sweep>__search` job starts or continues it
 (its budget as run config), and this sensor drives it. At each tick the search's controller
-(rag_sweep/orchestration/search.py) replays the search against what is complete and names the steps it needs next; the
+(rag_assets/orchestration/search.py) replays the search against what is complete and names the steps it needs next; the
 sensor requests each as an ordinary run (the step's asset and partition, tagged with the search), through
 the run queue, so whatever run launcher and executor the deployment has carry it. When the search reports,
 the leaderboard is requested, then the finalists' holdout partitions and the confirmation.
@@ -19,12 +19,7 @@ import dagster as dg
 
 from rag_assets.champion import CHAMPION
 from rag_assets.holdout_chain import HOLDOUT, chain_tags, first_stage
-from rag_assets.search_chain import CHAIN, search_chain_job
-from rag_assets.search_chain import chain_tags as search_chain_tags
-from rag_assets.stage_asset import asset_key
-from rag_core.decision.holdout import is_holdout_key
-from rag_core.planning.plan import Plan
-from rag_sweep.orchestration.search import (
+from rag_assets.orchestration.search import (
     SEARCH_TAG,
     RungStep,
     SearchController,
@@ -33,7 +28,12 @@ from rag_sweep.orchestration.search import (
     begin_search,
     runs_of,
 )
-from rag_sweep.orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
+from rag_assets.orchestration.todo import completed, holdout_steps, new_finalists, stale_snapshots
+from rag_assets.search_chain import CHAIN, search_chain_job
+from rag_assets.search_chain import chain_tags as search_chain_tags
+from rag_assets.stage_asset import asset_key
+from rag_core.decision.holdout import is_holdout_key
+from rag_core.planning.plan import Plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 from resources.vector_stores import VectorStores

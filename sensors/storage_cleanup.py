@@ -1,4 +1,4 @@
-"""Storage cleanup on a deployment: a job that removes what none of its sweeps needs (rag_sweep/orchestration/gc.py,
+"""Storage cleanup on a deployment: a job that removes what none of its sweeps needs (rag_assets/orchestration/gc.py,
 `rag-sweep gc`), and a weekly schedule for it, off until a person turns it on in the UI."""
 
 from collections.abc import Callable
@@ -20,7 +20,7 @@ def storage_cleanup(plans: Callable[[], list[Plan]]) -> tuple[dg.JobDefinition, 
 
     @dg.op(required_resource_keys={"artifacts"}, out=dg.Out(dg.Nothing))  # nothing to store: no pickle
     def remove_unneeded_storage(context: dg.OpExecutionContext, config: CleanupConfig) -> dg.Output:
-        from rag_sweep.orchestration.gc import collect, parse_age, remove
+        from rag_assets.orchestration.gc import collect, parse_age, remove
         from resources.locks import shared_lock
         from resources.storage import data_root
 

@@ -507,7 +507,7 @@ def fleet_instance(label: str, servers: dict, tmp: Path) -> tuple[dict[str, str]
     home.mkdir()
     (home / "dagster.yaml").write_text(
         (ROOT / "deploy" / "dagster.yaml").read_text()
-        + "\ncompute_logs:\n  module: rag_sweep.dagster_private\n"
+        + "\ncompute_logs:\n  module: resources.dagster_private\n"
         "  class: NoOpComputeLogManager\n"
     )
     shared = {

@@ -10,7 +10,7 @@ import polars as pl
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.local_models import model_version
 from rag_sweep.runner import load_data, load_plan
-from rag_sweep.shipping.bundle import Bundle, manifest_of
+from resources.shipping.bundle import Bundle, manifest_of
 from tests.conftest import EXAMPLE, write_sweep
 
 DOCS = 4  # besides the gold documents of two questions

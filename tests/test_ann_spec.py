@@ -169,7 +169,7 @@ def test_the_example_sweep_plans_five_indexes_over_one_embedding_with_labels_apa
 
 
 def test_a_config_with_an_approximate_index_round_trips_through_its_dump(tmp_path):
-    """A shipped model rebuilds its index from the config in its manifest (rag_sweep/shipping/pipeline.py): the
+    """A shipped model rebuilds its index from the config in its manifest (resources/shipping/pipeline.py): the
     approximate index and its settings come back from the dump; an exact one dumps no `ann` at all."""
     import json
 

@@ -279,8 +279,8 @@ def test_a_question_that_can_score_nothing_is_a_counted_warning(tmp_path):
 
 def test_a_key_collision_names_the_setting_that_collides(slice_data, tmp_path):
     """Two temperatures the key rounds alike were blamed on the models' names."""
+    from rag_assets.orchestration.plans import load_plan
     from rag_core.planning.spec import SpecError
-    from rag_sweep.orchestration.plans import load_plan
 
     spec = write_sweep(
         tmp_path / "t.yaml",

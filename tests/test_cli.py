@@ -398,8 +398,8 @@ def test_the_recommendation_says_what_each_undefined_metric_needs(tmp_path, monk
 
 
 def test_a_warning_while_the_shipping_module_loads_does_not_break_the_cli():
-    """MLflow warns while rag_sweep/shipping/pipeline.py defines its model class; the CLI's warning handler imported
-    rag_sweep.shipping.bundle to recognise an ExportWarning and failed on the half-imported module, so `rag-sweep run`
+    """MLflow warns while resources/shipping/pipeline.py defines its model class; the CLI's warning handler imported
+    resources.shipping.bundle to recognise an ExportWarning and failed on the half-imported module, so `rag-sweep run`
     crashed (ImportError) where it first loads the shipping code: before registering the champion."""
     import subprocess
     import sys
@@ -408,8 +408,8 @@ def test_a_warning_while_the_shipping_module_loads_does_not_break_the_cli():
         "import warnings\n"
         "from rag_sweep import cli\n"
         "warnings.showwarning = cli._show_warning\n"
-        "import rag_sweep.shipping.bundle\n"
-        "warnings.warn(rag_sweep.shipping.bundle.ExportWarning('no holdout figure'))\n"
+        "import resources.shipping.bundle\n"
+        "warnings.warn(resources.shipping.bundle.ExportWarning('no holdout figure'))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]

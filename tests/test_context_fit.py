@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from rag_assets.orchestration.plans import load_plan
 from rag_core.planning.context_fit import TEMPLATE_TOKENS, past_context
-from rag_sweep.orchestration.plans import load_plan
 from tests.conftest import write_sweep
 
 CHUNKS = pl.DataFrame(

@@ -1,5 +1,5 @@
 """Dagster through its public API: the product (every .py outside tests/ and .venv, benchmarks included)
-reaches `dagster._…` only through rag_sweep/dagster_private.py and assigns nothing into Dagster's modules
+reaches `dagster._…` only through resources/dagster_private.py and assigns nothing into Dagster's modules
 or objects; and each private name that module holds is still where, and what, the project relies on (a
 Dagster release that moves or changes one fails here)."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_sweep import dagster_private as private
+from resources import dagster_private as private
 from tests.conftest import ROOT
 
-SHIM = ROOT / "rag_sweep" / "dagster_private.py"
+SHIM = ROOT / "resources" / "dagster_private.py"
 SKIP = {".venv", "tests", ".git", "node_modules"}
 
 
@@ -168,6 +168,6 @@ def test_the_sqlite_storages_the_cli_instance_builds_on(tmp_path):
 
 
 def test_the_no_op_compute_logs_are_configured_through_this_module(tmp_path):
-    overrides = {"compute_logs": {"module": "rag_sweep.dagster_private", "class": "NoOpComputeLogManager"}}
+    overrides = {"compute_logs": {"module": "resources.dagster_private", "class": "NoOpComputeLogManager"}}
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
         assert isinstance(instance.compute_log_manager, private.NoOpComputeLogManager)

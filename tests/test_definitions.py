@@ -10,11 +10,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.orchestration.plans import load_plan
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.stages import STAGES
 from rag_sweep.definitions import build_definitions
-from rag_sweep.orchestration.plans import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "hotpotqa_example"
@@ -290,9 +290,9 @@ def test_a_search_snapshots_both_inputs_in_one_run_and_chains_a_rungs_steps(tmp_
     every partitioned stage in one run of the search's chain, each stage's keys named once and in order."""
     from types import SimpleNamespace
 
+    from rag_assets.orchestration.search import STEP_TAG
     from rag_assets.search_chain import CHAIN_TAG
     from rag_core.planning.spec import sweep_from_dict
-    from rag_sweep.orchestration.search import STEP_TAG
     from sensors.search import batched_requests, step_jobs
 
     raw = yaml_sweep(search={"strategy": "halving", "start_questions": 5})
@@ -334,8 +334,8 @@ def test_the_search_driver_replays_a_waiting_search_only_when_one_of_its_runs_ch
     """A replay reads every rung's completeness; while the search's runs are in flight and none changed
     status, a tick skips it (the cursor holds what the last replay saw), and replays again when a run ends
     or RECHECK_S passed."""
+    from rag_assets.orchestration.search import SEARCH_TAG, SearchState
     from rag_core.planning.spec import sweep_from_dict
-    from rag_sweep.orchestration.search import SEARCH_TAG, SearchState
     from sensors import RECHECK_S, search
 
     plan = Plan.resolve(sweep_from_dict(yaml_sweep(search={"strategy": "halving"}), tmp_path / "s.yaml"))

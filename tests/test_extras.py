@@ -212,7 +212,7 @@ def test_components_shows_what_each_extra_adds_and_whether_it_is_installed(monke
 
 
 def test_a_shipped_model_requires_the_extras_its_config_needs(tmp_path):
-    from rag_sweep.shipping.bundle import model_extras, requirements
+    from resources.shipping.bundle import model_extras, requirements
 
     raw = {"name": "ship", "data": {"corpus": "c.parquet", "qa": "q.parquet"}, **SECTIONS}
     shipped = {

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.stack]
 # folder (a fleet keeps them in object storage: README, Deployment)
 NO_COMPUTE_LOGS = """
 compute_logs:
-  module: rag_sweep.dagster_private
+  module: resources.dagster_private
   class: NoOpComputeLogManager
 """
 

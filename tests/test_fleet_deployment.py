@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.soak]
 NAME, PREFIX = "fleet-ui", "fleet_ui"
 NO_COMPUTE_LOGS = """
 compute_logs:
-  module: rag_sweep.dagster_private
+  module: resources.dagster_private
   class: NoOpComputeLogManager
 """
 
@@ -103,7 +103,7 @@ def test_a_ui_backfill_and_the_nightly_run_on_the_fleet_and_end_with_the_champio
     slice_data, s3_server, postgres_server, mlflow_server, rabbitmq_server, weaviate_server, tmp_path
 ):
     from rag_sweep.runner import run_sweep
-    from rag_sweep.shipping.registry import current_champion
+    from resources.shipping.registry import current_champion
 
     t0 = time.perf_counter()
     spec = write_sweep(

@@ -314,7 +314,7 @@ def test_the_champion_check_gates_the_recommendation_against_the_champions_evalu
     from types import SimpleNamespace
 
     from rag_assets.champion import gate_against_champion
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from tests.conftest import write_sweep
 
     spec = write_sweep(
@@ -368,7 +368,7 @@ def test_the_champion_check_weighs_the_judge_as_the_board_does(slice_data, tmp_p
     from types import SimpleNamespace
 
     from rag_assets.champion import gate_against_champion
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from tests.conftest import write_sweep
 
     weights = {**WEIGHTS, "faithfulness_judge": 0.5}
@@ -437,7 +437,7 @@ def test_a_file_whose_only_config_is_the_baseline_passes_unchanged(slice_data, t
     """A pull request that changed nothing gates the champion's own config: a pass (exit 0), saying so.
     As a user starts it, in a process of its own (a whole run in the test's process shares its captured
     streams with Dagster's)."""
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from tests.conftest import cli, write_sweep
 
     spec = write_sweep(

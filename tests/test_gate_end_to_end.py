@@ -113,7 +113,7 @@ def test_a_config_of_the_sweep_or_another_sweeps_recommendation_is_a_baseline_to
         retrieval=[{**HYBRID, "top_k": 4}, {**HYBRID, "hybrid_alpha": 0.6, "top_k": 4}],
         gate={"margin": 0.05, "equivalence": True},
     )
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
 
     plan = load_plan(spec, data_dir=data)
     label = plan.labels[plan.config_keys[0]]

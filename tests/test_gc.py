@@ -29,7 +29,7 @@ def test_gc_removes_what_the_changed_sweep_no_longer_needs_and_nothing_else(
     import mlflow
 
     from rag_sweep.runner import bill, run_sweep
-    from rag_sweep.shipping.registry import load_champion
+    from resources.shipping.registry import load_champion
     from resources.vector_stores import VectorStores
 
     data = tmp_path / "data"

@@ -88,7 +88,7 @@ def test_gc_leaves_links_and_what_they_point_at_and_deletes_only_under_the_data_
 def test_an_object_storage_path_is_inside_only_under_the_data_dirs_prefix():
     from upath import UPath
 
-    from rag_sweep.orchestration.contained import contained
+    from rag_assets.orchestration.contained import contained
 
     data = UPath("s3://bucket/data")
     assert contained(UPath("s3://bucket/data/answers/a.parquet"), data)
@@ -98,7 +98,7 @@ def test_an_object_storage_path_is_inside_only_under_the_data_dirs_prefix():
 
 
 def test_a_marker_naming_a_collection_by_a_path_is_not_deleted_through_it(tmp_path):
-    from rag_sweep.orchestration.gc import _collection_contained
+    from rag_assets.orchestration.gc import _collection_contained
 
     (tmp_path / "lancedb").mkdir()
     assert _collection_contained("lancedb", "Rag_plain", tmp_path)

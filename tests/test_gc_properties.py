@@ -76,7 +76,7 @@ def test_after_gc_every_sweep_reruns_with_nothing_to_compute_and_its_champion_an
     file (after gcs that may have been refused)."""
     from rag_sweep.cli import main
     from rag_sweep.runner import bill, run_sweep
-    from rag_sweep.shipping.registry import load_champion
+    from resources.shipping.registry import load_champion
 
     if str(hashed_words_site) not in sys.path:  # once for every example
         plugin_path(hashed_words_site)

@@ -8,8 +8,8 @@ from tests.conftest import cli
 
 
 def test_older_than_reads_units_and_a_bad_value_is_one_line_before_any_work(slice_sweep, tmp_path):
+    from rag_assets.orchestration.gc import parse_age
     from rag_core.planning.spec import SpecError
-    from rag_sweep.orchestration.gc import parse_age
 
     assert [parse_age(t) for t in ("30d", "12h", "45m", "90s", "0", "1.5d")] == [
         30 * 86400,

@@ -37,7 +37,7 @@ def test_a_gate_file_named_as_its_sweep_is_a_sweep_of_its_own_to_gc(
     from rag_sweep.cli import main
     from rag_sweep.runner import local_instance, run_sweep
     from rag_sweep.runner.gate import run_gate
-    from rag_sweep.shipping.registry import load_champion
+    from resources.shipping.registry import load_champion
 
     plugin_path(embedder_site(tmp_path / "plugin"))
     data = tmp_path / "data"

@@ -1,4 +1,4 @@
-"""The record of which sweep files ran on a data dir (rag_sweep/orchestration/sweep_records.py), without running one:
+"""The record of which sweep files ran on a data dir (rag_assets/orchestration/sweep_records.py), without running one:
 gc is refused while a recorded file is not given, naming it (and, when it is gone, the record to delete);
 given, its plan gets back the configs its run added; a record gc cannot read is one error naming it."""
 
@@ -17,9 +17,9 @@ PARA = {"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0}
 def test_every_recorded_sweep_file_must_be_given_and_gets_back_the_configs_its_run_added(
     small_slice, tmp_path
 ):
+    from rag_assets.orchestration.plans import load_plan
+    from rag_assets.orchestration.sweep_records import record_sweep, with_recorded_configs
     from rag_core.planning.spec import SpecError
-    from rag_sweep.orchestration.plans import load_plan
-    from rag_sweep.orchestration.sweep_records import record_sweep, with_recorded_configs
 
     data = tmp_path / "data"
     sweep = write_sweep(

@@ -10,9 +10,9 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.utils import make_new_run_id
 
 from rag_assets.holdout_chain import holdout_chain_job
+from rag_assets.orchestration.plans import load_plan
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import LOGIC
-from rag_sweep.orchestration.plans import load_plan
 from sensors import RECHECK_S
 from sensors.holdout import (
     HOLDOUT_TAG,

@@ -36,7 +36,7 @@ HOOK = textwrap.dedent(
             time.sleep(0.1)
 
     if POINT == "registration":  # inside the champion step's own code
-        import rag_sweep.shipping.registry as registry
+        import resources.shipping.registry as registry
 
         original = registry.register_champion
 

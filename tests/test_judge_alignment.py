@@ -345,11 +345,11 @@ def test_a_sweep_asks_its_judge_with_the_aligned_prompt_and_its_evaluations_reco
     import polars as pl
 
     from rag_assets.leaderboard import judge_agreement
+    from rag_assets.orchestration.plans import load_plan
     from rag_core.evaluation.evaluate import judge as judge_answers
     from rag_core.metrics.judge_alignment import aligned_prompt
     from rag_core.planning.bill import estimate
     from rag_core.planning.spec import SpecError
-    from rag_sweep.orchestration.plans import load_plan
 
     monkeypatch.delenv("RAG_LLM_API_BASE", raising=False)
     rows = label_rows(12)

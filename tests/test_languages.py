@@ -190,7 +190,7 @@ def test_the_evaluation_scores_each_question_in_its_language():
 
 
 def test_a_named_language_joins_the_evaluations_fingerprints_and_nothing_upstream(tmp_path):
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     fps = {}
@@ -360,7 +360,7 @@ def test_auto_scores_a_cross_lingual_set_in_the_language_of_its_answers_and_cont
 
 def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
     from rag_assets.inputs import snapshot_fingerprints
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     pl.DataFrame({"doc_id": ["d1"], "text": ["t"]}).write_parquet(data["corpus"])
@@ -483,8 +483,8 @@ def test_importing_the_module_loads_no_segmenter():
 
 
 def test_a_segmenter_joins_its_languages_evaluation_fingerprint_and_no_other(tmp_path, monkeypatch):
+    from rag_assets.orchestration.plans import load_plan
     from rag_core.metrics import languages
-    from rag_sweep.orchestration.plans import load_plan
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
 

@@ -1,5 +1,5 @@
 """Which parts import which: a deployment (its definitions, sensors and fleet workers) never
-imports the CLI's driver (rag_sweep/runner/) or its printing, and what both need stays under rag_sweep/orchestration/."""
+imports the CLI's driver (rag_sweep/runner/) or its printing, and what both need stays under rag_assets/orchestration/."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_a_deployment_never_imports_the_clis_driver():
 def test_the_plan_and_the_leaderboards_files_load_without_dagster():
     """What an unchanged rerun reads (rag_sweep/runner/up_to_date.py) before it knows it has nothing to do."""
     loaded = _loaded(
-        "rag_sweep.orchestration.plans",
+        "rag_assets.orchestration.plans",
         "rag_assets.board_files",
         "rag_sweep.runner.up_to_date",
         "rag_sweep.cli",
@@ -144,3 +144,35 @@ def test_no_import_circles():
     assert "rag_sweep.runner.sweep" in graph and "rag_sweep.commands.align_judge" in graph
     found = circles(graph)
     assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+# The stack, lowest first: a package imports only the ones below it (rag_core: pure domain logic; resources:
+# what talks to the outside, the Dagster and MLflow shims included; rag_assets: the stages' assets and what
+# decides what to run; sensors: the drivers; rag_sweep: the definitions, the CLI and the fleet).
+STACK = ("rag_core", "resources", "rag_assets", "sensors", "rag_sweep")
+
+
+def arrows_up(graph: dict[str, set[str]], stack: tuple[str, ...] = STACK) -> list[tuple[str, str]]:
+    """Every import from a package to one above it in `stack`, as (module, imported module)."""
+    floor = {package: i for i, package in enumerate(stack)}
+    return sorted(
+        (module, name)
+        for module, names in graph.items()
+        for name in names
+        if floor[module.split(".")[0]] < floor[name.split(".")[0]]
+    )
+
+
+def test_arrows_up_are_found():
+    graph = {"rag_core.a": {"resources.b"}, "resources.b": {"rag_core.a"}, "rag_sweep.c": {"rag_core.a"}}
+    assert arrows_up(graph) == [("rag_core.a", "resources.b")]
+
+
+def test_the_packages_are_a_stack():
+    """No package imports one above it, even inside a function: with the module circles test, no circle
+    between packages either. A new package takes its floor in STACK."""
+    graph = import_graph()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]
+    assert set(packages["wheel"]["packages"]) == set(STACK)
+    found = arrows_up(graph)
+    assert found == [], "imports up the stack: " + "; ".join(f"{m} -> {n}" for m, n in found)

@@ -1,6 +1,7 @@
-"""What was made before runner/, orchestration/, fleet/ and shipping/ moved under rag_sweep/ still loads
-(rag_sweep/legacy_modules.py): a registered model whose code imports `shipping.pipeline`, an instance whose
-dagster.yaml names `runner.instance_storage`, a plug-in importing `orchestration.plans`. Each runs in a
+"""What was made before runner/, orchestration/, fleet/ and shipping/ moved under rag_sweep/, and before
+shipping/ and orchestration/ moved down the stack, still loads (rag_sweep/legacy_modules.py): a registered
+model whose code imports `shipping.pipeline` or `rag_sweep.shipping.pipeline`, an instance whose dagster.yaml
+names `runner.instance_storage`, a plug-in importing `orchestration.plans` or `rag_sweep.orchestration.plans`. Each runs in a
 fresh Python, as a user's or Dagster's process would: the aliases come from the installed .pth file.
 (move_layout: keep -- this file names the old paths on purpose.)"""
 
@@ -11,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rag_sweep.runner.instance import local_instance, storage_config
-from rag_sweep.shipping import bundle
-from rag_sweep.shipping.registry import register_champion
+from resources.shipping import bundle
+from resources.shipping.registry import register_champion
 from tests.small_model import small_bundle
 from tests.test_model_integrity import QUESTION, Tracking
 
@@ -41,14 +43,18 @@ def _python(code: str, cwd: Path, **env: str) -> str:
 def test_the_old_module_paths_are_the_new_modules(tmp_path):
     same = _python(
         "import json, runner.instance_storage, orchestration.plans, fleet, shipping.bundle\n"
+        "import rag_sweep.orchestration.plans, rag_sweep.shipping.bundle, rag_sweep.dagster_private\n"
         "from runner import load_plan\n"
-        "import rag_sweep.runner.instance_storage as r, rag_sweep.orchestration.plans as o\n"
-        "import rag_sweep.fleet as f, rag_sweep.shipping.bundle as s\n"
+        "from rag_sweep.shipping.pipeline import RagPipeline\n"
+        "import rag_sweep.runner.instance_storage as r, rag_assets.orchestration.plans as o\n"
+        "import rag_sweep.fleet as f, resources.shipping.bundle as s, resources.shipping.pipeline as p\n"
+        "import resources.dagster_private as d\n"
         "print(json.dumps([runner.instance_storage is r, orchestration.plans is o, fleet is f,\n"
-        "    shipping.bundle is s, load_plan is o.load_plan]))",
+        "    shipping.bundle is s, load_plan is o.load_plan, rag_sweep.orchestration.plans is o,\n"
+        "    rag_sweep.shipping.bundle is s, RagPipeline is p.RagPipeline, rag_sweep.dagster_private is d]))",
         tmp_path,
     )
-    assert json.loads(same) == [True, True, True, True, True]
+    assert json.loads(same) == [True] * 9
 
 
 def test_a_package_of_ones_own_with_an_old_name_comes_first(tmp_path):
@@ -94,23 +100,24 @@ def test_an_instance_naming_the_old_modules_opens_in_dagster_and_is_migrated(tmp
     assert modules == ["rag_sweep.runner.compute_logs"]
 
 
-def test_a_model_registered_before_the_move_loads(tmp_path, monkeypatch):
+@pytest.mark.parametrize("package", ["shipping", "rag_sweep.shipping"])
+def test_a_model_registered_before_the_move_loads(tmp_path, monkeypatch, package):
     """Registered with the old model code (its tags signed over it), then loaded by plain MLflow in a new
     Python that has not imported the project."""
     old_code = tmp_path / "old" / "model_code.py"
     old_code.parent.mkdir()
-    old_code.write_text(OLD_MODEL_CODE)
+    old_code.write_text(OLD_MODEL_CODE.replace("from shipping.", f"from {package}."))
     monkeypatch.setattr(bundle, "CODE", old_code)
     tracking = Tracking(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts")
     register_champion(tracking, small_bundle(tmp_path))
     client = tracking.client()
     folder = Path(client.get_model_version_download_uri("serve", "1"))
-    assert "from shipping.pipeline import RagPipeline" in (folder / "model_code.py").read_text()
+    assert f"from {package}.pipeline import RagPipeline" in (folder / "model_code.py").read_text()
     answer = _python(
         "import sys, mlflow.pyfunc, pandas as pd\n"
         "model = mlflow.pyfunc.load_model('models:/serve@champion')\n"
         f"answer = model.predict(pd.DataFrame({{'question': [{QUESTION!r}]}}))['answer'][0]\n"
-        "assert 'rag_sweep.shipping.pipeline' in sys.modules\n"
+        "assert 'resources.shipping.pipeline' in sys.modules\n"
         "print(type(answer).__name__, len(answer) > 0)",
         tmp_path,
         MLFLOW_TRACKING_URI=tracking.uri,

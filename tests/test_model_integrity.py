@@ -23,9 +23,9 @@ from mlflow.tracking import MlflowClient
 
 from rag_core.planning.spec import SpecError
 from rag_sweep.cli import main
-from rag_sweep.shipping.bundle import fingerprints, save
-from rag_sweep.shipping.pipeline import TamperedModel, file_sha256
-from rag_sweep.shipping.registry import download_verified, load_champion, register_champion
+from resources.shipping.bundle import fingerprints, save
+from resources.shipping.pipeline import TamperedModel, file_sha256
+from resources.shipping.registry import download_verified, load_champion, register_champion
 from tests.small_model import small_bundle
 
 QUESTION = "Who wrote Arthur's Magazine?"
@@ -196,7 +196,7 @@ def test_verify_model_checks_a_folder_against_the_printed_fingerprint(built, tmp
 
 
 def _original_code() -> str:
-    return (Path(__file__).parents[1] / "rag_sweep" / "shipping" / "model_code.py").read_text()
+    return (Path(__file__).parents[1] / "resources" / "shipping" / "model_code.py").read_text()
 
 
 def _injected(marker: Path) -> str:
@@ -274,7 +274,7 @@ def test_an_unsigned_version_or_a_missing_key_refuses_and_a_pinned_fingerprint_s
 def test_a_key_others_can_read_is_refused(registered, champion, monkeypatch, tmp_path):
     import os
 
-    from rag_sweep.shipping.signing import SigningKeyError, sign
+    from resources.shipping.signing import SigningKeyError, sign
 
     key = tmp_path / "open.key"
     monkeypatch.setenv("RAG_SWEEP_SIGNING_KEY", str(key))
@@ -309,7 +309,7 @@ def test_a_signed_model_registered_under_another_name_or_as_another_config_is_re
 
 
 def test_a_version_signed_over_its_files_alone_refuses_and_is_registered_again(registered, champion):
-    from rag_sweep.shipping.registry import due
+    from resources.shipping.registry import due
 
     uri, _ = registered
     client = MlflowClient(uri)

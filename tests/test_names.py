@@ -37,7 +37,7 @@ def ran(slice_data, tmp_path_factory):
 
 
 def test_every_run_of_a_sweep_names_its_sweep_and_stage(ran):
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from rag_sweep.runner.instance import local_instance
     from rag_sweep.runner.sweep import runner_definitions
 

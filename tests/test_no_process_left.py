@@ -108,7 +108,7 @@ def test_run_and_export_leave_no_process_behind(small_slice, tmp_path):
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> tuple[Path, str]:
     """A small exported model folder and its fingerprint (tests/small_model.py)."""
-    from rag_sweep.shipping.bundle import fingerprints, save
+    from resources.shipping.bundle import fingerprints, save
     from tests.small_model import small_bundle
 
     tmp = tmp_path_factory.mktemp("served")

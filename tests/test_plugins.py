@@ -200,7 +200,7 @@ def test_a_chunk_outside_the_text_is_refused_naming_the_method(plugin_path, tmp_
 
 
 def _plan(tmp_path, slice_data, name: str, **sections):
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
 
     spec = _sweep(tmp_path / f"{name}.yaml", slice_data, name=name, **sections)
     plan = load_plan(spec, "lancedb")
@@ -385,7 +385,7 @@ def test_a_search_strategy_plugin_runs_one_config_at_a_time_like_bayesian(plugin
     plan = _plan({"strategy": "reverse", "budget": {"max_configs": 3}})
     assert plan.sweep.search.adaptive and len(plan.config_keys) == 12  # the plan holds the whole space
     report, steps, done = _drive(plan)
-    from rag_sweep.orchestration.search import space_of
+    from rag_assets.orchestration.search import space_of
 
     space, key_of = space_of(plan)
     assert report.evaluated == [key_of[space.key(c)] for c in reversed(space.all())][:3]
@@ -465,7 +465,7 @@ def test_a_store_plugin_that_is_not_a_store_is_one_error_naming_it(plugin_path, 
 
 def test_a_shipped_model_installs_the_plugins_its_config_runs_with(plugin_path, tmp_path, slice_data):
     from rag_core.planning.extension_points import config_plugins
-    from rag_sweep.shipping.bundle import environment
+    from resources.shipping.bundle import environment
 
     plugin_path(exact_site(tmp_path / "a", "1.0"))
     plugin_path(lines_site(tmp_path / "b", "1.2"))
@@ -725,10 +725,10 @@ def test_a_name_a_plugin_gave_when_the_sweep_ran_is_refused_once_it_is_gone(
     """Run with an answer-generator plug-in, the sweep records the name; with the plug-in gone, the name is
     not read as a litellm model: the plan, `rag-sweep run` and the registered champion refuse it, naming
     the package to install."""
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from rag_sweep.runner import run_sweep
-    from rag_sweep.shipping.pipeline import MissingPlugin
-    from rag_sweep.shipping.registry import load_champion
+    from resources.shipping.pipeline import MissingPlugin
+    from resources.shipping.registry import load_champion
     from tests.conftest import cli
 
     spec = _sweep(
@@ -768,8 +768,8 @@ def test_a_shipped_model_refuses_to_load_without_its_plugin_naming_the_package(p
     import mlflow.pyfunc
 
     from rag_sweep.cli import main
-    from rag_sweep.shipping.bundle import save
-    from rag_sweep.shipping.pipeline import MissingPlugin
+    from resources.shipping.bundle import save
+    from resources.shipping.pipeline import MissingPlugin
     from tests.small_model import small_bundle
 
     plugin_path(reader_site(tmp_path / "a"))

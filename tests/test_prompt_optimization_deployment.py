@@ -54,7 +54,7 @@ def test_a_deployment_optimizes_after_its_leaderboard_and_requests_the_optimized
     later stages follow through the automation sensor); what is complete is never requested again."""
     import dagster as dg
 
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from rag_sweep.runner.step_runs import StepRunner
     from rag_sweep.sweep_defs import sweep_definitions
     from resources import build_resources

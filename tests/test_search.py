@@ -130,7 +130,7 @@ def _plan(search: dict):
 
 def _drive(plan, done: dict | None = None):
     """run_search with every step recorded and a made-up summary per evaluated config."""
-    from rag_sweep.orchestration.search import run_search
+    from rag_assets.orchestration.search import run_search
 
     done = dict(done or {})
     steps = []
@@ -225,7 +225,7 @@ def test_halving_over_the_plan_drops_the_worse_config_and_materializes_each_rung
     full set."""
     import polars as pl
 
-    from rag_sweep.orchestration.search import run_halving
+    from rag_assets.orchestration.search import run_halving
 
     raw = {"strategy": "halving", "start_questions": 8, "growth": 2, "seed": 1}
     plan = _plan({**raw, "budget": {"max_configs": 6}})  # a seeded sample of 6 of the 12 configs
@@ -262,7 +262,7 @@ def test_halving_over_the_plan_drops_the_worse_config_and_materializes_each_rung
 
 
 def test_among_equal_index_costs_the_cheaper_llm_is_proposed_first():
-    from rag_sweep.orchestration.search import generation_usd, space_of
+    from rag_assets.orchestration.search import generation_usd, space_of
 
     raw = {
         "name": "s",

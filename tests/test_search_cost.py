@@ -185,7 +185,7 @@ def test_a_bad_budget_is_a_one_line_error_naming_its_field(search, field):
 def _drive(plan: Plan):
     """run_search over the plan as the CLI's and the deployment's controller runs it: every step recorded,
     a made-up summary per evaluated config."""
-    from rag_sweep.orchestration.search import run_search
+    from rag_assets.orchestration.search import run_search
 
     done, steps = {}, []
 
@@ -228,8 +228,8 @@ def test_the_deployments_search_job_starts_the_same_strategy_with_its_budget_in_
     the search over that plan keeps to it."""
     import dagster as dg
 
+    from rag_assets.orchestration.search import SearchController, SearchState
     from rag_sweep.definitions import build_definitions
-    from rag_sweep.orchestration.search import SearchController, SearchState
 
     plan = Plan.resolve(
         sweep_from_dict({**RAW, "search": {"strategy": "cost_aware"}}, tmp_path / "costs.yaml")
@@ -266,7 +266,7 @@ def test_plan_prints_what_the_search_expects_to_spend():
 
 def test_a_cost_aware_search_over_the_plan_keeps_to_its_budget_in_dollars():
     """litellm's prices of the calls each step makes (a chunk's tokens from its size before it exists)."""
-    from rag_sweep.orchestration.search import search_costs, space_of
+    from rag_assets.orchestration.search import search_costs, space_of
 
     plan = _plan(strategy="cost_aware")
     space, keys = space_of(plan)

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from rag_assets.board_files import read_decision
-from rag_sweep.orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
+from rag_assets.orchestration.search import SEARCH_TAG, STEP_TAG, SearchState
 from rag_sweep.runner import run_sweep
 from tests.conftest import write_sweep
 from tests.servers import Deployment, deployment

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_sweep.shipping.bundle import save
-from rag_sweep.shipping.pipeline import OUTPUT, question_of, rows_of
+from resources.shipping.bundle import save
+from resources.shipping.pipeline import OUTPUT, question_of, rows_of
 from tests.small_model import small_bundle
 
 

@@ -18,8 +18,8 @@ import pytest
 import requests
 
 from rag_sweep.runner import load_plan, run_sweep
-from rag_sweep.shipping.pipeline import TamperedModel
-from rag_sweep.shipping.registry import current_champion
+from resources.shipping.pipeline import TamperedModel
+from resources.shipping.registry import current_champion
 from tests.conftest import ROOT, cli, write_sweep
 from tests.servers import _stop, free_port, wait_http
 
@@ -190,8 +190,8 @@ def test_an_exported_model_states_only_its_own_evidence(sweep_run):
     """The holdout's verdict is about the recommended config: another config's model does not carry it; a
     config absent from the latest board is exported with a warning and no figures; a board row evaluated
     under other settings (another LLM endpoint) is not this config's evaluation and is refused."""
-    from rag_sweep.shipping import ExportWarning
-    from rag_sweep.shipping.bundle import ExportError, collect
+    from resources.shipping import ExportWarning
+    from resources.shipping.bundle import ExportError, collect
 
     data, plan, board = sweep_run["data"], sweep_run["plan"], sweep_run["board"]
     instance = sweep_run["instance"]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ASK = """
 import json, sys
 from resources.tracking import MlflowTracking
-from rag_sweep.shipping.registry import champion_of
+from resources.shipping.registry import champion_of
 t = MlflowTracking(default_dir=sys.argv[1])
 logged = sorted(t.logged("exp", "eval_fingerprint"))
 champion = champion_of(t, "exp")

@@ -108,7 +108,7 @@ def test_what_the_answer_was_read_from_changed_is_asked_again(swept, tmp_path):
 
 
 def test_nothing_is_recorded_where_a_server_answers(swept, monkeypatch):
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
     from rag_sweep.runner.up_to_date import recordable
 
     spec, data, _ = swept

@@ -1,6 +1,6 @@
 """`rag-sweep gc`: what a data dir holds that none of its sweeps needs now, and removing it.
 
-Kept, for every sweep given (all the sweep files the data dir has run must be given, rag_sweep/orchestration/
+Kept, for every sweep given (all the sweep files the data dir has run must be given, rag_assets/orchestration/
 sweep_records.py; with the configs their runs added, a gate's baseline):
 - every artifact its plan expects from its input files as they are now (`Plan.fingerprints`, and each
   rung of a halving search), and the latest materialization the instance records for each of its
@@ -15,7 +15,7 @@ collections its index markers name, the cache parts with no kept text. Under the
 run started meanwhile waits for it; the age guards what a deployment's run (which takes no such lock) is
 writing now. MLflow runs are left alone: they are a record of what was evaluated, not storage that grows
 with reruns (a rerun updates a config's run in place). Nothing reached through a link is followed or removed,
-and nothing outside the data dir is deleted (rag_sweep/orchestration/contained.py).
+and nothing outside the data dir is deleted (rag_assets/orchestration/contained.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_assets.inputs import snapshot_fingerprints
+from rag_assets.orchestration.contained import contained, listed_files, subfolders, unlink_contained
+from rag_assets.orchestration.sweep_records import with_recorded_configs
 from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_core.common.fingerprint import text_hash
 from rag_core.decision.holdout import holdout_size
@@ -34,8 +36,6 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError
 from rag_core.planning.stages import PARTITIONED, STAGES
 from rag_core.search.halving import next_rung
-from rag_sweep.orchestration.contained import contained, listed_files, subfolders, unlink_contained
-from rag_sweep.orchestration.sweep_records import with_recorded_configs
 from resources.artifacts import ArtifactRef, latest_fingerprint, latest_fingerprints
 from resources.storage import is_remote, read_parquet
 
@@ -275,7 +275,7 @@ def _registered_collections(plans: list[Plan], data: Path) -> set[tuple[str, str
     import mlflow
 
     from rag_core.components.stores import keeps_files
-    from rag_sweep.shipping.pipeline import BUNDLE, MANIFEST
+    from resources.shipping.pipeline import BUNDLE, MANIFEST
     from resources.tracking import MlflowTracking
 
     tracking = MlflowTracking(default_dir=str(data))

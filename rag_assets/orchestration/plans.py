@@ -23,7 +23,7 @@ def load_plan(
     A sweep that optimizes prompts also holds the configs its optimizations found, read from `data_dir`
     (default $RAG_DATA_DIR, else ./.rag_data). `extra`: configs evaluated beside the sweep's own (a gate's
     baseline), after them. A component name a plug-in gave when the sweep ran on that data dir, and none
-    installed gives now, is a SpecError naming the package (rag_sweep/orchestration/plugin_names.py)."""
+    installed gives now, is a SpecError naming the package (rag_assets/orchestration/plugin_names.py)."""
     sweep = load_sweep(spec)
     if extra:
         sweep = sweep.model_copy(update={"configs": sweep.configs + tuple(extra)})
@@ -35,7 +35,7 @@ def load_plan(
         found = optimized_prompts(data_dir or default_data_dir(), prefix_of(sweep.name))
         optimized = {key: f["best"] for key, f in found.items() if f.get("improved")}
     plan = Plan.resolve(sweep, store or deployment_store(), llm_api_base(), optimized)
-    from rag_sweep.orchestration.plugin_names import check_installed
+    from rag_assets.orchestration.plugin_names import check_installed
     from resources.storage import data_root
 
     check_installed(data_root(data_dir or default_data_dir()), plan)  # a name a plug-in gave when it ran

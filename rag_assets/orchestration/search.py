@@ -31,6 +31,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rag_assets.orchestration.todo import Complete, completed, input_fingerprints
 from rag_core.metrics import overall_score
 from rag_core.planning.bill import CHARS_PER_TOKEN, cost_model
 from rag_core.planning.plan import Plan
@@ -39,7 +40,6 @@ from rag_core.planning.stages import CONFIG_STAGE, PARTITIONED, stage
 from rag_core.search import CostModel, Halving, Space, make
 from rag_core.search.halving import question_scores
 from rag_core.search.strategies import STRATEGIES
-from rag_sweep.orchestration.todo import Complete, completed, input_fingerprints
 from resources.artifacts import ArtifactRef
 from resources.llm_cache import open_cache
 from resources.storage import atomic_write_bytes, data_root

@@ -52,7 +52,7 @@ def _records(data: Path) -> list[tuple[Path, dict]]:
 def with_recorded_configs(data: Path, plans: list[Plan]) -> list[Plan]:
     """The given plans, each with the configs its last recorded run added (a gate's baseline); refused in
     one line when a sweep file recorded on the data dir is not among them."""
-    from rag_sweep.orchestration.plans import load_plan
+    from rag_assets.orchestration.plans import load_plan
 
     records = _records(data)
     given = {str(p.sweep.path) for p in plans}

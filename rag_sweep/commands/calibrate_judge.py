@@ -85,11 +85,11 @@ def judge_llm(args):
 
 
 def run(args) -> int:
+    from rag_assets.orchestration.plans import load_plan
     from rag_core.evaluation.evaluate import judge_labelled
     from rag_core.metrics.judge import JUDGE_PROMPT
     from rag_core.metrics.judge_agreement import MIN_LABELS, agreement
     from rag_core.metrics.judge_alignment import leaked
-    from rag_sweep.orchestration.plans import load_plan
 
     sweep = load_plan(args.spec).sweep
     model = args.model or sweep.judge_model

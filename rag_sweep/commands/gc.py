@@ -1,4 +1,4 @@
-"""`rag-sweep gc`: list (and with --apply remove) what no given sweep needs in a data dir (rag_sweep/orchestration/gc.py)."""
+"""`rag-sweep gc`: list (and with --apply remove) what no given sweep needs in a data dir (rag_assets/orchestration/gc.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from rag_sweep.orchestration.gc import collect, parse_age, remove
+    from rag_assets.orchestration.gc import collect, parse_age, remove
     from rag_sweep.runner import load_plan, local_instance
     from rag_sweep.runner.lock import exclusive
 

@@ -46,7 +46,7 @@ def add_parsers(sub) -> None:
 def export(args) -> int:
     """The config as a model folder: the pipeline it was evaluated as, loadable and servable by MLflow."""
     from rag_sweep.runner import load_plan, local_instance
-    from rag_sweep.shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
+    from resources.shipping.bundle import ExportError, collect, config_key_of, fingerprints, save
 
     data = data_root(args.data_dir or environment.default_data_dir())
     out = Path(args.out)
@@ -77,7 +77,7 @@ def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tupl
     import os
     import shutil
 
-    from rag_sweep.shipping.pipeline import (
+    from resources.shipping.pipeline import (
         BUNDLE,
         MANIFEST,
         TamperedModel,
@@ -85,7 +85,7 @@ def verified_copy(model: str, dst: Path | None, fingerprint: str | None) -> tupl
         folder_fingerprint,
         verify,
     )
-    from rag_sweep.shipping.registry import check_regular_files, download_verified, private_folder
+    from resources.shipping.registry import check_regular_files, download_verified, private_folder
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the command's output: its result
     try:
@@ -121,7 +121,7 @@ def verify_model(args) -> int:
     private copy. No code of the model runs."""
     import shutil
 
-    from rag_sweep.shipping.pipeline import MissingPlugin, TamperedModel
+    from resources.shipping.pipeline import MissingPlugin, TamperedModel
 
     registered = args.model.startswith("models:/")
     if args.download and not registered:
@@ -156,12 +156,12 @@ def serve(args) -> int:
     """`mlflow models serve` on a private copy of the model, checked as `verify-model` checks it: the
     server loads exactly what was verified (MLflow serving a registry URI would run the code of the
     registry's own folder before any check). The server ends with this command, however it is ended
-    (rag_sweep/commands/children.py), and the copy is removed."""
+    (rag_core/common/children.py), and the copy is removed."""
     import os
     import shutil
 
-    from rag_sweep.commands.children import run_until_signalled
-    from rag_sweep.shipping.pipeline import MissingPlugin, TamperedModel
+    from rag_core.common.children import run_until_signalled
+    from resources.shipping.pipeline import MissingPlugin, TamperedModel
 
     if not 1 <= args.port <= 65535:  # before any work: MLflow would serve on another port than the one said
         raise SpecError(f"--port {args.port}: not a TCP port; give one from 1 to 65535")

@@ -5,7 +5,7 @@ named by (data dir, plan name, stage), plain strings Dagster sends with each tas
 rebuilds it from them (`step_job`) with its own resources, read from its own environment: the sweep
 file, its input files and the runner's disk are never needed on a worker.
 
-The plan file is data, never code: JSON (rag_sweep.orchestration.plans.plan_document) from which the worker resolves the
+The plan file is data, never code: JSON (rag_assets.orchestration.plans.plan_document) from which the worker resolves the
 plan as the runner did, named by the SHA-256 of its bytes, which the worker checks before reading it.
 Whoever can write the data dir (or bucket) can make a step fail, but cannot make a worker run code.
 """
@@ -20,11 +20,11 @@ import re
 import dagster as dg
 from dagster_celery import celery_executor
 
+from rag_assets.orchestration.plans import plan_document, plan_from_document
 from rag_assets.stage_asset import asset_key
 from rag_assets.sweep_assets import stage_assets
 from rag_core.planning.plan import Plan
 from rag_sweep.fleet.celery_app import CELERY_SETTINGS
-from rag_sweep.orchestration.plans import plan_document, plan_from_document
 from resources import build_resources
 from resources.environment import celery_broker_url
 from resources.storage import atomic_write_bytes, data_root

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_assets.orchestration.plans import load_plan
 from rag_core.planning.plan import Plan
-from rag_sweep.orchestration.plans import load_plan
 from rag_sweep.sweep_defs import sweep_definitions
 
 

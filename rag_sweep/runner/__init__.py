@@ -1,10 +1,10 @@
 """The `rag-sweep` CLI's driver: what runs a sweep from a terminal, tests and benchmarks. A deployment
-never imports it: what both need lives in rag_sweep/orchestration/ (re-exported here for the CLI's users).
+never imports it: what both need lives in rag_assets/orchestration/ (re-exported here for the CLI's users).
 
 - `run_sweep`: materialize a sweep end to end in this process (`SweepRun`: its leaderboard and artifacts),
   a stage's due partitions in one Dagster run (rag_core/planning/batches.py);
 - `load_plan`, `steps`, `completed`, `holdout_steps`, `SearchController`, `begin_search`: from
-  rag_sweep/orchestration/ (the plan, what is complete, the adaptive search's controller);
+  rag_assets/orchestration/ (the plan, what is complete, the adaptive search's controller);
 - `exclusive`: one run per data dir; `close_abandoned_runs`: end the Dagster runs a killed run left started;
 - `load_data`, `bill`: the data as a run reads it, and what a run would compute (rag_sweep/runner/estimate.py);
 - `up_to_date`: an unchanged rerun answered without importing Dagster.
@@ -21,26 +21,26 @@ _EXPORTS = {
     "RUNNER_PID_TAG": "rag_sweep.runner.instance",
     "CheckFailed": "rag_sweep.runner.errors",
     "DataDirError": "rag_sweep.runner.errors",
-    "SearchController": "rag_sweep.orchestration.search",
-    "SearchReport": "rag_sweep.orchestration.search",
-    "SearchState": "rag_sweep.orchestration.search",
+    "SearchController": "rag_assets.orchestration.search",
+    "SearchReport": "rag_assets.orchestration.search",
+    "SearchState": "rag_assets.orchestration.search",
     "StepFailed": "rag_sweep.runner.errors",
     "SweepRun": "rag_sweep.runner.sweep",
     "asset_key": "rag_assets.stage_asset",
-    "begin_search": "rag_sweep.orchestration.search",
+    "begin_search": "rag_assets.orchestration.search",
     "bill": "rag_sweep.runner.estimate",
     "close_abandoned_runs": "rag_sweep.runner.instance",
-    "completed": "rag_sweep.orchestration.todo",
+    "completed": "rag_assets.orchestration.todo",
     "exclusive": "rag_sweep.runner.lock",
-    "holdout_steps": "rag_sweep.orchestration.todo",
+    "holdout_steps": "rag_assets.orchestration.todo",
     "load_data": "rag_sweep.runner.estimate",
-    "load_plan": "rag_sweep.orchestration.plans",
+    "load_plan": "rag_assets.orchestration.plans",
     "local_instance": "rag_sweep.runner.instance",
     "run_sweep": "rag_sweep.runner.sweep",
     "runner_definitions": "rag_sweep.runner.sweep",
-    "stale_snapshots": "rag_sweep.orchestration.todo",
-    "steps": "rag_sweep.orchestration.todo",
-    "unobserved": "rag_sweep.orchestration.todo",
+    "stale_snapshots": "rag_assets.orchestration.todo",
+    "steps": "rag_assets.orchestration.todo",
+    "unobserved": "rag_assets.orchestration.todo",
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from rag_sweep.dagster_private import (
+from resources.dagster_private import (
     IO_TYPE_EXTENSION,
     CapturedLogContext,
     ComputeIOType,

@@ -8,6 +8,7 @@ import os
 import polars as pl
 
 from rag_assets.inputs import load_sweep_qa, snapshot_fingerprints
+from rag_assets.orchestration.plans import load_plan
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.extras import missing_for
 from rag_core.common.local_models import is_local, model_version
@@ -16,7 +17,6 @@ from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import Bill, estimate
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError, check_optimize_budget
-from rag_sweep.orchestration.plans import load_plan
 from resources.artifacts import ArtifactRef
 from resources.devices import ASSUMED_CPU_CHARS, measured_rate
 from resources.embedders import EmbeddingService

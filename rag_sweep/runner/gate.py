@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rag_assets.orchestration.plans import load_plan
 from rag_assets.stage_asset import asset_key
 from rag_core.decision.gate import GateResult, GateSettings, gate
 from rag_core.decision.gate_report import reports
@@ -26,7 +27,6 @@ from rag_core.decision.qualification import effective_weights
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig, SpecError
 from rag_core.planning.stages import CONFIG_STAGE
-from rag_sweep.orchestration.plans import load_plan
 from resources.environment import default_data_dir
 from resources.storage import data_root
 
@@ -57,7 +57,7 @@ class GateRun:
 def resolve_baseline(against: str, plan: Plan, store: str | None, data: Path) -> Baseline:
     """What `--against` names: a registered version, a config of the sweep (`plan`'s), or another sweep's
     recommendation."""
-    from rag_sweep.shipping.bundle import ExportError, config_key_of
+    from resources.shipping.bundle import ExportError, config_key_of
 
     if against.startswith("models:/"):
         return _registered(against, data)
@@ -78,8 +78,8 @@ def resolve_baseline(against: str, plan: Plan, store: str | None, data: Path) ->
 
 def _registered(model_uri: str, data: Path) -> Baseline:
     """The config a registered model version was evaluated as, from its folder once checked."""
-    from rag_sweep.shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, registered_as
-    from rag_sweep.shipping.registry import download_verified
+    from resources.shipping.pipeline import BUNDLE, MANIFEST, TamperedModel, registered_as
+    from resources.shipping.registry import download_verified
 
     with _registry_of(data):
         try:

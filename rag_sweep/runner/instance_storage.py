@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as db
 
-from rag_sweep.dagster_private import (
+from resources.dagster_private import (
     ConsolidatedSqliteEventLogStorage,
     SqliteRunStorage,
 )

@@ -20,9 +20,9 @@ from dagster import DagsterExecutionInterruptedError, DagsterExecutionStepExecut
 
 from rag_assets.stage_asset import asset_key
 from rag_core.planning.batches import steps_in
-from rag_sweep.dagster_private import DagsterAssetCheckFailedError
 from rag_sweep.runner.errors import CheckFailed, StepFailed
 from rag_sweep.runner.interrupts import interrupts_kept
+from resources.dagster_private import DagsterAssetCheckFailedError
 
 # Steps a fleet run keeps in flight: the broker queues them until a worker is free, so this only bounds
 # the threads (and database connections) this process spends waiting on them.

@@ -1,7 +1,7 @@
 """Run a sweep end to end through the same Dagster assets a deployment runs: the input files are observed
-and snapshotted in this process, then the steps to do (rag_sweep/orchestration/todo.py) run, each as a Dagster run, in this
+and snapshotted in this process, then the steps to do (rag_assets/orchestration/todo.py) run, each as a Dagster run, in this
 process or on a worker fleet (rag_sweep/runner/step_runs.py, rag_sweep/fleet/), into a persistent Dagster instance; an
-adaptive search is driven by its controller (rag_sweep/orchestration/search.py)."""
+adaptive search is driven by its controller (rag_assets/orchestration/search.py)."""
 
 from __future__ import annotations
 
@@ -16,19 +16,11 @@ from tqdm import tqdm
 
 from rag_assets.board_files import leaderboard_path
 from rag_assets.champion import CHAMPION, champion_due
-from rag_assets.search_chain import CHAIN
-from rag_assets.stage_asset import FORCE_TAG, asset_key
-from rag_assets.sweep_assets import stage_assets
-from rag_core.common.fingerprint import file_hash
-from rag_core.common.progress import listening
-from rag_core.planning.batches import batch_reads, batches, steps_in
-from rag_core.planning.spec import load_sweep
-from rag_core.planning.step_graph import StepGraph
-from rag_sweep.orchestration.plans import load_plan
-from rag_sweep.orchestration.plugin_names import record as record_plugins
-from rag_sweep.orchestration.search import SearchController, SearchReport, batch_tags, begin_search
-from rag_sweep.orchestration.sweep_records import record_sweep
-from rag_sweep.orchestration.todo import (
+from rag_assets.orchestration.plans import load_plan
+from rag_assets.orchestration.plugin_names import record as record_plugins
+from rag_assets.orchestration.search import SearchController, SearchReport, batch_tags, begin_search
+from rag_assets.orchestration.sweep_records import record_sweep
+from rag_assets.orchestration.todo import (
     completed,
     holdout_steps,
     new_finalists,
@@ -37,6 +29,14 @@ from rag_sweep.orchestration.todo import (
     steps,
     unobserved,
 )
+from rag_assets.search_chain import CHAIN
+from rag_assets.stage_asset import FORCE_TAG, asset_key
+from rag_assets.sweep_assets import stage_assets
+from rag_core.common.fingerprint import file_hash
+from rag_core.common.progress import listening
+from rag_core.planning.batches import batch_reads, batches, steps_in
+from rag_core.planning.spec import load_sweep
+from rag_core.planning.step_graph import StepGraph
 from rag_sweep.runner.errors import CheckFailed
 from rag_sweep.runner.estimate import load_data, require_extras
 from rag_sweep.runner.instance import (
@@ -276,7 +276,7 @@ def nothing_due(plan, instance, data: Path, stores, tracking, sources) -> bool:
 
 def record_observation(instance, source) -> None:
     """An input file's observation (its content hash as the data version), as the UI's observe records it."""
-    from rag_sweep.dagster_private import DATA_VERSION_TAG
+    from resources.dagster_private import DATA_VERSION_TAG
 
     path = source.metadata["path"].path
     instance.report_runless_asset_event(

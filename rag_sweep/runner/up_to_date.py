@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rag_assets.board_files import leaderboard_path
+from rag_assets.orchestration.plans import load_plan, plan_document
 from rag_core.components.stores import keeps_files
-from rag_sweep.orchestration.plans import load_plan, plan_document
 from rag_sweep.runner.lock import exclusive
 from resources.environment import (
     dagster_home,
@@ -68,7 +68,7 @@ class Remembered(NamedTuple):
 
 def shipping_facts(tracking, sweep: str) -> Shipping:
     """`tracking` (an MlflowTracking)'s facts for the sweep (on a local store, answered from its memo)."""
-    from rag_sweep.shipping.registry import champion_of
+    from resources.shipping.registry import champion_of
 
     if not tracking.enabled:
         return Shipping(False, None, tracking.display_uri(), tracking.resolved_uri(), None)

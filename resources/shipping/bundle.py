@@ -2,7 +2,7 @@
 chunkset and embeddings it was evaluated on, each with its sha256), and the figures it was chosen on (the
 selection score with its interval, the holdout's when the sweep holds questions out, cost per 1k queries,
 p95 latency, the sweep and the leaderboard it came from). `collect` reads them from a data dir; `save`
-writes the MLflow pyfunc model (rag_sweep/shipping/pipeline.py) to a folder."""
+writes the MLflow pyfunc model (resources/shipping/pipeline.py) to a folder."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import polars as pl
 from rag_core.common.local_models import model_version
 from rag_core.planning.extension_points import config_plugin_names, config_plugins
 from rag_core.planning.plan import Plan
-from rag_sweep.shipping import ExportWarning
-from rag_sweep.shipping.pipeline import (
+from resources.artifacts import ArtifactRef, latest_fingerprint
+from resources.shipping import ExportWarning
+from resources.shipping.pipeline import (
     BUNDLE,
     INDEX_BUILD,
     MANIFEST,
@@ -29,7 +30,6 @@ from rag_sweep.shipping.pipeline import (
     folder_fingerprint,
     manifest_parts,
 )
-from resources.artifacts import ArtifactRef, latest_fingerprint
 
 # the board's figures a model carries as its metadata (those present: holdout ones only after a confirmation)
 FIGURES = (
@@ -237,7 +237,7 @@ def write(bundle: Bundle, folder: Path) -> Path:
 
 
 def _signature():
-    """The reply's columns (rag_sweep/shipping/pipeline.py, OUTPUT). No input schema: MLflow enforces one before
+    """The reply's columns (resources/shipping/pipeline.py, OUTPUT). No input schema: MLflow enforces one before
     `predict` sees the rows, and a `question: string` column rejects a whole batch whose column pandas types
     as numbers or booleans, and `{"dataframe_records": []}` (a frame without columns); served, it casts a
     null to the text "None". `predict` checks each row itself: a row that is not a question is its error."""

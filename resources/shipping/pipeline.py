@@ -9,7 +9,7 @@ naming the file, and every plug-in its config runs with installed (`MissingPlugi
 `pipeline.json` itself (the config's settings and prompts, the files' hashes) is checked against a
 fingerprint recorded outside the folder: a registered version's registry tags (`model_files`,
 `bundle_fingerprint`, `bundle_parts`, set at registration, and their signature `model_signature`, made with
-a key the folder's writer does not hold: rag_sweep/shipping/signing.py), looked up when the model is loaded as
+a key the folder's writer does not hold: resources/shipping/signing.py), looked up when the model is loaded as
 `models:/NAME@alias` or `models:/NAME/N` (MLflow writes the version it fetched into the folder,
 `registered_model_meta`, before loading it); an edited part is named. A bare folder has no such anchor: its
 printed fingerprint (`folder_fingerprint`) is what `rag-sweep export` printed, or it is not the exported one. An embedded store's index is built from the bundled rows and vectors into a folder of the
@@ -141,9 +141,9 @@ def check_registered(
     registry tags record (`model_files`), and `manifest` (when given: already read) the recorded
     `bundle_fingerprint`. The tags are only as good as their anchor, which the folder's writer cannot
     forge: `pinned` (the folder fingerprint the user gives), else the tags' `model_signature`, made with
-    this user's signing key (rag_sweep/shipping/signing.py). A version without them refuses: nothing outside its
+    this user's signing key (resources/shipping/signing.py). A version without them refuses: nothing outside its
     folder says what it held."""
-    from rag_sweep.shipping.signing import SIGNATURE_VERSION, SigningKeyError, signed
+    from resources.shipping.signing import SIGNATURE_VERSION, SigningKeyError, signed
 
     where = f"registered model {name} version {version}"
     if "model_files" not in tags or "bundle_fingerprint" not in tags:

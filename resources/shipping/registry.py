@@ -5,8 +5,8 @@ evaluation fingerprint) registers nothing: a rerun, a re-ranking or a nightly re
 registry as it is.
 
 A version's tags record what its model folder is (`model_fingerprint`, `model_files`, `bundle_fingerprint`,
-`bundle_parts`: rag_sweep/shipping/bundle.py `fingerprints`) and their signature (`model_signature`, with this user's
-signing key: rag_sweep/shipping/signing.py), which one who can rewrite the folder and the tracking store cannot make.
+`bundle_parts`: resources/shipping/bundle.py `fingerprints`) and their signature (`model_signature`, with this user's
+signing key: resources/shipping/signing.py), which one who can rewrite the folder and the tracking store cannot make.
 `load_champion` (and `rag-sweep verify-model`, `serve`, `gate --against models:/...`) copies a version into
 a private folder, checks every file of the copy against them, and loads that copy: MLflow runs no code of
 it before the check, and nothing is read again from the registry's folder."""
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the bundle imports MLflow's pyfunc: a rerun reading the champion need not
-    from rag_sweep.shipping.bundle import Bundle
+    from resources.shipping.bundle import Bundle
 
-from rag_sweep.shipping.signing import SIGNATURE_VERSION
+from resources.shipping.signing import SIGNATURE_VERSION
 
 ALIAS = "champion"
 
@@ -75,8 +75,8 @@ def register_champion(tracking, bundle: Bundle) -> dict:
     setting is changed."""
     from mlflow.exceptions import MlflowException
 
-    from rag_sweep.shipping.bundle import fingerprints, save
-    from rag_sweep.shipping.signing import sign
+    from resources.shipping.bundle import fingerprints, save
+    from resources.shipping.signing import sign
 
     client, name = tracking.client(), bundle.manifest["sweep"]
     uri = f"models:/{name}@{ALIAS}"
@@ -97,7 +97,7 @@ def register_champion(tracking, bundle: Bundle) -> dict:
         folder = save(bundle, Path(tmp) / "model")
         tags.update(fingerprints(folder))  # what the folder is, signed with a key its writer does not hold
         # the key signs who the model is with what it holds: registered under another name, or as another
-        # sweep's or config's, it does not verify (rag_sweep/shipping/signing.py)
+        # sweep's or config's, it does not verify (resources/shipping/signing.py)
         identity = {"registered_name": name, "sweep": name, "config_key": bundle.config_key,
                     "evaluation_fingerprint": fingerprint}  # fmt: skip
         tags["model_signature"] = sign(json.loads(tags["model_files"]), identity)
@@ -172,7 +172,7 @@ def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint
     import mlflow.artifacts
     from mlflow.tracking import MlflowClient
 
-    from rag_sweep.shipping.pipeline import BUNDLE, MANIFEST, check_registered, registered_as
+    from resources.shipping.pipeline import BUNDLE, MANIFEST, check_registered, registered_as
 
     registered = registered_as(model_uri)
     if registered is None:
@@ -202,7 +202,7 @@ def download_verified(model_uri: str, dst: Path | str | None = None, fingerprint
 
 def check_regular_files(folder: Path) -> None:
     """A verified copy holds plain files and folders only: a link would point outside what was checked."""
-    from rag_sweep.shipping.pipeline import TamperedModel
+    from resources.shipping.pipeline import TamperedModel
 
     for path in folder.rglob("*"):
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
