@@ -1,20 +1,12 @@
 """`rag-sweep`: run a sweep end to end through the same Dagster assets, in process, no server needed.
 
-    rag-sweep run SPEC [--data-dir DIR] [--output leaderboard.csv|.parquet] [--store NAME] [--force]
-    rag-sweep validate SPEC
-    rag-sweep components [--markdown]
-    rag-sweep plan SPEC [--data-dir DIR] [--store NAME]
-    rag-sweep generate-qa CORPUS --model MODEL --out QA.jsonl
-    rag-sweep export SPEC [--config KEY] --out DIR [--data-dir DIR]
-    rag-sweep verify-model DIR --fingerprint FP | models:/NAME@ALIAS [--download DIR] [--fingerprint FP]
-    rag-sweep serve DIR|models:/NAME@ALIAS [--fingerprint FP] [-p PORT]
-    rag-sweep gate SPEC --against models:/NAME@champion|CONFIG|OTHER.yaml [--margin X] [--junit PATH]
-
 The input files are observed and snapshotted, then the plan's partitions run, a stage's due partitions in
 one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
-(so `dagster dev` can show them). A partition whose latest materialization already holds the artifact these
+(so `dg dev` can show them). A partition whose latest materialization already holds the artifact these
 snapshots give is skipped, so re-running an unchanged spec recomputes nothing; a killed run resumes from
 what is complete. The work is the runner's (rag_sweep/runner/); this module parses arguments and prints.
+Each command is a parser whose `handler` runs it (`set_defaults`): the larger ones a module of
+rag_sweep/commands/ each; `--help` lists every command's usage from its parser.
 """
 
 from __future__ import annotations
@@ -155,11 +147,10 @@ class RedactingParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `rag-sweep` command line: one subcommand each (subcommands)."""
-    parser = RedactingParser(
-        prog="rag-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = RedactingParser(prog="rag-sweep", formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="materialize a sweep end to end and print its leaderboard")
+    run.set_defaults(handler=_run)
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     run.add_argument("--output", help="also write the leaderboard to this .csv or .parquet path")
@@ -170,10 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
     val.add_argument("spec", help="sweep YAML file")
+    val.set_defaults(handler=lambda args: _validate(args.spec))
     pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
     pln.add_argument("spec", help="sweep YAML file")
     pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     pln.add_argument("--store", help="vector store of configs that name none")
+    pln.set_defaults(handler=_plan)
     gen = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
     gen.add_argument("corpus", help="corpus file or folder (the formats a sweep's data.corpus reads)")
     gen.add_argument("--model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
@@ -194,13 +187,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
     )
     gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    gen.set_defaults(handler=generate_qa_command)
     models.add_parsers(sub)
     gate.add_parser(sub)
     gc.add_parser(sub)
     calibrate_judge.add_parser(sub)
     import_labels.add_parser(sub)
     components.add_parser(sub)
+    parser.description = f"{__doc__.splitlines()[0]}\n\n{usages(parser)}\n\n" + "\n".join(
+        __doc__.splitlines()[2:]
+    )
     return parser
+
+
+def usages(parser: argparse.ArgumentParser) -> str:
+    """Every command's usage line, as its own parser writes it (one line each)."""
+    return "\n".join(
+        "    " + " ".join(p.format_usage().removeprefix("usage: ").split())
+        for p in subcommands(parser).values()
+    )
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -224,44 +229,27 @@ def _main(argv: list[str] | None) -> int:
                 runs_steps=args.command == "gate",
                 tracking_uri=getattr(args, "tracking_uri", None),
             )
-        if args.command == "generate-qa":
-            return generate_qa_command(args)
-        if args.command == "validate":
-            return _validate(args.spec)
-        if args.command == "plan":
-            return _plan(args)
-        if args.command == "export":
-            return models.export(args)
-        if args.command == "verify-model":
-            return models.verify_model(args)
-        if args.command == "serve":
-            return models.serve(args)
-        if args.command == "gate":
-            return gate.run(args)
-        if args.command == "gc":
-            return gc.run(args)
-        if args.command == "calibrate-judge":
-            return calibrate_judge.run(args)
-        if args.command == "components":
-            return components.run(args)
-        if args.command == "import-labels":
-            return import_labels.run(args)
-        if args.output:
-            _check_output(args.output)  # its suffix (the path is checked with every command's outputs)
-        t0 = time.perf_counter()
-        # an unchanged rerun: answered from the last run's record, without importing Dagster
-        run = None if args.force else remembered(args.spec, args.data_dir, args.store)
-        if run is not None:
-            print("every partition is up to date: nothing to compute", file=sys.stderr)
-        else:
-            from rag_sweep.runner.sweep import run_sweep
-
-            run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
-        return _print_run(run, args, time.perf_counter() - t0)
+        return args.handler(args)
     except Exception as e:  # any failure, ours or a library's: one redacted line
         if isinstance(e, BrokenPipeError) or _interrupt(e):  # main's to handle
             raise
         return _failed(e, args)
+
+
+def _run(args) -> int:
+    """`rag-sweep run`: the sweep materialized (or an unchanged rerun answered from the last run's record)."""
+    if args.output:
+        _check_output(args.output)  # its suffix (the path is checked with every command's outputs)
+    t0 = time.perf_counter()
+    # an unchanged rerun: answered from the last run's record, without importing Dagster
+    run = None if args.force else remembered(args.spec, args.data_dir, args.store)
+    if run is not None:
+        print("every partition is up to date: nothing to compute", file=sys.stderr)
+    else:
+        from rag_sweep.runner.sweep import run_sweep
+
+        run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
+    return _print_run(run, args, time.perf_counter() - t0)
 
 
 def _check_outputs(command: argparse.ArgumentParser, args) -> None:

@@ -64,6 +64,7 @@ def add_parser(sub) -> None:
         "untested here)",
     )
     cal.add_argument("--aligned-out", help="with --align: write the aligned judge's prompt to this file")
+    cal.set_defaults(handler=run)
 
 
 def read_labels(path: str) -> tuple[list[dict], list[bool]]:

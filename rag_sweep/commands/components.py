@@ -15,6 +15,7 @@ def add_parser(sub) -> None:
     cmd.add_argument(
         "--markdown", action="store_true", help="as a Markdown table (the one docs/guides/plugins.md shows)"
     )
+    cmd.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -41,6 +41,7 @@ def add_parser(sub) -> None:
     gat.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
     gat.add_argument("--store", help="vector store of configs that name none")
     gat.add_argument("--verbose", action="store_true", help="show Dagster's event log")
+    gat.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
         "--older-than", default="30d", help="leave what was written more recently (default 30d; 0: any age)"
     )
     gc.add_argument("--apply", action="store_true", help="remove it (default: only list it)")
+    gc.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     cmd.add_argument("--out", required=True, help="the labels file to write (JSONL)")
     cmd.add_argument("--assessment", default="supported", help="the feedback's name (default: supported)")
     cmd.add_argument("--tracking-uri", help="the MLflow tracking server (default $MLFLOW_TRACKING_URI)")
+    cmd.set_defaults(handler=run)
 
 
 def _text(value) -> str | None:

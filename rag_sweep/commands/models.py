@@ -41,6 +41,9 @@ def add_parsers(sub) -> None:
     srv.add_argument("--fingerprint", help="the folder fingerprint to hold it to (as verify-model takes)")
     srv.add_argument("-p", "--port", type=int, default=5001, help="the port to serve on (default 5001)")
     srv.add_argument("-H", "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    exp.set_defaults(handler=export)
+    ver.set_defaults(handler=verify_model)
+    srv.set_defaults(handler=serve)
 
 
 def export(args) -> int:
