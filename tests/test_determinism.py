@@ -154,3 +154,41 @@ def test_retrieve_until_k_distinct_documents(tmp_path):
     assert [h.doc_id for h in docs][:5] == ["d0"] * 5
     assert config("documents").retrieval.key.endswith("-docs")
     assert config("documents").flat_params()["retrieval.k_unit"] == "documents"
+
+
+@pytest.mark.slow
+def test_the_decision_is_the_same_under_cpu_load(slice_data, tmp_path):
+    """The example's rule (the cheapest of the top tier, then the fastest, then the best-scoring) on configs
+    that tie: a sweep run quiet, then again, forced, while busy processes hold every core (each config timed
+    up to several times slower): the same top tier and the same recommendation, since a latency preference
+    rests only on differences beyond the p95s' intervals and a 2x band."""
+    from rag_assets.board_files import read_decision
+    from rag_sweep.runner import run_sweep
+
+    spec = write_sweep(
+        tmp_path / "load.yaml",
+        slice_data,
+        name="load",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": ["bm25", "vector", "hybrid"], "top_k": [2, 5]},
+        decision={"holdout": 0, "prefer": "cheapest"},
+    )
+    data = tmp_path / "data"
+    quiet = run_sweep(str(spec), str(data), progress=False)
+    decided = read_decision(data, "load")
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(max(2, os.cpu_count() or 2))
+    ]
+    try:
+        loaded = run_sweep(str(spec), str(data), force=True, progress=False)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    top = [set(run.board.filter(pl.col("tier") == 1)["config_key"]) for run in (quiet, loaded)]
+    assert top[0] == top[1] and len(top[0]) > 1  # a tie the latency rule has to split
+    p95 = [dict(zip(r.board["config_key"], r.board["p95_latency_ms"], strict=True)) for r in (quiet, loaded)]
+    slower = sorted(p95[1][k] / p95[0][k] for k in p95[0])
+    print(f"\nunder load each config p95 x{slower[0]:.2f}-x{slower[-1]:.2f}; {decided['recommended']}")
+    assert read_decision(data, "load")["recommended"] == decided["recommended"], (decided["why"], p95)
