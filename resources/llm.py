@@ -18,6 +18,7 @@ import functools
 import socket
 import threading
 import time
+from concurrent.futures import Future
 
 import dagster as dg
 
@@ -31,6 +32,9 @@ class EmptyCompletion(RuntimeError):
     pass
 
 
+# (cache, call key) -> the answer of that call while one thread asks it: the others wait for it
+_FLYING: dict[tuple[str, str], Future] = {}
+_FLYING_LOCK = threading.Lock()
 # (model, api_base) -> the start-up of its client in this process (ms), measured by the warm-up call
 _STARTUP_MS: dict[tuple[str, str | None], float] = {}
 _WARMING = threading.Lock()
@@ -129,11 +133,34 @@ class LLMClient(dg.ConfigurableResource):
             return self._call(model, prompt, temperature, max_tokens)
         cache = open_cache(self.cache_path)
         key = call_key(model, self.api_base, prompt, temperature, max_tokens, sample)
-        if not reask and (hit := cache.get(key)) is not None:
+        if reask:
+            out = self._call(model, prompt, temperature, max_tokens)
+            cache.put(key, model, out)
+            return out
+        if (hit := cache.get(key)) is not None:
             return hit
-        out = self._call(model, prompt, temperature, max_tokens)
-        cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
-        return out
+        # the same call already out from another thread (two configs side by side whose retrievals gave one
+        # prompt): wait for its answer instead of asking the provider twice
+        with _FLYING_LOCK:
+            flying = _FLYING.get((self.cache_path, key))
+            leads = flying is None
+            if leads:
+                flying = _FLYING[(self.cache_path, key)] = Future()
+        if not leads:
+            return flying.result()
+        try:
+            out = cache.get(key)  # stored by a call that ended between the first look and now
+            if out is None:
+                out = self._call(model, prompt, temperature, max_tokens)
+                cache.put(key, model, out)  # a failed call is not stored: it is asked again next time
+            flying.set_result(out)
+            return out
+        except BaseException as e:
+            flying.set_exception(e)
+            raise
+        finally:
+            with _FLYING_LOCK:
+                _FLYING.pop((self.cache_path, key), None)
 
     def _endpoint(self, model: str) -> str:
         return endpoint_of(model, self.api_base)

@@ -650,3 +650,22 @@ def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(sl
     llm_rows = board.filter(pl.col("config_key").str.contains("openai"))
     assert llm_rows.height == 3 and llm_rows["exact_match"].to_list() == [1.0, 1.0, 1.0]
     assert board.height == 4
+
+
+def test_one_call_asked_at_once_from_two_threads_reaches_the_provider_once(tmp_path):
+    """Two configs side by side whose retrievals gave the same prompt: the second waits for the first's
+    answer instead of asking again (the call cache's promise, also while the first is still out)."""
+    import threading
+
+    with OpenAIStub(lambda p: (200, "Paris", 0.3)) as stub:
+        client = LLMClient(api_base=stub.api_base, api_key="k", cache_path=str(tmp_path / "cache.sqlite"))
+        client.warm(MODEL)
+        outs: list = []
+        callers = [
+            threading.Thread(target=lambda: outs.append(client.complete(MODEL, "q"))) for _ in range(3)
+        ]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+    assert len(stub.requests) == 1 and [o.text for o in outs] == ["Paris"] * 3
