@@ -10,12 +10,13 @@ Pure: the caller says how to count tokens and how many the model reads.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from rag_core.generation.context import apply_budget
+from rag_core.generation.context import apply_budget, word_count
 from rag_core.generation.generate import build_prompt, format_context
 from rag_core.metrics.judge import judge_prompt
 from rag_core.planning.plan import Plan
@@ -64,13 +65,9 @@ def past_context(
         c = plan.config(key)
         g = c.generation
         chunks = chunks_of(plan.key_of(c, "chunksets"))
-        model_of_context = g.model if not g.is_reader else None
-        context = longest_context(
-            chunks,
-            c.retrieval.top_k,
-            g.context_max_tokens if model_of_context else None,
-            lambda text, m=model_of_context: count(m, text) if m else len(text.split()),
-        )
+        # the budget counted as the run counts it (rag_core/generation/answering.py: synthesize)
+        budget_count = word_count if g.is_reader else functools.partial(count, g.model)
+        context = longest_context(chunks, c.retrieval.top_k, g.context_max_tokens, budget_count)
         calls = []
         if not g.is_reader:
             calls.append(
