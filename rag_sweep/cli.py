@@ -4,9 +4,10 @@ The input files are observed and snapshotted, then the plan's partitions run, a 
 one Dagster run once the partitions they read are complete, into a persistent Dagster instance under `<data-dir>/dagster_home`
 (so `dg dev` can show them). A partition whose latest materialization already holds the artifact these
 snapshots give is skipped, so re-running an unchanged spec recomputes nothing; a killed run resumes from
-what is complete. The work is the runner's (rag_sweep/runner/); this module parses arguments and prints.
-Each command is a parser whose `handler` runs it (`set_defaults`): the larger ones a module of
-rag_sweep/commands/ each; `--help` lists every command's usage from its parser.
+what is complete. The work is the runner's (rag_sweep/runner/); each command is a module of
+rag_sweep/commands/ whose parser sets the `handler` that runs it (`set_defaults`). This module builds the
+command line from them, checks the files a command writes and the servers it uses, and turns a failure into
+one redacted line; `--help` lists every command's usage from its parser.
 """
 
 from __future__ import annotations
@@ -16,19 +17,26 @@ import atexit
 import os
 import sys
 import threading
-import time
 import traceback
 import warnings
-from pathlib import Path
 
-from rag_assets.qa_generation import estimate_line, generate_qa_command
 from rag_core.common.registry import PluginError
 from rag_core.data.datasets import DatasetError, DataWarning
-from rag_core.planning.extension_points import plugins_line
 from rag_core.planning.spec import SpecError
 
 # what a run and an export print (kept importable from here: the CLI's names)
-from rag_sweep.commands import calibrate_judge, components, gate, gc, import_labels, models
+from rag_sweep.commands import (
+    calibrate_judge,
+    components,
+    gate,
+    gc,
+    generate_qa,
+    import_labels,
+    models,
+    plan,
+    run,
+    validate,
+)
 from rag_sweep.printing import (  # noqa: F401
     _of_them,
     _print_champion,
@@ -41,7 +49,6 @@ from rag_sweep.printing import (  # noqa: F401
     serve_command,
 )
 from rag_sweep.runner.errors import CheckFailed, DataDirError, StepFailed
-from rag_sweep.runner.up_to_date import remembered
 from resources import (
     environment,  # first: the process defaults (rag_assets imports it first too)
     reachability,
@@ -50,13 +57,6 @@ from resources.devices import DeviceUnavailable
 from resources.no_links import PlantedLink
 from resources.shipping import ExportWarning
 from resources.storage import check_new_file, is_remote, normalized
-
-
-def _check_output(output: str) -> None:
-    """--output must be a .csv or .parquet file this run can create: said before the sweep, not after it."""
-    if Path(output).suffix not in (".csv", ".parquet"):
-        raise SpecError(f"--output {output}: use a .csv or .parquet path")
-    check_new_file(output, "--output")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -149,45 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The `rag-sweep` command line: one subcommand each (subcommands)."""
     parser = RedactingParser(prog="rag-sweep", formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="materialize a sweep end to end and print its leaderboard")
-    run.set_defaults(handler=_run)
-    run.add_argument("spec", help="sweep YAML file")
-    run.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
-    run.add_argument("--output", help="also write the leaderboard to this .csv or .parquet path")
-    run.add_argument(
-        "--store", help="vector store of configs that name none (default $RAG_VECTOR_STORE or lancedb)"
-    )
-    run.add_argument("--force", action="store_true", help="recompute every stage even if its artifact exists")
-    run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
-    val = sub.add_parser("validate", help="validate a sweep file and its data, and list its configs")
-    val.add_argument("spec", help="sweep YAML file")
-    val.set_defaults(handler=lambda args: _validate(args.spec))
-    pln = sub.add_parser("plan", help="what a run would compute and cost, before running it")
-    pln.add_argument("spec", help="sweep YAML file")
-    pln.add_argument("--data-dir", help="artifact directory (default $RAG_DATA_DIR or ./.rag_data)")
-    pln.add_argument("--store", help="vector store of configs that name none")
-    pln.set_defaults(handler=_plan)
-    gen = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
-    gen.add_argument("corpus", help="corpus file or folder (the formats a sweep's data.corpus reads)")
-    gen.add_argument("--model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
-    gen.add_argument("--out", required=True, help="the QA set to write (.jsonl)")
-    gen.add_argument("--questions", type=int, default=50, help="questions to keep (default 50)")
-    gen.add_argument("--types", help="question type weights, e.g. factoid=0.7,multi_hop=0.2,unanswerable=0.1")
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    gen.add_argument(
-        "--no-require-context",
-        action="store_true",
-        help="keep questions the model answers without the passage",
-    )
-    gen.add_argument("--max-calls", type=int, help="the budget: no LLM call beyond this many")
-    gen.add_argument(
-        "--data-dir", help="where the LLM call cache lives (default $RAG_DATA_DIR or ./.rag_data)"
-    )
-    gen.add_argument(
-        "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
-    )
-    gen.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    gen.set_defaults(handler=generate_qa_command)
+    for command in (run, validate, plan, generate_qa):
+        command.add_parser(sub)
     models.add_parsers(sub)
     gate.add_parser(sub)
     gc.add_parser(sub)
@@ -234,22 +197,6 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(e, BrokenPipeError) or _interrupt(e):  # main's to handle
             raise
         return _failed(e, args)
-
-
-def _run(args) -> int:
-    """`rag-sweep run`: the sweep materialized (or an unchanged rerun answered from the last run's record)."""
-    if args.output:
-        _check_output(args.output)  # its suffix (the path is checked with every command's outputs)
-    t0 = time.perf_counter()
-    # an unchanged rerun: answered from the last run's record, without importing Dagster
-    run = None if args.force else remembered(args.spec, args.data_dir, args.store)
-    if run is not None:
-        print("every partition is up to date: nothing to compute", file=sys.stderr)
-    else:
-        from rag_sweep.runner.sweep import run_sweep
-
-        run = run_sweep(args.spec, args.data_dir, args.force, args.verbose, store=args.store)
-    return _print_run(run, args, time.perf_counter() - t0)
 
 
 def _check_outputs(command: argparse.ArgumentParser, args) -> None:
@@ -310,49 +257,6 @@ def _interrupted() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(130)  # now: LLM calls still in flight would hold the exit until they end or time out
-
-
-def _validate(spec: str) -> int:
-    from rag_assets.orchestration.plans import load_plan
-    from rag_sweep.runner.estimate import load_data, require_extras
-
-    plan = load_plan(spec)
-    require_extras(plan)
-    corpus, qa = load_data(plan.sweep)
-    if qa is None:
-        print(estimate_line(plan.sweep.qa_generation, corpus, plan.sweep.qa_path))
-    questions = qa.height if qa is not None else f"{plan.sweep.qa_generation.questions} generated"
-    print(
-        f"{plan.sweep.name}: {corpus.height} documents, {questions} questions; {len(plan.configs)} configs, "
-        + ", ".join(f"{len(keys)} {stage}" for stage, keys in plan.partitions.items())
-    )
-    _warn_unsegmented(plan, corpus, qa)
-    if line := plugins_line():
-        print(line)
-    for key in plan.config_keys:
-        print(f"  {key}")
-    _warn_size(plan)
-    return 0
-
-
-def _plan(args) -> int:
-    from rag_sweep.runner.estimate import bill
-
-    plan, estimate = bill(args.spec, args.data_dir, args.store)
-    search = plan.sweep.search
-    adaptive = (
-        f"; search {search.strategy} evaluates {_of_them(plan)}"
-        if search.sequential
-        else f"; search halving starts {_of_them(plan)} on "
-        f"{min(search.start_questions, estimate.selection_questions)} questions"
-        if search.how == "halving"
-        else ""
-    )
-    print(f"{plan.sweep.name}: {len(plan.config_keys)} configs{adaptive}")
-    print("\n".join(estimate.lines()))
-    if spend := search_spend_line(plan, estimate):
-        print(spend)
-    return 0
 
 
 if __name__ == "__main__":

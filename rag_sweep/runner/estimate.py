@@ -4,6 +4,7 @@ field), and the bill (rag_core/planning/bill.py) of what a run would compute on 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import polars as pl
 
@@ -58,6 +59,27 @@ def selection_questions(sweep, questions: int) -> int:
     return questions - holdout_size(questions, sweep.decision.holdout)
 
 
+def qa_generation_line(settings, corpus, out: Path) -> str:
+    """What generating the set will ask of the LLM, before any call (validate, plan, generate-qa)."""
+    from rag_core.data.qa.generation import estimate_calls
+
+    calls = estimate_calls(settings)
+    mean_chars = int(corpus["text"].str.len_chars().mean() or 0)
+    prompt_tokens = min(mean_chars, settings.passage_chars) // 4 + 150
+    each = price(settings.model, prompt_tokens, 40)
+    cost = (
+        f"${each * calls:.4f}" if each is not None else f"unknown (litellm has no price for {settings.model})"
+    )
+    types = ", ".join(f"{n} {t}" for t, n in settings.targets().items())
+    cap = f"; capped at {settings.max_calls}" if settings.max_calls else ""
+    return (
+        f"QA set {out}: {settings.questions} questions ({types}) to generate from {corpus.height} documents "
+        f"with {settings.model}, seed {settings.seed}\n"
+        f"  estimated: ~{calls} LLM calls (more when questions are rejected{cap}), "
+        f"~{calls * (prompt_tokens + 40):,} tokens, cost {cost}"
+    )
+
+
 def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tuple[Plan, Bill]:
     """What a run would compute for this sweep and data dir, from the files as they are now: nothing is
     materialized."""
@@ -70,9 +92,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
     if qa is not None:
         n_queries = qa.height
     else:  # to be generated: nothing downstream of it can exist yet
-        from rag_assets.qa_generation import estimate_line
-
-        print(estimate_line(sweep.qa_generation, corpus, sweep.qa_path))
+        print(qa_generation_line(sweep.qa_generation, corpus, sweep.qa_path))
         n_queries, inputs["qa_set"] = sweep.qa_generation.questions, "to-be-generated"
     expected = plan.fingerprints(inputs)
     done = {(s, k) for (s, k), fp in expected.items() if ArtifactRef(data, s, fp).intact()}

@@ -11,6 +11,30 @@ from pathlib import Path
 from rag_core.common.completion import failure_summary
 
 
+def add_parser(sub) -> None:
+    cmd = sub.add_parser("generate-qa", help="write a QA set from a corpus through an LLM (then review it)")
+    cmd.add_argument("corpus", help="corpus file or folder (the formats a sweep's data.corpus reads)")
+    cmd.add_argument("--model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
+    cmd.add_argument("--out", required=True, help="the QA set to write (.jsonl)")
+    cmd.add_argument("--questions", type=int, default=50, help="questions to keep (default 50)")
+    cmd.add_argument("--types", help="question type weights, e.g. factoid=0.7,multi_hop=0.2,unanswerable=0.1")
+    cmd.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    cmd.add_argument(
+        "--no-require-context",
+        action="store_true",
+        help="keep questions the model answers without the passage",
+    )
+    cmd.add_argument("--max-calls", type=int, help="the budget: no LLM call beyond this many")
+    cmd.add_argument(
+        "--data-dir", help="where the LLM call cache lives (default $RAG_DATA_DIR or ./.rag_data)"
+    )
+    cmd.add_argument(
+        "--dry-run", action="store_true", help="print the estimated calls and cost, write nothing"
+    )
+    cmd.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    cmd.set_defaults(handler=run)
+
+
 def parse_types(text: str | None) -> dict[str, float] | None:
     """`factoid=0.7,multi_hop=0.2,unanswerable=0.1` -> weights."""
     if not text:
@@ -27,29 +51,7 @@ def parse_types(text: str | None) -> dict[str, float] | None:
     return out
 
 
-def estimate_line(settings, corpus, out: Path) -> str:
-    """What generating the set will ask of the LLM, before any call (validate, plan, generate-qa)."""
-    from rag_core.data.qa.generation import estimate_calls
-    from resources.llm import price
-
-    calls = estimate_calls(settings)
-    mean_chars = int(corpus["text"].str.len_chars().mean() or 0)
-    prompt_tokens = min(mean_chars, settings.passage_chars) // 4 + 150
-    each = price(settings.model, prompt_tokens, 40)
-    cost = (
-        f"${each * calls:.4f}" if each is not None else f"unknown (litellm has no price for {settings.model})"
-    )
-    types = ", ".join(f"{n} {t}" for t, n in settings.targets().items())
-    cap = f"; capped at {settings.max_calls}" if settings.max_calls else ""
-    return (
-        f"QA set {out}: {settings.questions} questions ({types}) to generate from {corpus.height} documents "
-        f"with {settings.model}, seed {settings.seed}\n"
-        f"  estimated: ~{calls} LLM calls (more when questions are rejected{cap}), "
-        f"~{calls * (prompt_tokens + 40):,} tokens, cost {cost}"
-    )
-
-
-def generate_qa_command(args) -> int:
+def run(args) -> int:
     from pydantic import ValidationError
 
     from rag_core.data.datasets import load_corpus, load_qa
@@ -62,6 +64,7 @@ def generate_qa_command(args) -> int:
         write_generated,
     )
     from rag_core.planning.spec import SpecError
+    from rag_sweep.runner.estimate import qa_generation_line
     from resources.embedders import EmbeddingService
     from resources.environment import default_data_dir
     from resources.llm import llm_from_env
@@ -88,7 +91,7 @@ def generate_qa_command(args) -> int:
             f"--out {out}: exists (a reviewed set is used as is); pass --overwrite to generate it again"
         )
     corpus = load_corpus(args.corpus)
-    print(estimate_line(settings, corpus, out))
+    print(qa_generation_line(settings, corpus, out))
     if args.dry_run:
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as --output's is
