@@ -445,3 +445,19 @@ def test_every_subcommand_fails_in_one_line_without_a_secret_in_bounded_time(
             # the servers' connect timeout is 10 s; the rest is imports (a minute on a loaded host)
             assert took < 120, (setting, argv, took)  # MLflow's own retries took 249 s
     assert not _files_holding(tmp_path, SECRET_MARK), setting
+
+
+@pytest.mark.parametrize("command", ["verify-model", "serve"])
+def test_a_placeholder_fingerprint_is_a_usage_error_before_the_model_is_read(command, tmp_path, capsys):
+    """`--fingerprint 3f9c...` copied from a page: the argument is refused as what it is, not the folder
+    reported as one that fails its check (a tampered file)."""
+    from rag_sweep.cli import main
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as ended:
+        main([command, str(folder), "--fingerprint", "3f9c..."])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2
+    assert "'3f9c...' is not a folder fingerprint" in err and "64 hex digits" in err, err
+    assert "tamper" not in err.lower() and "Traceback" not in err

@@ -3,6 +3,8 @@ registered version checked without running any of its code, on a private copy; t
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +32,7 @@ def add_parsers(sub) -> None:
     )
     ver.add_argument(
         "--fingerprint",
+        type=fingerprint,
         help="the folder fingerprint to hold it to: what `rag-sweep export` printed for a folder; for a "
         "registered version, one pinned instead of its signature",
     )
@@ -38,12 +41,24 @@ def add_parsers(sub) -> None:
         "serve", help="serve a model folder or a registered version from a private copy checked first"
     )
     srv.add_argument("model", help="a model folder, or models:/NAME@ALIAS or models:/NAME/N")
-    srv.add_argument("--fingerprint", help="the folder fingerprint to hold it to (as verify-model takes)")
+    srv.add_argument(
+        "--fingerprint", type=fingerprint, help="the folder fingerprint to hold it to (as verify-model takes)"
+    )
     srv.add_argument("-p", "--port", type=int, default=5001, help="the port to serve on (default 5001)")
     srv.add_argument("-H", "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     exp.set_defaults(handler=export)
     ver.set_defaults(handler=verify_model)
     srv.set_defaults(handler=serve)
+
+
+def fingerprint(text: str) -> str:
+    """A folder fingerprint as `export` prints it (64 hex digits): anything else, a placeholder copied from
+    the docs or a fingerprint cut short, is a usage error, not a folder that fails its check."""
+    if not re.fullmatch(r"[0-9a-f]{64}", text.strip().lower()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a folder fingerprint: `rag-sweep export` prints one of 64 hex digits"
+        )
+    return text.strip().lower()
 
 
 def export(args) -> int:
