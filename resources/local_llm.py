@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -125,6 +126,9 @@ class LocalLLM:
     # file only this user reads, removed once the server has read it: never on its command line (ps).
     api_key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     grammar: str | None = ONE_LINE  # llama.cpp's GBNF every reply is held to; None: the raw continuation
+    # more llama-server flags, last on its command line: `--n-gpu-layers 99` on a GPU build, `--ignore-eos`
+    # for a benchmark's fixed reply lengths
+    server_args: tuple[str, ...] = ()
     proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
     startup_s: float = field(default=0.0, init=False)
     _own_log: bool = field(default=False, init=False, repr=False)
@@ -166,6 +170,7 @@ class LocalLLM:
             str(key_file),
             "--no-ui",
             "--metrics",  # /metrics: the tokens and seconds the server spent (`metrics`)
+            *self.server_args,
         ]
 
     def start(self) -> LocalLLM:
@@ -297,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ctx-size", type=int, default=2048, help="tokens one request may hold")
     parser.add_argument("--parallel", type=int, default=2, help="requests decoded together")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: every core but one)")
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="more llama-server flags, quoted as one after '=' (e.g. --server-args='--n-gpu-layers 99' on a GPU build)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS ...")
     args = parser.parse_args(argv)
     from rag_core.common.extras import MissingExtra
@@ -308,7 +318,13 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, interrupted)
-    server = LocalLLM(ctx_size=args.ctx_size, parallel=args.parallel, threads=args.threads, port=args.port)
+    server = LocalLLM(
+        ctx_size=args.ctx_size,
+        parallel=args.parallel,
+        threads=args.threads,
+        port=args.port,
+        server_args=tuple(shlex.split(args.server_args)),
+    )
     try:
         try:
             server.start()

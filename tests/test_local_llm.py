@@ -638,10 +638,16 @@ def test_the_command_wrapper_gives_the_address_and_stops_the_server_when_the_com
         "base = os.environ['RAG_LLM_API_BASE']; "
         "print(base, os.environ['RAG_LLM_MAX_CONCURRENCY'], os.environ['RAG_LLM_MAX_RETRIES']); "
         "auth = {'Authorization': 'Bearer ' + os.environ['RAG_LLM_API_KEY']}; "
-        "print(json.load(u.urlopen(u.Request(base + '/models', headers=auth)))['data'][0]['id'])"
+        "print(json.load(u.urlopen(u.Request(base + '/models', headers=auth)))['data'][0]['id']); "
+        "props = json.load(u.urlopen(u.Request(base[:-3] + '/props', headers=auth))); "
+        "print(props['default_generation_settings']['params']['ignore_eos'])"
     )
     wrapper = subprocess.Popen(
-        [sys.executable, "-m", "resources.local_llm", "--port", "0", "--", sys.executable, "-c", probe],
+        [
+            *(sys.executable, "-m", "resources.local_llm", "--port", "0"),
+            "--server-args=--ignore-eos",  # a llama-server flag of the user's, passed on
+            *("--", sys.executable, "-c", probe),
+        ],
         cwd=ROOT,
         env=_wrapper_env(mark),
         stdout=subprocess.PIPE,
@@ -652,10 +658,11 @@ def test_the_command_wrapper_gives_the_address_and_stops_the_server_when_the_com
     if wrapper.returncode == 2 and "local-llm extra" in err:
         pytest.skip(err.strip())
     assert wrapper.returncode == 0, err
-    base, slots, retries, model = out.split()
+    base, slots, retries, model, ignore_eos = out.split()
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
     assert (slots, retries) == ("2", "0")  # calls in flight as the server has slots; no retries
     assert model == MODEL.split("/", 1)[1]
+    assert ignore_eos == "True"
     assert _left_by(wrapper.pid, f"RAG_TEST_MARK={mark}".encode()) == {}
 
 
