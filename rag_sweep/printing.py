@@ -238,7 +238,7 @@ def _print_explore(
         f"  Dagster UI: DAGSTER_HOME={q(str(home))} RAG_SWEEP={q(str(spec))} RAG_DATA_DIR={q(str(data))} "
         f"RAG_VECTOR_STORE={q(store_name)} DAGSTER_GRPC_TIMEOUT_SECONDS=240 .venv/bin/dg dev   (then open "
         "http://127.0.0.1:3000)\n"
-        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep}, best first"
+        f"  MLflow UI:  {mlflow}{runs_url}: experiment {sweep}, its configs best first"
         + (")" if store.startswith("sqlite:") else "")
     )
 

@@ -7,6 +7,7 @@ configs, so each evaluation creates, fills and terminates its own run.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import tempfile
@@ -195,6 +196,20 @@ class _Redacting:
 
 # a config's place in the leaderboard, one point per night: carried over when its run is replaced
 HISTORY_METRICS = ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")
+# The experiment's view that `rag-sweep run` links to: the config runs alone (not the leaderboard, gate,
+# champion or prompt optimization runs), best first, with the board's figures as columns. MLflow's UI opens
+# it from `?viewStateShareKey=NAME`, reading the experiment tag `mlflow.sharedViewState.NAME` (a view a user
+# shares from the UI is saved the same way); it shows the metrics in alphabetical order.
+RANKED_VIEW = "rag-sweep-ranked"
+RANKED = {
+    "searchFilter": "tags.kind = 'config'",
+    "orderByKey": "metrics.`overall_score`",
+    "orderByAsc": False,
+    "selectedColumns": [
+        *(f"metrics.`{m}`" for m in ("overall_score", "overall_ci_low", "overall_ci_high", "rank", "tier")),
+        "tags.`recommended`",
+    ],
+}
 
 
 class MlflowTracking(dg.ConfigurableResource):
@@ -255,7 +270,8 @@ class MlflowTracking(dg.ConfigurableResource):
         return redact_url(mlflow_ui_url())
 
     def ranked_runs_url(self, experiment: str) -> str | None:
-        """The experiment's runs in the MLflow UI, best overall score first."""
+        """The experiment's config runs in the MLflow UI, best overall score first, with their score, rank
+        and tier shown: the view `log_leaderboard` saves in the experiment."""
         if not self.enabled:
             return None
 
@@ -266,8 +282,7 @@ class MlflowTracking(dg.ConfigurableResource):
         experiment_id = self.remembered(f"experiment_id/{experiment}", ask)
         if experiment_id is None:
             return None
-        order = "orderByKey=metrics.%60overall_score%60&orderByAsc=false"
-        return f"{self.ui_url()}/#/experiments/{experiment_id}/runs?{order}"
+        return f"{self.ui_url()}/#/experiments/{experiment_id}/runs?viewStateShareKey={RANKED_VIEW}"
 
     def run_url(self, run_id: str | None) -> str | None:
         """The MLflow UI page of a run (a Dagster URL metadata link), or None without tracking."""
@@ -522,8 +537,11 @@ class MlflowTracking(dg.ConfigurableResource):
             return None
         client = self._client()
         decision = decision or {}
+        experiment_id = self._experiment_id(client, experiment)
+        # the view the printed link opens: MLflow's shared view state, an experiment tag it reads by name
+        client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{RANKED_VIEW}", json.dumps(RANKED))
         run = client.create_run(
-            self._experiment_id(client, experiment),
+            experiment_id,
             run_name="leaderboard",
             tags={
                 "sweep": experiment,

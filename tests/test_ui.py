@@ -175,6 +175,12 @@ def test_mlflow_ui_lists_config_runs_by_label_and_previews_their_questions(sweep
             text = page.inner_text("body")
             shown = sorted(board["label"], key=text.index)  # the order the page lists them in
             assert shown == board["label"].to_list()
+            # the saved view: the config runs alone (the experiment holds the leaderboard's run too), with
+            # the board's figures as columns
+            configs = client.search_runs([exp.experiment_id], "tags.kind = 'config'")
+            assert len(client.search_runs([exp.experiment_id], "")) > len(configs)
+            assert f"{len(configs)} matching runs" in text, text[-2000:]
+            assert {"overall_score", "rank", "tier"} <= set(text.split()), text[:3000]
             page.screenshot(path=str(tmp_path / "mlflow_runs.png"))
             page.goto(
                 f"{url}/#/experiments/{exp.experiment_id}/runs/{top.info.run_id}/artifacts/per_question.json"

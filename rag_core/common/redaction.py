@@ -21,8 +21,18 @@ _SECRET_PARTS = (
 )  # fmt: skip
 # ... or is one of these exactly (Azure's SAS signature `sig`, `pwd`, `auth`, an OAuth `code` ...)
 _SECRET_NAMES = {"key", "sig", "pwd", "pass", "auth", "code", "session", "sessionid", "jwt"}
-# ... or ends with `key`, unless it names a sort or lookup key (MLflow's `orderByKey`, Dagster's `partitionKey`)
-_KEY_NOT_SECRET = ("bykey", "sortkey", "partitionkey", "assetkey", "runkey", "groupkey", "cachekey")
+# ... or ends with `key`, unless it names a sort or lookup key (MLflow's `orderByKey`, Dagster's `partitionKey`,
+# MLflow's `viewStateShareKey`: the name of an experiment tag holding a view, not a share link's token)
+_KEY_NOT_SECRET = (
+    "bykey",
+    "sortkey",
+    "partitionkey",
+    "assetkey",
+    "runkey",
+    "groupkey",
+    "cachekey",
+    "viewstatesharekey",
+)
 
 # name=value in a query, a fragment's query or a path's `;` parameters: the value up to the next separator
 _PARAM = re.compile(r"(?P<pre>[?&;#])(?P<name>[^=&;#?/\s]+)=(?P<value>[^&;#\s]*)")
