@@ -145,18 +145,17 @@ class RedactingParser(argparse.ArgumentParser):
         super()._print_message(environment.redact(message) if message else message, file)
 
 
+# every command, in the order --help lists them: a module of rag_sweep/commands/ whose `add_parser(sub)` adds
+# its parser (models: three) with the `handler` that runs it
+COMMANDS = (run, validate, plan, generate_qa, models, gate, gc, calibrate_judge, import_labels, components)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `rag-sweep` command line: one subcommand each (subcommands)."""
     parser = RedactingParser(prog="rag-sweep", formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (run, validate, plan, generate_qa):
+    for command in COMMANDS:
         command.add_parser(sub)
-    models.add_parsers(sub)
-    gate.add_parser(sub)
-    gc.add_parser(sub)
-    calibrate_judge.add_parser(sub)
-    import_labels.add_parser(sub)
-    components.add_parser(sub)
     parser.description = f"{__doc__.splitlines()[0]}\n\n{usages(parser)}\n\n" + "\n".join(
         __doc__.splitlines()[2:]
     )

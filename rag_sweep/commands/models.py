@@ -15,7 +15,8 @@ from resources import environment
 from resources.storage import check_new_file, data_root, read_parquet
 
 
-def add_parsers(sub) -> None:
+def add_parser(sub) -> None:
+    """Three commands: export, verify-model and serve."""
     exp = sub.add_parser("export", help="write an evaluated config as an MLflow pyfunc model folder")
     exp.add_argument("spec", help="sweep YAML file")
     exp.add_argument("--config", help="a config key or label (default: the leaderboard's recommendation)")
