@@ -171,3 +171,91 @@ def test_the_no_op_compute_logs_are_configured_through_this_module(tmp_path):
     overrides = {"compute_logs": {"module": "resources.dagster_private", "class": "NoOpComputeLogManager"}}
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
         assert isinstance(instance.compute_log_manager, private.NoOpComputeLogManager)
+
+
+def _private_overrides(source: str) -> list[str]:
+    """In each class built on a name imported from the shim: every method with a private name (`_x`, not a
+    dunder) and every `self._x` it reads without setting it or defining it itself."""
+    tree = ast.parse(source)
+    shimmed = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "resources.dagster_private"
+        for a in node.names
+    }
+    found = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        if not any(_root(base) in shimmed for base in cls.bases):
+            continue
+        own = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        set_here = {
+            t.attr
+            for n in ast.walk(cls)
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Attribute) and _root(t) == "self"
+        }
+        found += [f"{cls.name}.{m}" for m in own if m.startswith("_") and not m.startswith("__")]
+        found += [
+            f"{cls.name}: self.{n.attr}"
+            for n in ast.walk(cls)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Load)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            and n.attr.startswith("_")
+            and not n.attr.startswith("__")
+            and n.attr not in own | set_here
+        ]
+    return found
+
+
+def test_no_private_dagster_hook_is_overridden_outside_the_shim():
+    found = [
+        f"{p.relative_to(ROOT)}: {where}"
+        for p in _product_files()
+        if p != SHIM
+        for where in _private_overrides(p.read_text())
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_override_check_sees_a_private_hook_and_a_private_attribute():
+    overriding = """
+from resources.dagster_private import ConsolidatedSqliteEventLogStorage as Base
+class Mine(Base):
+    def _connect(self):
+        return self._conn_string
+    def has_table(self, name):
+        self._seen = name
+        return self._seen
+"""
+    assert sorted(_private_overrides(overriding)) == ["Mine._connect", "Mine: self._conn_string"]
+
+
+def test_the_pooled_storages_keep_one_engine_and_read_dagsters_tables(tmp_path):
+    home = tmp_path / "home"
+    overrides = {
+        "run_storage": {
+            "module": "resources.dagster_private",
+            "class": "PooledSqliteRunStorage",
+            "config": {"base_dir": str(home / "history")},
+        },
+        "event_log_storage": {
+            "module": "resources.dagster_private",
+            "class": "PooledSqliteEventLogStorage",
+            "config": {"base_dir": str(home / "history")},
+        },
+    }
+
+    @dg.asset
+    def one():
+        return 1
+
+    with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
+        assert isinstance(instance.event_log_storage, private.PooledSqliteEventLogStorage)
+        assert dg.materialize([one], instance=instance).success
+        engine = instance.event_log_storage._engine()  # the project's own method: one engine kept
+        assert instance.event_log_storage._engine() is engine
+        assert instance.fetch_materializations(one.key, limit=1).records
+        private.release_connections(instance)

@@ -70,8 +70,13 @@ def test_a_package_of_ones_own_with_an_old_name_comes_first(tmp_path):
 
 
 def _old_yaml(home: Path) -> str:
-    """An instance's dagster.yaml as `rag-sweep run` wrote it before the move."""
-    return storage_config(home).replace("module: rag_sweep.runner.", "module: runner.")
+    """An instance's dagster.yaml as `rag-sweep run` wrote it before the move (its storages were then
+    runner/instance_storage.py's; they are the Dagster shim's now)."""
+    return (
+        storage_config(home)
+        .replace("module: rag_sweep.runner.", "module: runner.")
+        .replace("module: resources.dagster_private", "module: runner.instance_storage")
+    )
 
 
 def test_an_instance_naming_the_old_modules_opens_in_dagster_and_is_migrated(tmp_path):
@@ -86,7 +91,7 @@ def test_an_instance_naming_the_old_modules_opens_in_dagster_and_is_migrated(tmp
         "print(json.dumps([type(i.run_storage).__module__, type(i.compute_log_manager).__name__]))",
         tmp_path,
     )
-    assert json.loads(kinds) == ["rag_sweep.runner.instance_storage", "TailedComputeLogManager"]
+    assert json.loads(kinds) == ["resources.dagster_private", "TailedComputeLogManager"]
     # the CLI rewrites the file to the new paths, whatever part of it names them
     (home / "dagster.yaml").write_text(
         "telemetry:\n  enabled: false\n"

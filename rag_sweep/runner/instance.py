@@ -85,7 +85,7 @@ def local_instance(data_dir: Path) -> dg.DagsterInstance:
 
 
 # The storage of an instance `rag-sweep run` creates keeps its SQLite connections, and its event log is one
-# file (rag_sweep/runner/instance_storage.py): Dagster's default opens a connection per event and query, and gives each
+# file (the storages of resources/dagster_private.py): Dagster's default opens a connection per event and query, and gives each
 # run a database of its own, created and migrated as the run starts. Its compute logs are Dagster's local
 # ones, mirrored to the terminal without a watcher process per stream (rag_sweep/runner/compute_logs.py). `dagster dev`
 # on this home reads the same files. An instance made before this keeps its layout.
@@ -102,12 +102,12 @@ compute_logs:
   config:
     base_dir: {logs}
 run_storage:
-  module: rag_sweep.runner.instance_storage
+  module: resources.dagster_private
   class: PooledSqliteRunStorage
   config:
     base_dir: {history}
 event_log_storage:
-  module: rag_sweep.runner.instance_storage
+  module: resources.dagster_private
   class: PooledSqliteEventLogStorage
   config:
     base_dir: {history}

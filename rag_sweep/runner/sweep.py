@@ -46,7 +46,6 @@ from rag_sweep.runner.instance import (
     require_deployment,
     require_fleet,
 )
-from rag_sweep.runner.instance_storage import release_connections
 from rag_sweep.runner.interrupts import watch_interrupts
 from rag_sweep.runner.lock import claim_prefix, exclusive
 from rag_sweep.runner.progress_bars import WorkBars, steps_bar
@@ -59,6 +58,7 @@ from rag_sweep.runner.step_runs import (
 from rag_sweep.runner.up_to_date import input_files, record, recordable, shipping_facts
 from resources import build_resources
 from resources.artifacts import ArtifactRef, latest_fingerprint
+from resources.dagster_private import release_connections
 from resources.devices import resolve_device
 from resources.environment import (
     batch_size,
