@@ -167,7 +167,7 @@ def settings_page() -> str:
         "# Sweep-file settings",
         "",
         GENERATED,
-        "Every setting of a sweep file, from the spec's models (`rag_core/planning/spec.py`). How a file expands "
+        "Every setting of a sweep file, from the spec's models (`rag_core/planning/spec.py`: the file, `config_settings.py`: a config's stages, `sweep_settings.py`: the sweep-wide sections). How a file expands "
         "into configs, and what loading refuses: [the sweep file](sweep-file.md).",
         "",
         "| setting | type | default | allowed | description |",
