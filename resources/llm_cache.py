@@ -175,6 +175,28 @@ class LLMCache:
             ).fetchone()
         return int(n), float(cost)
 
+    def latencies(self, model: str) -> tuple[int, float] | None:
+        """(calls, median seconds a call) of `model`'s latest SPEED_SAMPLE calls paid for here (their
+        latency leaves out the time a call queued for a slot or the rate limit); None: none recorded."""
+        if not self.path.exists():
+            return None
+        with closing(self._connect()) as conn:
+            rows = conn.execute(
+                "SELECT latency_ms FROM calls WHERE model = ? AND latency_ms IS NOT NULL "
+                "ORDER BY created DESC LIMIT ?",
+                (model, SPEED_SAMPLE),
+            ).fetchall()
+        return (len(rows), _median([r[0] for r in rows]) / 1000) if rows else None
+
+
+SPEED_SAMPLE = 200  # a model's latest calls whose latency the plan's time estimate reads (`latencies`)
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
 
 PG_SCHEMA = """CREATE TABLE IF NOT EXISTS rag_sweep_llm_calls (
     store TEXT, key TEXT, model TEXT, text TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
@@ -228,3 +250,14 @@ class PostgresLLMCache:
             )
             n, cost = cur.fetchone()
         return int(n), float(cost)
+
+    def latencies(self, model: str) -> tuple[int, float] | None:
+        """As LLMCache.latencies, for this data dir's rows."""
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT latency_ms FROM rag_sweep_llm_calls WHERE store = %s AND model = %s "
+                "AND latency_ms IS NOT NULL ORDER BY created DESC LIMIT %s",
+                (self.store, model, SPEED_SAMPLE),
+            )
+            rows = cur.fetchall()
+        return (len(rows), _median([r[0] for r in rows]) / 1000) if rows else None

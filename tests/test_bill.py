@@ -104,3 +104,36 @@ def test_a_query_and_rerank_prompt_optimization_counts_the_calls_of_the_stages_i
     # per question scored (40) and per question of the optimized config (10): a query transformation and a
     # reranking; then the answers (40 + 10) and 40 // 8 reflections
     assert bill.llm_calls["prompt_optimizations"] == (40 + 10) * 2 + (40 + 10) + 5
+
+
+def test_the_time_of_llm_calls_follows_each_models_seconds_a_call_over_the_calls_in_flight():
+    plan = Plan.resolve(sweep_from_dict(RAW, Path("/tmp/bill.yaml")))
+    chunks = pl.DataFrame({"text": ["x" * 400] * 3, "index_text": ["a", "b", "a"]})
+    args = (plan, set(), lambda key: chunks, lambda model: set(), 10, lambda *a: 0.0)
+    slow = {"gpt-4o-mini": 1.0, "ollama/unpriced": 7.0}  # a local model on a CPU: seconds a call
+    one = estimate(*args, seconds_per_call=lambda m: slow[m], concurrency=1)
+    two = estimate(*args, seconds_per_call=lambda m: slow[m], concurrency=2)
+    rest = estimate(*args, seconds_per_call=lambda m: 0.0).seconds  # embedding and bookkeeping
+    assert one.llm_models == {"gpt-4o-mini", "ollama/unpriced"}
+    # 10 rewrites and 20 rerankings of gpt-4o-mini; 20 answers of the local model
+    llm = (10 + 20) * 1.0 + 20 * 7.0
+    assert abs(one.seconds - (llm + rest)) < 1e-9
+    assert abs(two.seconds - (llm / 2 + rest)) < 1e-9
+
+
+def test_a_models_seconds_a_call_are_the_median_of_its_latest_calls_in_the_ledger(tmp_path):
+    from rag_core.common.completion import Completion
+    from rag_sweep.runner.estimate import LLMSpeeds
+    from resources.llm_cache import LLMCache
+
+    cache = LLMCache(tmp_path / "llm_cache.sqlite")
+    assert LLMSpeeds(tmp_path).seconds("openai/local") == 1.0  # no ledger: assumed, and none made
+    assert not (tmp_path / "llm_cache.sqlite").exists()
+    for i, ms in enumerate([3000.0, 9000.0, 4000.0, 9000.0, 5000.0]):
+        cache.put(f"k{i}", "openai/local", Completion("x", None, 1, ms, 10, 2, 0.0))
+    cache.put("failed", "openai/local", Completion("", "timeout", 1, 60000.0))  # not paid: not stored
+    speeds = LLMSpeeds(tmp_path)
+    assert speeds.seconds("openai/local") == 5.0
+    assert speeds.seconds("gpt-4o-mini") == 1.0
+    assert "~5.0 s a call measured here (the median of its latest 5 calls)" in speeds.line("openai/local")
+    assert "assumed (no call to it recorded" in speeds.line("gpt-4o-mini")

@@ -18,7 +18,7 @@ from rag_core.planning.stages import PARTITIONED
 from rag_core.search.cost import Cost, CostModel
 
 CHARS_PER_TOKEN = 4  # for prompt sizes: the chunk texts' characters / 4
-LLM_SECONDS = 1.0  # a rough time per call, before the client's concurrency
+LLM_SECONDS = 1.0  # a call's time where none of its model was measured, before the client's concurrency
 # per partition, work aside: measured when each partition was a Dagster run of its own (an unchanged rerun of
 # the example: 14 steps in 8 s); a stage's partitions now share a run, so this errs long
 STEP_SECONDS = 0.6
@@ -38,6 +38,8 @@ class Bill:
     embedding_speeds: list[str] = field(default_factory=list)  # per model: the device and the rate assumed
     cost_model: CostModel | None = None  # each config's steps and their costs (an adaptive search's)
     context_lines: list[str] = field(default_factory=list)  # prompts past their model's context
+    llm_models: set[str] = field(default_factory=set)  # the models the calls go to
+    llm_speeds: list[str] = field(default_factory=list)  # per model: the seconds a call taken, and whence
 
     def lines(self) -> list[str]:
         out = [f"  {'stage':14} {'done':>6} {'to run':>7}"]
@@ -53,6 +55,7 @@ class Bill:
             f" + unpriced models {sorted(self.unpriced)}" if self.unpriced else ""
         )
         out.append(f"  estimated LLM cost: up to {cost}")
+        out += [f"    {line}" for line in self.llm_speeds]
         out += self.context_lines
         if "prompt_optimizations" in self.llm_calls:
             out.append(
@@ -80,6 +83,7 @@ def estimate(
     n_queries: int,
     price: Callable[[str, int, int], float | None],
     chars_per_second: Callable[[str], float] = lambda model: 23.0 * 680,
+    seconds_per_call: Callable[[str], float] = lambda model: LLM_SECONDS,
     concurrency: int = 4,
     holdout_questions: int = 0,
 ) -> Bill:
@@ -87,7 +91,8 @@ def estimate(
     key) partitions whose artifact for these inputs exists; `chunks_of(chunkset key)`:
     its chunks; `cached(model)`: text hashes the embedding cache holds; `price(model, prompt tokens,
     completion tokens)`: USD, None when unknown; `chars_per_second(model)`: how fast the model embeds
-    where the run would embed (a model's time follows its texts' length)."""
+    where the run would embed (a model's time follows its texts' length); `seconds_per_call(model)`: an LLM
+    call's time, `concurrency` of them at once."""
     partitions = {}
     for s in PARTITIONED:
         keys = plan.keys(s.name)
@@ -108,8 +113,11 @@ def estimate(
             if (h := text_hash(text)) not in have:
                 texts[(model, h)] = len(text)
     bill = Bill(partitions, len(texts), holdout_questions=holdout_questions, selection_questions=n_queries)
+    llm_seconds = 0.0
     for stage_name, calls in _llm_calls(plan, done, chunk_tokens, n_queries).items():
         for model, (n, prompt, completion) in calls.items():
+            bill.llm_models.add(model)
+            llm_seconds += n * seconds_per_call(model)
             bill.llm_calls[stage_name] = bill.llm_calls.get(stage_name, 0) + n
             bill.llm_tokens[stage_name] = bill.llm_tokens.get(stage_name, 0) + prompt + completion
             cost = price(model, prompt, completion)
@@ -121,7 +129,7 @@ def estimate(
     steps = sum(new for _, new in partitions.values())
     bill.seconds = (
         sum(chars / chars_per_second(model) for (model, _), chars in texts.items())
-        + sum(bill.llm_calls.values()) * LLM_SECONDS / concurrency
+        + llm_seconds / max(1, concurrency)
         + steps * STEP_SECONDS
     )
     return bill

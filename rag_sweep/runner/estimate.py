@@ -15,7 +15,7 @@ from rag_core.common.extras import missing_for
 from rag_core.common.local_models import is_local, model_version
 from rag_core.data.datasets import DatasetError, load_corpus
 from rag_core.decision.holdout import holdout_size
-from rag_core.planning.bill import Bill, estimate
+from rag_core.planning.bill import LLM_SECONDS, Bill, estimate
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError, check_optimize_budget
 from resources.artifacts import ArtifactRef
@@ -117,6 +117,7 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         method = "sentence" if cfg.semantic else cfg.method
         return chunk_corpus(corpus, method, cfg.chunk_size, cfg.chunk_overlap, tokenize=tokenize)
 
+    speeds = LLMSpeeds(data)
     held = 0
     if plan.holdout and qa is not None:  # the selection's questions; the holdout's are the finalists'
         held = qa.height - selection_questions(sweep, qa.height)
@@ -128,12 +129,51 @@ def bill(spec: str, data_dir: str | None = None, store: str | None = None) -> tu
         n_queries - held,
         price,
         chars_per_second=lambda model: rates[model][0],
+        seconds_per_call=speeds.seconds,
+        concurrency=speeds.concurrency,
         holdout_questions=held,
     )
     out.embedding_speeds = [line for _, line in rates.values()]
+    out.llm_speeds = [speeds.line(model) for model in sorted(out.llm_models)]
     if qa is not None:
         out.context_lines = context_lines(plan, chunks_of, qa["question"].to_list())
     return plan, out
+
+
+class LLMSpeeds:
+    """An LLM call's time for the bill: the median latency of the model's latest calls paid for in this
+    data dir (its call ledger, resources/llm_cache.py), else LLM_SECONDS assumed; the calls in flight at
+    once are the client's ($RAG_LLM_MAX_CONCURRENCY). A local model on a CPU takes seconds a call where a
+    hosted one takes one: what it measured here is what the estimate uses."""
+
+    def __init__(self, data):
+        from resources.environment import env_number
+        from resources.llm_cache import open_cache
+
+        try:
+            self.cache = open_cache(data / "llm_cache.sqlite")
+        except Exception:  # a data dir on object storage without the deployment's database: none measured
+            self.cache = None
+        self.concurrency = max(1, env_number("RAG_LLM_MAX_CONCURRENCY", 4, int))
+        self.measured: dict[str, tuple[int, float] | None] = {}
+
+    def _measured(self, model: str) -> tuple[int, float] | None:
+        if model not in self.measured:
+            self.measured[model] = self.cache.latencies(model) if self.cache is not None else None
+        return self.measured[model]
+
+    def seconds(self, model: str) -> float:
+        found = self._measured(model)
+        return found[1] if found else LLM_SECONDS
+
+    def line(self, model: str) -> str:
+        found = self._measured(model)
+        how = (
+            f"~{found[1]:.1f} s a call measured here (the median of its latest {found[0]} calls)"
+            if found
+            else f"~{LLM_SECONDS:g} s a call assumed (no call to it recorded in this data dir yet)"
+        )
+        return f"{model}: {how}, {self.concurrency} at once"
 
 
 def context_lines(plan: Plan, chunks_of, questions: list[str]) -> list[str]:
