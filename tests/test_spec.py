@@ -32,6 +32,24 @@ def test_example_sweep_expands_to_twelve_configs():
     assert sweep.corpus_path.exists() and sweep.qa_path.exists()
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_sweep_loads_and_resolves_its_plan(path):
+    sweep = load_sweep(path)
+    assert Plan.resolve(sweep).config_keys
+    assert sweep.corpus_path.exists() and sweep.qa_path.exists()
+
+
+def test_the_local_models_example_optimizes_one_of_its_configs_within_its_smallest_budget():
+    from rag_core.decision.holdout import holdout_size
+    from rag_core.planning.spec import check_optimize_budget
+
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "local_llm.yaml")
+    assert set(sweep.optimize.configs) <= set(Plan.resolve(sweep).config_keys)
+    selection = sweep.max_queries - holdout_size(sweep.max_queries, sweep.decision.holdout)
+    check_optimize_budget(sweep, selection)  # refuses a budget below the smallest
+    assert sweep.optimize.budget.max_metric_calls == sweep.optimize.min_metric_calls(selection)
+
+
 def test_irrelevant_settings_do_not_multiply_configs(tmp_path):
     sweep = load_sweep(write(tmp_path, BASE))
     # 4 chunkings x (vector 2 + bm25 2 + hybrid 2 alphas x 2 k = 8) retrievals
