@@ -23,7 +23,7 @@ class Answers(StageLogic):
         ),
     )
 
-    def side_by_side(self, config) -> bool:
+    def side_by_side(self, sweep, config) -> bool:
         # an LLM generator shares nothing with the other configs' but the client (a reader is a local model)
         return not config.generation.is_reader
 

@@ -6,6 +6,8 @@ side table `<fp>.per_query.parquet`."""
 
 from __future__ import annotations
 
+import threading
+
 import dagster as dg
 import polars as pl
 
@@ -40,6 +42,10 @@ PLOTTED_METRICS = (
 
 
 _QUALITY: dict[tuple, dict[str, float]] = {}
+_QUALITY_LOCK = threading.Lock()
+# the embedder's model and file cache, used by one evaluation at a time when a batch judges configs side by
+# side (`side_by_side`); the judge's calls are not held by it
+_EMBEDDER = threading.Lock()
 
 
 class Evaluations(StageLogic):
@@ -50,6 +56,11 @@ class Evaluations(StageLogic):
     def kinds(self, plan) -> set[str]:
         return {"parquet", "mlflow"}
 
+    def side_by_side(self, sweep, config) -> bool:
+        # with an LLM judge, its calls are most of an evaluation's time: configs are judged side by side,
+        # each one's use of the embedder (its model and file cache) one at a time (_EMBEDDER)
+        return sweep.judge_model is not None
+
     def compute(self, run: StageRun) -> Artifact:
         c, sweep = run.config, run.plan.sweep
         embedder, llm = run.resources.embedder, run.llm
@@ -57,16 +68,20 @@ class Evaluations(StageLogic):
         model, chunks = c.embedding.model, run.read("chunksets")
 
         def embed(texts: list[str]):
-            return embedder.embed(model, texts)[0]
+            with _EMBEDDER:
+                return embedder.embed(model, texts)[0]
 
         def token_counts(texts: list[str]) -> list[int]:
-            return embedder.token_counts(model, texts)
+            with _EMBEDDER:
+                return embedder.token_counts(model, texts)
 
-        max_tokens = embedder.max_tokens(model)
+        with _EMBEDDER:
+            max_tokens = embedder.max_tokens(model)
         # the chunkset's metrics, once per chunkset, model and QA set in this process (keyed by content)
         shared = (run.inputs["chunksets"].fp, run.inputs["qa_set"].fp, model, max_tokens)
-        if shared not in _QUALITY:
-            _QUALITY[shared] = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
+        with _QUALITY_LOCK:  # two configs side by side on one chunkset: computed once
+            if shared not in _QUALITY:
+                _QUALITY[shared] = chunk_quality(chunks, qa, embed, token_counts, max_tokens)
         per_query, metrics = evaluate(
             c,
             qa,

@@ -150,10 +150,10 @@ class StageLogic:
             return False
         return run.ref.exists()
 
-    def side_by_side(self, config: RagConfig) -> bool:
+    def side_by_side(self, sweep, config: RagConfig) -> bool:
         """Whether a batch may compute this config's partition beside others (`StageSteps.side_by_side`):
         only where it calls an LLM and its `compute` shares nothing with theirs but the LLM client (no
-        store, local model or cache). None by default."""
+        store, local model or cache), or holds a lock around what it shares. None by default."""
         return False
 
     def compute(self, run: StageRun) -> pl.DataFrame | Artifact:
@@ -376,7 +376,8 @@ class StageSteps:
             except KeyError:  # no such partition: it fails in the batch's loop, named there
                 return None
 
-        side = [k for k in keys if (c := config(k)) is not None and self.logic.side_by_side(c)]
+        sweep = self.plan.sweep
+        side = [k for k in keys if (c := config(k)) is not None and self.logic.side_by_side(sweep, c)]
         if len(side) < 2:
             return [], 1
         # each maps its questions over up to `max_concurrency` threads; a few partitions keep the slots full

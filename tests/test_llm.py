@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+import yaml
 
 from rag_sweep.runner import run_sweep
 from resources.llm import LLMClient
@@ -650,6 +651,40 @@ def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(sl
     llm_rows = board.filter(pl.col("config_key").str.contains("openai"))
     assert llm_rows.height == 3 and llm_rows["exact_match"].to_list() == [1.0, 1.0, 1.0]
     assert board.height == 4
+
+
+class _Judge(_Active):
+    """`_Active` answering every judge prompt with a verdict, and counting the questions judged at once."""
+
+    def __call__(self, prompt: str, model: str = MODEL):
+        code, _, cost = super().__call__(prompt, model)
+        return code, "1", cost
+
+
+def test_a_batchs_evaluations_are_judged_side_by_side_within_the_clients_limit(slice_data, tmp_path):
+    """Four configs of 3 questions each, judged by an LLM in one evaluations batch: more than one config's
+    questions are judged at once (one config alone has 3), never more than the client's limit, and every
+    verdict is its own config's (each answer judged once, faithfulness_judge 1.0 everywhere)."""
+    judge = _Judge(None, 0.2)
+    spec = write_sweep(
+        tmp_path / "judged.yaml",
+        slice_data,
+        name="judged-side-by-side",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": [1, 2, 3, 4]},
+        evaluation={"judge_model": "openai/judge"},
+        decision={"holdout": 0},
+    )
+    raw = yaml.safe_load(spec.read_text())
+    raw["data"]["max_queries"] = 3
+    spec.write_text(yaml.safe_dump(raw))
+    with OpenAIStub(judge, by_model=True) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    judged = [r for r in stub.requests if r["body"]["model"] == "judge"]
+    assert len(judged) == 4 * 3
+    assert 3 < judge.most <= 8, judge.most
+    assert run.board["faithfulness_judge"].to_list() == [1.0] * 4
 
 
 def test_one_call_asked_at_once_from_two_threads_reaches_the_provider_once(tmp_path):
