@@ -3,6 +3,7 @@ content hash; `corpus` and `qa_set` snapshot them (validated, normalized to Parq
 stage reads the snapshot, never the file, so editing a file changes nothing until it is snapshotted again."""
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -10,7 +11,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key, queue_tags
 from rag_core.common.fingerprint import file_hash
-from rag_core.data.datasets import DataWarning, load_corpus, load_qa
+from rag_core.data.datasets import DatasetError, DataWarning, load_corpus, load_qa
 from rag_core.data.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
 from rag_core.data.qa.generation import (
     DEDUPE_MODEL,
@@ -37,6 +38,16 @@ def qa_identity(sweep) -> tuple:
 
         return file_hash(sweep.qa_path), sweep.max_queries, detector_version()
     return file_hash(sweep.qa_path), sweep.max_queries
+
+
+@contextmanager
+def named_field(sweep, field: str):
+    """A bad input file's error with the sweep file and its field first (then the file, row and field),
+    the same whichever command finds it: `validate`, `plan` or the run's snapshot."""
+    try:
+        yield
+    except DatasetError as e:
+        raise DatasetError(f"{sweep.path}: field '{field}': {e}") from None
 
 
 def load_sweep_qa(sweep, corpus: pl.DataFrame) -> pl.DataFrame:
@@ -155,7 +166,8 @@ class Corpus(StageLogic):
         return corpus_identity(run.plan.sweep)
 
     def compute(self, run: StageRun) -> pl.DataFrame:
-        return load_corpus(run.plan.sweep.corpus_path)
+        with named_field(run.plan.sweep, "data.corpus"):
+            return load_corpus(run.plan.sweep.corpus_path)
 
     def report(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
         return {
@@ -205,7 +217,8 @@ class QASet(StageLogic):
         sweep = run.plan.sweep
         with warnings.catch_warnings(record=True) as dropped:  # what the loader could not use, counted
             warnings.simplefilter("always", DataWarning)
-            frame = load_sweep_qa(sweep, corpus)
+            with named_field(sweep, "data.qa"):
+                frame = load_sweep_qa(sweep, corpus)
         for w in dropped:
             if issubclass(w.category, DataWarning):
                 run.context.log.warning(str(w.message))

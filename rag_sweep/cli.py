@@ -20,6 +20,7 @@ import threading
 import traceback
 import warnings
 
+from rag_core.common.extras import MissingExtra
 from rag_core.common.registry import PluginError
 from rag_core.data.datasets import DatasetError, DataWarning
 from rag_core.planning.spec import SpecError
@@ -223,6 +224,7 @@ EXPECTED = (
     StepFailed,
     PluginError,
     PlantedLink,
+    MissingExtra,
 )
 MAX_MESSAGE = 500  # an unexpected error's message past this is cut (a library's may hold a whole response)
 
@@ -241,7 +243,13 @@ def _failed(e: Exception, args) -> int:
         if len(message) > MAX_MESSAGE:  # cut once redacted: a URL cut short would keep its password
             message = message[: MAX_MESSAGE - 1] + "…"
     print(f"error: {message}", file=sys.stderr)
-    if hasattr(args, "verbose") and not verbose and (args.command == "run" or not isinstance(e, EXPECTED)):
+    # the hint where a traceback says more than the line: a bug, a library's error, a step that raised; a
+    # clean refusal of bad input (a file, a row, a field) is the whole story, in every command alike
+    if (
+        hasattr(args, "verbose")
+        and not verbose
+        and (isinstance(e, StepFailed) or not isinstance(e, EXPECTED))
+    ):
         print("(rerun with --verbose for the traceback)", file=sys.stderr)
     if isinstance(e, StepFailed):
         return 4 if args.command == "gate" else 1  # a gate's 1 is its verdict "fail"

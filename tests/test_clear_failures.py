@@ -461,3 +461,19 @@ def test_a_placeholder_fingerprint_is_a_usage_error_before_the_model_is_read(com
     assert ended.value.code == 2
     assert "'3f9c...' is not a folder fingerprint" in err and "64 hex digits" in err, err
     assert "tamper" not in err.lower() and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "gate"])
+def test_a_missing_extra_is_one_clean_line_in_every_command(command, capsys):
+    """The refusal of a part whose extra is not installed reads as every other clean refusal: its own
+    message with the install command, no exception name, no hint to rerun for a traceback."""
+    import argparse
+
+    from rag_core.common.extras import MissingExtra
+    from rag_sweep.cli import _failed
+
+    args = argparse.Namespace(command=command, verbose=False)
+    assert _failed(MissingExtra("chroma", "the chroma vector store"), args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the chroma vector store needs the chroma extra"), err
+    assert "MissingExtra" not in err[0]

@@ -43,7 +43,9 @@ def test_validate_names_the_field_of_missing_or_bad_data(slice_data, tmp_path, c
     assert "field 'data.qa'" in err and "line 1: field 'answers' must be a list of strings" in err
 
 
-def test_run_prints_a_data_error_in_one_line_and_the_traceback_only_when_verbose(tmp_path, capsys):
+def test_run_prints_a_data_error_in_one_line_as_validate_does_and_the_traceback_only_when_verbose(
+    tmp_path, capsys
+):
     corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
     corpus.write_text(json.dumps({"doc_id": "d1", "text": "hello world", "metadata": "oops"}) + "\n")
     qa.write_text(
@@ -54,9 +56,10 @@ def test_run_prints_a_data_error_in_one_line_and_the_traceback_only_when_verbose
     assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d")])).returncode == 2
     err = r.stderr.strip().splitlines()
     assert err == [
-        f"error: {corpus}: line 1: field 'metadata' is a string but not JSON",
-        "(rerun with --verbose for the traceback)",
+        f"error: {spec}: field 'data.corpus': {corpus}: line 1: field 'metadata' is a string but not JSON"
     ]
+    assert (r := cli(*["validate", str(spec)])).returncode == 2  # one style: the same line, no hint
+    assert r.stderr.strip().splitlines() == err
     assert (r := cli(*["run", str(spec), "--data-dir", str(tmp_path / "d"), "--verbose"])).returncode == 2
     err = r.stderr
     assert "Traceback" in err and err.strip().endswith("field 'metadata' is a string but not JSON")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 
-from rag_assets.inputs import load_sweep_qa, snapshot_fingerprints
+from rag_assets.inputs import load_sweep_qa, named_field, snapshot_fingerprints
 from rag_assets.orchestration.plans import load_plan
 from rag_core.chunking.chunkers import chunk_corpus
 from rag_core.common.extras import missing_for
 from rag_core.common.local_models import is_local, model_version
-from rag_core.data.datasets import DatasetError, load_corpus
+from rag_core.data.datasets import load_corpus
 from rag_core.decision.holdout import holdout_size
 from rag_core.planning.bill import LLM_SECONDS, Bill, estimate
 from rag_core.planning.plan import Plan
@@ -38,18 +38,14 @@ def load_data(sweep) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Load the corpus and QA set as a run would (cheap next to a run): a missing or bad file is an error
     naming its field of the sweep file, then the file, row and field; so is a setting the QA set's size
     rules out (a prompt optimization's budget). The QA set is None when the run is to generate it."""
-    try:
+    with named_field(sweep, "data.corpus"):
         corpus = load_corpus(sweep.corpus_path)
-    except DatasetError as e:
-        raise DatasetError(f"{sweep.path}: field 'data.corpus': {e}") from None
     if sweep.qa_generation is not None and not sweep.qa_path.exists():  # the run writes it first
         n = min(sweep.qa_generation.questions, sweep.max_queries or sweep.qa_generation.questions)
         check_optimize_budget(sweep, selection_questions(sweep, n), f"the QA set to generate ({n} questions)")
         return corpus, None
-    try:
+    with named_field(sweep, "data.qa"):
         qa = load_sweep_qa(sweep, corpus)
-    except DatasetError as e:
-        raise DatasetError(f"{sweep.path}: field 'data.qa': {e}") from None
     check_optimize_budget(sweep, selection_questions(sweep, qa.height), f"the QA set ({qa.height} questions)")
     return corpus, qa
 
