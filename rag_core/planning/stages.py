@@ -232,8 +232,9 @@ STAGES: tuple[Stage, ...] = (
         ("answers", "rerankings", "chunksets", "embeddings", "qa_set"),
         # 8: a metric no query defines is null, not 0.0; 9: a question's language normalizes its answers;
         # 10: Japanese and Thai answers segmented into words, Korean into characters (a language column's too);
-        # 11: a metric's interval needs enough questions that define it (not rows)
-        11,
+        # 11: a metric's interval needs enough questions that define it (not rows); 12: chunk cohesion and
+        # separation on the chunkset's first 100 chunks (300 before)
+        12,
         key=lambda c: "",  # one evaluation per answers partition: the same key
         settings=_evaluation_settings,
         failures="n_generation_errors",
