@@ -38,3 +38,35 @@ def test_nothing_is_left_to_move():
     assert done.returncode == 0, (
         "run scripts/dev/move_layout.py:\n" + done.stdout[-3000:] + done.stderr[-2000:]
     )
+
+
+def test_a_command_is_one_module_and_one_entry_of_the_tuple():
+    """What the layout page counts for a new command: its module in rag_sweep/commands/ with `add_parser`,
+    and that module in `COMMANDS`; every module there with a parser is listed, and none twice."""
+    import importlib
+
+    from rag_sweep.cli import COMMANDS, build_parser, subcommands
+
+    folder = ROOT / "rag_sweep" / "commands"
+    with_parser = {
+        f"rag_sweep.commands.{p.stem}"
+        for p in folder.glob("*.py")
+        if hasattr(importlib.import_module(f"rag_sweep.commands.{p.stem}"), "add_parser")
+    }
+    listed = [m.__name__ for m in COMMANDS]
+    assert sorted(listed) == sorted(with_parser) and len(set(listed)) == len(listed)
+    assert len(subcommands(build_parser())) >= len(COMMANDS)  # models: three commands
+
+
+def test_a_plugin_is_one_module_and_one_entry_point():
+    """The example plug-in package: each entry point names a module of its own, and each module is some
+    entry point's (the layout page's count for a plug-in of any kind)."""
+    pyproject = tomllib.loads((ROOT / "examples" / "plugins" / "pyproject.toml").read_text())
+    targets = [
+        value.split(":")[0]
+        for group in pyproject["project"]["entry-points"].values()
+        for value in group.values()
+    ]
+    package = ROOT / "examples" / "plugins" / "src" / "rag_sweep_example_plugins"
+    modules = {f"rag_sweep_example_plugins.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
+    assert len(targets) == len(set(targets)) and set(targets) == modules
