@@ -238,8 +238,9 @@ def _onnx_encoder(model: str, texts: list[str]) -> OnnxEncoder | None:
 
 def _build(model: str, folder: Path, texts: list[str]) -> None:
     """Build and check in a temporary folder, then rename it into place: whole or not at all. A build that
-    fails is recorded as a failed check, so each run does not try it again; a check that needs torch where
-    it is not installed records nothing (MissingExtra: installing it lets the next run check)."""
+    fails is recorded as a failed check, so each run does not try it again; one that fails on the install (a
+    check that needs torch where it is not installed, a library missing) records nothing: repairing the
+    install lets the next run build and check."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".building-"))
     try:
@@ -252,7 +253,8 @@ def _build(model: str, folder: Path, texts: list[str]) -> None:
             else:
                 outcome = check(OnnxEncoder(tmp), _torch(model), sample(texts))
                 outcome["reference"] = "torch"
-        except MissingExtra:
+        except (MissingExtra, ImportError):
+            # the install, not the graph: nothing recorded, so the run after it is repaired builds again
             raise
         except Exception as e:  # an architecture the builder or ONNX Runtime does not take
             outcome = {"passed": False, "error": f"{type(e).__name__}: {e}"}

@@ -9,6 +9,7 @@ browser tests' (tests/docs_images.py), and each exists."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -200,6 +201,10 @@ def test_the_first_command_runs_the_example_on_a_fresh_copy(tmp_path):
     commands a reader runs next (AFTER_FIRST), as written, in the same copy."""
     clone = _tree_copy(tmp_path / "clone")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    # a machine that never ran rag-sweep: its own cache dir (the encoder graph built and checked on the
+    # default install, as a newcomer's first run does), with uv's package cache kept (no registry here)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    env.update(UV_CACHE_DIR=os.environ.get("UV_CACHE_DIR") or str(cache / "uv"), XDG_CACHE_HOME=str(tmp_path))
     run = subprocess.run(
         ["bash", "-c", FIRST_COMMAND], cwd=clone, env=env, capture_output=True, text=True, timeout=3600
     )
@@ -215,6 +220,8 @@ def test_the_first_command_runs_the_example_on_a_fresh_copy(tmp_path):
     assert "Ship the winner (models:/hotpotqa-example@champion" in out
     assert "Dagster UI: " in out and "MLflow UI: " in out
     assert (clone / ".rag_data/dagster_home").is_dir() and (clone / ".rag_data/mlflow.db").is_file()
+    checks = [json.loads(p.read_text()) for p in (tmp_path / "rag-sweep/onnx").glob("*/check.json")]
+    assert [c["passed"] for c in checks] == [True], checks  # built here, on the default install, and used
 
     said = {}
     for command in AFTER_FIRST:  # pipefail: a failed export is not hidden by `tee`'s exit

@@ -110,3 +110,28 @@ def test_batches_by_tokens_keep_each_texts_vector_and_place_with_less_padding(gr
     assert stats.padding_share < by_characters
     _, again = service.embed(MODEL, texts)  # all cached: nothing computed, no padding to tell
     assert again.embedded == 0 and again.padding_share is None
+
+
+def test_a_build_that_fails_on_the_install_records_nothing_one_that_fails_on_the_graph_is_recorded(
+    tmp_path, monkeypatch
+):
+    """A library missing from the install (ONNX Runtime's optimizer without sympy) is not the graph's fault:
+    nothing is recorded, so the run after the install is repaired builds and checks again. A graph that
+    cannot be built is recorded as a failed check, so each run does not try it again."""
+    folder = tmp_path / "onnx" / "model"
+
+    def missing(model, out):
+        raise ImportError("SymbolicShapeInferenceHelper is unavailable — missing 'sympy'")
+
+    monkeypatch.setattr(le, "_export", missing)
+    with pytest.raises(ImportError, match="sympy"):
+        le._build("all-MiniLM-L6-v2", folder, ["a text"])
+    assert not folder.exists() and list((tmp_path / "onnx").iterdir()) == []
+
+    def unbuildable(model, out):
+        raise ValueError("an operator ONNX Runtime does not take")
+
+    monkeypatch.setattr(le, "_export", unbuildable)
+    le._build("all-MiniLM-L6-v2", folder, ["a text"])
+    outcome = json.loads((folder / "check.json").read_text())
+    assert outcome == {"passed": False, "error": "ValueError: an operator ONNX Runtime does not take"}
