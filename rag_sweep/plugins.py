@@ -8,11 +8,11 @@ A plug-in is a function or class in its own package, declared under its extensio
     from rag_sweep.plugins import EmbeddedStore, Hit, Conditions   # a vector store
     from rag_sweep.plugins import Metric, Question                  # a metric
 
-A vector store subclasses `VectorStore`, or `EmbeddedStore`, whose hooks it fills in: `_root` (the folder its
-builds live in), `_build`, `_count`, `_build_present`, `_drop`, `_vector_search`, `_keyword_search` and
-`_exact_vector_search` (each documented on EmbeddedStore and VectorStore). Their names begin with an
-underscore because a sweep never calls them: the store's public methods (`upsert`, `retrieve`, `info` ...)
-do, around them. They are part of this API all the same, and keep their names and signatures.
+A vector store subclasses `VectorStore`, or `EmbeddedStore`, whose hooks it fills in: `StoreHooks` states
+them, with their signatures (`_root`, `_build`, `_count`, `_drop`, `_vector_search`, `_keyword_search`;
+optionally `_build_present` and `_exact_vector_search`). Their names begin with an underscore because a sweep
+never calls them: the store's public methods (`upsert`, `retrieve`, `info` ...) do, around them. They are
+part of this API all the same, and keep their names and signatures.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from rag_core.search.strategies import STRATEGIES, SearchStrategy, Strategy
 if TYPE_CHECKING:  # loaded on first use, below
     from resources.vector_stores.base import Conditions, Searcher, VectorStore
     from resources.vector_stores.embedded import EmbeddedStore
+    from resources.vector_stores.hooks import StoreHooks
 
 # the vector store bases import Dagster (a store is a ConfigurableResource): loaded when a plug-in asks for
 # them, so that a chunker or a metric plug-in, read while a sweep is planned, costs no Dagster import
@@ -44,6 +45,7 @@ _STORE_BASES = {
     "Conditions": "resources.vector_stores.base",
     "Searcher": "resources.vector_stores.base",
     "EmbeddedStore": "resources.vector_stores.embedded",
+    "StoreHooks": "resources.vector_stores.hooks",
 }
 
 
@@ -70,6 +72,7 @@ __all__ = [
     "Store",
     "VectorStore",
     "EmbeddedStore",
+    "StoreHooks",
     "Hit",
     "Conditions",
     "matches",

@@ -807,3 +807,49 @@ def test_the_example_plugins_import_only_the_public_plugin_module():
                     found.setdefault(name, []).append(path.name)
     assert set(found) == {"rag_sweep.plugins"}, found
     assert all(hasattr(api, name) for name in api.__all__)
+
+
+def test_the_store_hooks_protocol_is_what_embedded_store_and_the_example_store_define(monkeypatch):
+    """`StoreHooks` states every hook a store plug-in fills in: `EmbeddedStore` leaves exactly its required
+    ones abstract, with the same parameters; the example's store defines every one with those parameters
+    (`ann` may be left out by a store without approximate indexes)."""
+    import inspect
+
+    from rag_sweep.plugins import EmbeddedStore, StoreHooks
+    from resources.vector_stores.hooks import OPTIONAL, hook_names, required_hooks
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "plugins" / "src"))
+    from rag_sweep_example_plugins.exact_store import ExactStore
+
+    def parameters(cls, name):
+        member = inspect.getattr_static(cls, name)
+        function = member.fget if isinstance(member, property) else member
+        return list(inspect.signature(function).parameters)
+
+    assert EmbeddedStore.__abstractmethods__ == set(required_hooks())
+    assert set(hook_names()) - set(required_hooks()) == set(OPTIONAL)
+    for name in hook_names():
+        assert parameters(EmbeddedStore, name) == parameters(StoreHooks, name), name
+        expected = parameters(StoreHooks, name)
+        defined = parameters(ExactStore, name)
+        assert defined == expected or defined + ["ann"] == expected, (name, defined)
+
+
+def test_a_store_plugin_that_leaves_a_hook_undefined_is_refused_naming_it(monkeypatch):
+    """A misspelt hook (`_keyword_serach`) leaves `_keyword_search` undefined: the plug-in is refused when it
+    is read, naming the hook, not when a sweep first opens the store."""
+    from rag_core.components.stores import _adapt
+    from rag_sweep.plugins import EmbeddedStore
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "plugins" / "src"))
+    from rag_sweep_example_plugins.exact_store import ExactStore
+
+    hooks = {name: getattr(ExactStore, name) for name in ("_build", "_count", "_drop", "_vector_search")}
+    base = {"backend": "misspelt", "analyzers": ("plain",), "files": "local", "_root": "/tmp", **hooks}
+    misspelt = type("Misspelt", (EmbeddedStore,), {**base, "_keyword_serach": ExactStore._keyword_search})
+    with pytest.raises(
+        TypeError, match=r"^it does not define _keyword_search \(rag_sweep.plugins.StoreHooks\)$"
+    ):
+        _adapt("misspelt", misspelt)
+    spelt = type("Spelt", (EmbeddedStore,), {**base, "_keyword_search": ExactStore._keyword_search})
+    assert _adapt("misspelt", spelt).implementation is spelt

@@ -53,6 +53,11 @@ def _adapt(name: str, obj: object) -> Store:
             f"it has no {', '.join(missing)}: a vector store is a resources.vector_stores.base.VectorStore "
             "subclass with a backend name, its analyzers, where it keeps its files and open()"
         )
+    # a hook left undefined (misspelt, or never written) is refused here, when the plug-in is read, rather
+    # than when a sweep first opens the store (resources/vector_stores/hooks.py states every hook)
+    undefined = sorted(getattr(obj, "__abstractmethods__", ()))
+    if undefined:
+        raise TypeError(f"it does not define {', '.join(undefined)} (rag_sweep.plugins.StoreHooks)")
     if obj.backend != name:
         raise TypeError(f"its backend is {obj.backend!r} but its entry point is named {name!r}")
     if obj.files not in FILES:

@@ -423,7 +423,36 @@ def plugin_api_page() -> str:
         else:  # a type alias
             kind, doc = "type", f"`{obj!r}`".replace("rag_core.data.filters.", "")
         lines.append(f"| `{name}` | {kind} | {_cell(doc)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + store_hooks_section()) + "\n"
+
+
+def store_hooks_section() -> list[str]:
+    """`StoreHooks`' hooks, each with its signature, whether a plug-in must define it, and its docstring."""
+    import inspect
+
+    from resources.vector_stores.hooks import OPTIONAL, StoreHooks, hook_names
+
+    lines = [
+        "",
+        "## A vector store's hooks",
+        "",
+        "An `EmbeddedStore` subclass defines these (`StoreHooks`, a `typing.Protocol`); the store's public "
+        "methods call them around the aliases, atomic publishing and filters, which are the product's. A "
+        "plug-in that leaves a required one out is refused when it is read, naming it.",
+        "",
+        "| hook | required | what it does |",
+        "|---|---|---|",
+    ]
+    for name in hook_names():
+        member = vars(StoreHooks)[name]
+        function = member.fget if isinstance(member, property) else member
+        signature = (
+            str(inspect.signature(function)).replace("self, ", "").replace("(self)", "()").replace("'", "")
+        )
+        shown = f"{name}" if isinstance(member, property) else f"{name}{signature}"
+        doc = " ".join((inspect.getdoc(function) or "").split())
+        lines.append(f"| `{_cell(shown)}` | {'no' if name in OPTIONAL else 'yes'} | {_cell(doc)} |")
+    return lines
 
 
 # ---- the pages -------------------------------------------------------------------------------------------
