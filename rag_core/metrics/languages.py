@@ -120,9 +120,10 @@ def _sudachi_dictionary():
 def _sudachi():
     tokenizer = getattr(_sudachi_tokenizers, "tokenizer", None)
     if tokenizer is None:  # a tokenizer may not be used by two threads at once: one each
+        dictionary = _sudachi_dictionary()  # first: it names the extra where SudachiPy is not installed
         from sudachipy import SplitMode
 
-        tokenizer = _sudachi_tokenizers.tokenizer = _sudachi_dictionary().tokenizer(mode=SplitMode.A)
+        tokenizer = _sudachi_tokenizers.tokenizer = dictionary.tokenizer(mode=SplitMode.A)
     return tokenizer
 
 
