@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create ./.venv with the locked dependencies (uv; installed from PyPI if missing). Usage: bootstrap.sh [--test]
+# Create ./.venv with the locked dependencies (uv; installed from PyPI if missing).
+# Usage: bootstrap.sh [--test | --dev]   (--test: every extra and the test tools; --dev: the test tools alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v uv >/dev/null 2>&1; then
@@ -13,6 +14,7 @@ else
 fi
 extra=()
 [ "${1:-}" = "--test" ] && extra=(--extra test)
+[ "${1:-}" = "--dev" ] && extra=(--extra dev)
 echo "[bootstrap] uv sync ${extra[*]:-} (cached in ${UV_CACHE_DIR:-~/.cache/uv})" >&2
 # --compile-bytecode: every later start imports dagster, mlflow, torch ... from .pyc; without it a shell with
 # PYTHONDONTWRITEBYTECODE compiles ~6,000 modules on every start (~10 s; only the first sync pays, ~1 min)

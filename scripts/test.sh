@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Second command: set up and run the tests (unit, end-to-end on the real model and stores), then ruff.
+# Usage: test.sh [--fast] [pytest arguments]. --fast: the default install and the test tools only (no extra,
+# no server, no compiler), the fast tier (no servers, no end-to-end sweeps) and ruff; a test that needs an
+# extra is skipped naming it. Without it, every extra and server, every tier but the soak (what CI runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cores=$(nproc)
+workers=${RAG_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
+export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  bash scripts/bootstrap.sh --dev
+  .venv/bin/ruff check .
+  exec .venv/bin/python -m pytest -n "$workers" --dist loadfile -m "not slow and not stack" "$@"
+fi
 bash scripts/bootstrap.sh --test
+# every extra is installed: a test that needs one fails where it is missing, rather than skipping
+export RAG_TEST_EVERY_EXTRA=1
 # Server binaries for the real-server tests (PostgreSQL from Debian, Weaviate built from Go, both cached).
 eval "$(bash scripts/ensure_servers.sh)"
-export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1 MLFLOW_DISABLE_TELEMETRY=true
 .venv/bin/ruff check .
 # The docs site, built strictly into a temp dir (seconds): a broken link or anchor, a page missing from the
 # nav or a nav entry without its page fails the command (mkdocs.yml).
@@ -26,6 +39,5 @@ bash scripts/lowest_dagster.sh
 # given to this script replaces the filter.
 soak=(-m "not soak")
 [ "${RAG_TEST_SOAK:-0}" = 1 ] && soak=()
-cores=$(nproc)
-.venv/bin/python -m pytest -n "${RAG_TEST_WORKERS:-$((cores < 4 ? cores : 4))}" --dist loadfile \
+.venv/bin/python -m pytest -n "$workers" --dist loadfile \
   --no-loadscope-reorder "${soak[@]}" "$@"

@@ -18,6 +18,8 @@ os.environ.pop("RAG_VECTOR_STORE", None)
 # the tests' signing key for registered models: never the user's own (~/.config/rag-sweep/signing.key)
 os.environ["RAG_SWEEP_SIGNING_KEY"] = os.path.join(__import__("tempfile").mkdtemp(), "signing.key")
 
+import importlib.util  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -162,6 +164,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+    _skip_without_extras(items)
 
     def tier(item) -> int:
         return 0 if item.get_closest_marker("stack") else 1 if item.get_closest_marker("slow") else 2
@@ -170,6 +173,90 @@ def pytest_collection_modifyitems(items):
     for item in items:
         file_tier[item.path] = min(file_tier.get(item.path, 2), tier(item))
     items.sort(key=lambda item: file_tier[item.path])  # a stable sort: each file's tests keep their order
+
+
+# ---- the default install's tier ----------------------------------------------------------------------------
+# On an install without every extra (`bash scripts/test.sh --default`), a test that needs a missing one is
+# skipped, naming the extra and its install command, whether it says so (`@pytest.mark.extra("qdrant")`) or
+# fails on it (MissingExtra, an import of one of the extra's modules, a refusal naming it). The full tier
+# (scripts/test.sh, CI) sets RAG_TEST_EVERY_EXTRA=1: there a missing extra fails the test, never a skip.
+EVERY_EXTRA = os.environ.get("RAG_TEST_EVERY_EXTRA") == "1"
+# what the tests import beyond the components' extras (rag_core/common/extras.py)
+TEST_EXTRA_MODULES = {"mkdocs": "docs", "material": "docs", "playwright": "test"}
+
+
+def _extra_of_module(module: str) -> str | None:
+    from rag_core.common.extras import EXTRAS
+
+    top = module.split(".")[0]
+    return next((e.name for e in EXTRAS.values() if top in e.modules), TEST_EXTRA_MODULES.get(top))
+
+
+def _is_installed(extra: str) -> bool:
+    from rag_core.common.extras import EXTRAS, installed
+
+    if extra in EXTRAS:
+        return installed(extra)
+    modules = [m for m, e in TEST_EXTRA_MODULES.items() if e == extra]
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def _missing_extra(exc: BaseException | None) -> str | None:
+    """The extra whose absence raised `exc` (or an exception it was raised from), if it is not installed."""
+    from rag_core.common.extras import MissingExtra
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        extra = None
+        if isinstance(exc, MissingExtra):
+            extra = exc.extra
+        elif isinstance(exc, ModuleNotFoundError) and exc.name:
+            extra = _extra_of_module(exc.name)
+        elif found := re.search(r"needs the ([\w-]+) extra|No module named '([\w.]+)'", str(exc)):
+            extra = found.group(1) or _extra_of_module(found.group(2))
+        if extra and not _is_installed(extra):
+            return extra
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _needs(extra: str) -> str:
+    from rag_core.common.extras import install_hint
+
+    return f"needs the {extra} extra, not installed here: {install_hint(extra)}"
+
+
+def _skip_without_extras(items) -> None:
+    """`@pytest.mark.extra(...)`: skipped where one is missing (reported at the test, naming the extra)."""
+    for item in items:
+        for mark in item.iter_markers("extra"):
+            missing = [e for e in mark.args if not _is_installed(e)]
+            if missing and not EVERY_EXTRA:
+                item.add_marker(pytest.mark.skip(reason=_needs(missing[0])))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and call.excinfo is not None and not EVERY_EXTRA:
+        if extra := _missing_extra(call.excinfo.value):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {_needs(extra)}")
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test file that imports an extra's module at its top: skipped whole on an install without it."""
+    report = yield
+    if report.failed and not EVERY_EXTRA:
+        found = re.search(r"No module named '([\w.]+)'", str(report.longrepr))
+        extra = _extra_of_module(found.group(1)) if found else None
+        if extra and not _is_installed(extra):
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0, f"Skipped: {_needs(extra)}")
+    return report
 
 
 def _on_sigterm(signum, frame):

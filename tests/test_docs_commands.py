@@ -40,6 +40,9 @@ RUN = {FIRST_COMMAND: FIRST} | dict.fromkeys(AFTER_FIRST, FIRST)
 COVERED = {
     # the whole suite: what CI runs (.ci/run), never from inside the suite
     "bash scripts/test.sh": ".ci/run",
+    "bash scripts/test.sh --fast": (
+        "tests/test_extras.py::test_the_fast_tier_command_adds_the_test_tools_and_runs_the_fast_tier"
+    ),
     "DAGSTER_HOME=$PWD/.rag_data/dagster_home DAGSTER_GRPC_TIMEOUT_SECONDS=240 .venv/bin/dg dev": "tests/test_ui.py::"
     "test_opening_the_dagster_ui_on_a_finished_sweep_starts_nothing_and_shows_the_leaderboard",
     "LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/mlflow ui --backend-store-uri sqlite:///$PWD/.rag_data/mlflow.db": (

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,6 +35,7 @@ def _build(root: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.extra("docs")
 def test_the_site_builds_strictly_and_a_broken_link_anchor_or_page_fails_it(tmp_path):
     good = _site_copy(tmp_path / "good")
     built = _build(good)

@@ -3,6 +3,10 @@ that names a component of a missing extra is refused before any work, naming the
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import re
+import subprocess
 import threading
 import tomllib
 from pathlib import Path
@@ -96,16 +100,20 @@ def test_the_default_install_holds_what_the_design_names_and_no_torch(lock):
     # the test extra is every extra: `uv sync --frozen --inexact --extra test` (bootstrap --test) runs it all
     tested = _locked_closure(lock, project["dependencies"] + project["optional-dependencies"]["test"])
     assert NOT_DEFAULT - {"triton"} <= tested
+    # the fast tier's install (`scripts/test.sh --fast`: the dev extra) adds test tools, no component
+    fast = _locked_closure(lock, project["dependencies"] + project["optional-dependencies"]["dev"])
+    assert not fast & NOT_DEFAULT, sorted(fast & NOT_DEFAULT)
 
 
 def test_each_extra_of_pyproject_is_one_the_code_knows(lock):
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "test"}  # docs: the site's builder
+    # docs: the site's builder; dev: the test tools (the fast tier on the default install); test: everything
+    assert set(declared) == set(extras.EXTRAS) | {"all", "docs", "dev", "test"}
     components = [e.name for e in extras.EXTRAS.values() if e.component]
     assert declared["all"] == [f"rag-sweep[{','.join(components)}]"]
     # the test extra runs everything: every component, and each tool (the local LLM server)
     tools = {f"rag-sweep[{e.name}]" for e in extras.EXTRAS.values() if not e.component}
-    assert {"rag-sweep[all]", "rag-sweep[docs]"} | tools <= set(declared["test"])
+    assert {"rag-sweep[all]", "rag-sweep[docs]", "rag-sweep[dev]"} | tools <= set(declared["test"])
 
 
 def test_what_a_sweep_needs_names_each_extra_with_the_first_thing_that_needs_it(tmp_path):
@@ -201,14 +209,19 @@ def test_components_shows_what_each_extra_adds_and_whether_it_is_installed(monke
     _missing(monkeypatch, "milvus")
     main(["components"])
     out = capsys.readouterr().out
-    assert "[extra milvus: not installed]" in out and "[extra chroma]" in out
-    assert "a sentence-transformers CrossEncoder" in out and "[extra torch]" in out
+    # the others as this install has them (every one in the full tier; none on the default install)
+    shown = {
+        e: f"[extra {e}]" if extras.installed(e) else f"[extra {e}: not installed]" for e in extras.EXTRAS
+    }
+    assert "[extra milvus: not installed]" in out and shown["chroma"] in out
+    assert "a sentence-transformers CrossEncoder" in out and shown["torch"] in out
     extras_section = out.split("\nextras (", 1)[1].splitlines()
     assert extras_section[0].startswith(
         "pip install 'rag-sweep[<name>]' (in a checkout: uv sync --inexact --extra <name>)"
     )
     rows = {line.split()[0]: line.split()[1] for line in extras_section[1:]}
-    assert rows == {**{e: "installed" for e in extras.EXTRAS}, "milvus": "missing"}
+    here = {e: "installed" if extras.installed(e) else "missing" for e in extras.EXTRAS}
+    assert rows == {**here, "milvus": "missing"}
 
 
 def test_a_shipped_model_requires_the_extras_its_config_needs(tmp_path):
@@ -227,3 +240,22 @@ def test_a_shipped_model_requires_the_extras_its_config_needs(tmp_path):
     (default,) = Plan.resolve(sweep_from_dict(raw, tmp_path / "s.yaml")).configs
     assert model_extras({"config": default.model_dump(mode="json")}) == []
     assert "rag-sweep==0.1.0" in requirements([], [])
+
+
+@pytest.mark.slow
+def test_the_fast_tier_command_adds_the_test_tools_and_runs_the_fast_tier():
+    """`bash scripts/test.sh --fast`, as the README gives it (here only collecting one file): it syncs the
+    dev extra into the environment, adding to it (nothing this install has is removed), runs ruff and selects
+    the fast tier, leaving the end-to-end tests out."""
+    env = {k: v for k, v in os.environ.items() if k != "RAG_TEST_EVERY_EXTRA"}
+    before = sorted(d.metadata["Name"] for d in importlib.metadata.distributions())
+    args = ["--fast", "-n", "0", "--collect-only", "-q", "tests/test_determinism.py"]
+    done = subprocess.run(
+        ["bash", "scripts/test.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "All checks passed!" in done.stdout  # ruff
+    collected = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", done.stdout)
+    assert collected and int(collected[3]) > 0 and int(collected[1]) > 0, done.stdout[-2000:]
+    importlib.invalidate_caches()
+    assert sorted(d.metadata["Name"] for d in importlib.metadata.distributions()) == before

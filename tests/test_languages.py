@@ -472,6 +472,7 @@ def test_segmenting_gives_the_same_tokens_every_time_and_in_every_thread():
     assert again == first * 25
 
 
+@pytest.mark.extra("japanese", "thai")
 def test_importing_the_module_loads_no_segmenter():
     code = (
         "import sys, rag_core.metrics.languages as m; "

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
+
 from tests.conftest import ROOT
 
 DEPLOYMENT = (
@@ -36,6 +38,7 @@ def _loaded(*modules: str) -> set[str]:
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.extra("fleet")
 def test_a_deployment_never_imports_the_clis_driver():
     loaded = _loaded(*DEPLOYMENT)
     cli = sorted(
