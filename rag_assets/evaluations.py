@@ -24,6 +24,7 @@ from rag_core.evaluation.evaluate import (
     per_question_table,
     variance_split,
 )
+from rag_core.metrics import embedded_texts
 from rag_core.retrieval.ann_recall import index_figures
 from resources.artifacts import Artifact, QuestionSubset
 from resources.embedders import chunk_vectors
@@ -60,6 +61,23 @@ class Evaluations(StageLogic):
         # with an LLM judge, its calls are most of an evaluation's time: configs are judged side by side,
         # each one's use of the embedder (its model and file cache) one at a time (_EMBEDDER)
         return sweep.judge_model is not None
+
+    def before_batch(self, runs: list[StageRun], log) -> None:
+        # the texts answer metrics embed (answers, questions, gold answers), of every config of the batch
+        # in one call per embedding model: one pass of full batches instead of a small one per config;
+        # each config's own call then finds its vectors in the embedder's cache
+        by_model: dict[str, list[str]] = {}
+        for run in runs:
+            texts = embedded_texts(run.read("qa_set"), run.read("answers"))
+            by_model.setdefault(run.config.embedding.model, []).extend(texts)
+        embedder = runs[0].resources.embedder
+        for model, texts in by_model.items():
+            with _EMBEDDER:
+                _, stats = embedder.embed(model, list(dict.fromkeys(texts)))
+            log.info(
+                f"answer metrics of {len(runs)} configs: {stats.unique} texts embedded with {model} in one "
+                f"call ({stats.embedded} new, {stats.seconds:.1f} s)"
+            )
 
     def compute(self, run: StageRun) -> Artifact:
         c, sweep = run.config, run.plan.sweep

@@ -156,6 +156,10 @@ class StageLogic:
         store, local model or cache), or holds a lock around what it shares. None by default."""
         return False
 
+    def before_batch(self, runs: list[StageRun], log) -> None:
+        """Work the partitions a batch is about to compute share, done once for all of them before the
+        first (`runs`: those not reused; `log`: the batch's). Nothing by default."""
+
     def compute(self, run: StageRun) -> pl.DataFrame | Artifact:
         """The artifact's rows (or an Artifact with side tables) for `run.ref`."""
         raise NotImplementedError
@@ -405,6 +409,7 @@ class StageSteps:
             inputs = inputs_of(plan.partition(name, k), loaded)
             return inputs, *self.computed(OnePartition(context, name, k), k, inputs)
 
+        self.before_batch(context, loaded, wanted)
         # partitions that call an LLM compute side by side; each is finished (metadata, anything published,
         # checks) and stored in the batch's order, by this thread
         side, width = self.side_by_side(context, wanted)
@@ -436,6 +441,27 @@ class StageSteps:
         yield from (merged_check(self.key, found) for found in results.values())
         if failed:
             raise PartitionsFailed(name, failed)
+
+    def before_batch(self, context, loaded: dict, wanted: list[str]) -> None:
+        """`StageLogic.before_batch` with the partitions of the batch that will be computed: those without
+        an artifact, or all when forced (one whose artifact is damaged is computed without it). Where it
+        fails, each partition computes on its own, as without it, and fails there, named."""
+        if type(self.logic).before_batch is StageLogic.before_batch:
+            return
+        runs = []
+        for k in wanted:
+            try:
+                inputs = inputs_of(self.plan.partition(self.name, k), loaded)
+                run = self.prepared(OnePartition(context, self.name, k), k, inputs)
+            except Exception:  # noqa: BLE001 (it fails in the batch's loop, named there)
+                continue
+            if forced(context) or not run.ref.exists():
+                runs.append(run)
+        try:
+            if runs:
+                self.logic.before_batch(runs, context.log)
+        except Exception as e:  # noqa: BLE001 (each partition meets it again, alone)
+            context.log.warning(f"{self.name}: the batch's shared work failed ({type(e).__name__}: {e})")
 
     def single(self, context, loaded: dict):
         """An unpartitioned stage in a chain's run (rag_assets/chains.py): its artifact, recorded as its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -414,3 +415,25 @@ def test_queries_without_gold_documents_are_left_out_of_retrieval_metrics_and_co
     assert run.search is None and run.board["overall_score"].is_not_null().all()
     report = (data / "leaderboards" / "none.report.md").read_text()
     assert "Undefined for every config, so left out: recall_at_k" in report
+
+
+def test_a_batch_of_evaluations_embeds_every_configs_answer_texts_in_one_call(sweep_run):
+    """The texts the answer metrics embed (answers, questions, gold answers), of every config the batch
+    evaluates, in one call per embedding model, not one small call per config."""
+    from rag_core.metrics import embedded_texts
+
+    plan, instance, run = sweep_run["plan"], sweep_run["instance"], sweep_run["run"]
+    said = [
+        e.message
+        for r in instance.get_runs()
+        for e in instance.all_logs(r.run_id)
+        if e.message and "answer metrics of" in e.message
+    ]
+    keys = plan.keys("evaluations")
+    texts: set[str] = set()
+    for key in keys:  # an evaluation's key is its answers' (one evaluation per answers partition)
+        texts |= set(embedded_texts(run.artifact("qa_set"), run.artifact("answers", key)))
+    pattern = r"answer metrics of (\d+) configs: (\d+) texts embedded with .* in one call"
+    found = [re.search(pattern, m) for m in said]
+    assert len(found) == 1 and found[0], said
+    assert int(found[0][1]) == len(keys) > 1 and int(found[0][2]) == len(texts), said

@@ -106,6 +106,26 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
 
 
+def embedded_texts(qa: pl.DataFrame, answers: pl.DataFrame) -> list[str]:
+    """The texts `evaluate_queries` embeds (semantic_similarity, answer_relevance), unique, in the QA set's
+    order: each question's answers (several where it was sampled), the question and its gold answers,
+    citation markers stripped. A batch of evaluations embeds them for all its configs at once."""
+    joined = qa.select("query_id", "question", "answers").join(
+        answers.select("query_id", "answer"), on="query_id", how="left", maintain_order="left"
+    )
+    texts = [
+        t
+        for r in joined.iter_rows(named=True)
+        for t in (
+            strip_citations(r["answer"] or ""),
+            r["question"],
+            *map(strip_citations, r["answers"] or []),
+        )
+        if t.strip()
+    ]
+    return list(dict.fromkeys(texts))
+
+
 def evaluate_queries(
     qa: pl.DataFrame,
     retrievals: pl.DataFrame,
@@ -135,17 +155,7 @@ def evaluate_queries(
     scored = [m for m in map(METRICS.get, scorable_metrics()) if m.score is not None]
     vec: dict[str, np.ndarray] = {}
     if embed is not None:
-        texts = [
-            t
-            for r in records
-            for t in [
-                strip_citations(r["answer"] or ""),
-                r["question"],
-                *map(strip_citations, r["answers"] or []),
-            ]
-            if t.strip()
-        ]
-        unique = list(dict.fromkeys(texts))
+        unique = embedded_texts(qa, answers)
         vec = dict(zip(unique, embed(unique), strict=True)) if unique else {}
     rows = []
     for r in records:
