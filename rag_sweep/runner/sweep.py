@@ -35,6 +35,7 @@ from rag_assets.sweep_assets import stage_assets
 from rag_core.common.fingerprint import file_hash
 from rag_core.common.progress import listening
 from rag_core.planning.batches import batch_reads, batches, steps_in
+from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.step_graph import StepGraph
 from rag_sweep.runner.errors import CheckFailed
@@ -119,22 +120,8 @@ def run_sweep(
     watch_interrupts()  # a Ctrl-C from now on is raised at the latest when the next Dagster run ends
     data = data_root(data_dir or default_data_dir())
     own_configs = None if plan is None else load_sweep(spec).configs  # the rest this run added (a baseline)
-    # the settings and the servers before the plan, which reads the data dir (the plug-ins its runs recorded)
     fleet = executor() == "celery"  # a bad $RAG_EXECUTOR: before any work
-    require_fleet(data) if fleet else require_deployment(data)
-    check_all(is_remote(data), runs_steps=fleet)  # not minutes of retries at the first step that uses one
-    plan = plan or load_plan(spec, store, data)
-    require_extras(plan)  # a component whose extra is missing: before any work
-    if evaluations_only and plan.sweep.search.adaptive:
-        raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
-    if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work
-        load_data(plan.sweep)
-    if (
-        not fleet and plan.runs_local_models
-    ):  # $RAG_DEVICE=cuda where there is none (a fleet's workers: theirs)
-        resolve_device(device_setting())
-    if fleet and resources:
-        raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
+    plan = _preflight(spec, data, plan, store, fleet, evaluations_only, resources)
     with exclusive(data):
         if not is_remote(data):  # nothing below is written through a planted link (resources/no_links.py)
             refuse_links_in(data)
@@ -171,17 +158,7 @@ def run_sweep(
             for line in run(stage, key, extra_tags):
                 tqdm.write(line, file=sys.stderr)
 
-        sweep = plan.sweep
-        if sweep.qa_generation is not None and not sweep.qa_path.exists():
-            print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
-            materialize("qa_file")  # an existing file (a reviewed copy) is used as is
-        sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
-        # the input files' content hashes, as the UI would observe them; an unchanged file is not observed
-        # again, and a changed one is recorded without a run (a run costs more than hashing a file)
-        for source in unobserved(instance, sources):
-            record_observation(instance, source)
-        if stale := (["corpus", "qa_set"] if force else stale_snapshots(plan, instance, data)):
-            materialize(tuple(stale))  # one run for both snapshots
+        sources = _snapshot_inputs(plan, defs, instance, data, force, materialize)
         stores = defs.resources["vector_stores"]
         todo = steps(plan, instance, data, force, stores, defs.resources["tracking"])
         if evaluations_only:
@@ -196,63 +173,118 @@ def run_sweep(
                 if not plan.holdout:  # (with a holdout: said once the holdout is known complete too)
                     print("every partition is up to date: nothing to compute", file=sys.stderr)
             else:
-                # no ETA: steps differ by orders of magnitude (embedding a corpus, reading a cached index)
-                bar = steps_bar(len(todo), progress)
-                if fleet:  # a worker runs one batch at a time: a stage's batches run side by side
-                    units = batches(todo, plan.all_keys, batch_size(), fleet_workers())
-                    run_on_fleet(
-                        StepGraph(units, batch_reads(units, lambda s: reads(plan, s))), on_fleet, plan, bar
-                    )
-                else:
-                    run_batches(batches(todo, plan.all_keys, batch_size()), plan, materialize, bar)
-                bar.close()
+                _run_steps(plan, todo, materialize, on_fleet if fleet else None, progress)
             if evaluations_only:
                 return SweepRun(None, defs, instance, plan, data)
             if plan.holdout:  # the finalists, on the questions no selection step saw
-                held = holdout_steps(
-                    plan, instance, data, force, plan.sweep.search.adaptive or bool(todo), stores
-                )
-                if not todo and not held:
-                    print("every partition is up to date: nothing to compute", file=sys.stderr)
-                if added := new_finalists(plan, instance, held):  # the finalists' partitions appear now
-                    instance.add_dynamic_partitions(plan.finalists_partitions, added)
-                bar = steps_bar(len(held), progress and bool(held))
-                run_holdout(held, plan, materialize, bar)
-                bar.close()
-            # prompt optimization: its best prompts are new configs, evaluated by a run of the new plan
-            if plan.sweep.optimize is not None and optimize_prompts(plan, instance, data, materialize):
-                replan = load_plan(spec, store, data)
-                if set(replan.config_keys) - set(plan.config_keys):
-                    print(
-                        f"prompt optimization found {len(set(replan.config_keys) - set(plan.config_keys))} "
-                        "optimized config(s): evaluating them",
-                        file=sys.stderr,
-                    )
-                    plan = None  # run again below, outside this run's lock
-            # the recommendation, shipped to the model registry when it is not the champion already
+                _confirm(plan, instance, data, force, todo, stores, materialize, progress)
+            if _optimized(plan, spec, store, data, instance, materialize):
+                plan = None  # run again below, outside this run's lock
             kept = None
-            tracking = defs.resources["tracking"]
-            if plan is not None and champion_due(plan, data, tracking):
-                try:
-                    materialize(CHAMPION)
-                except CheckFailed as e:  # the recommendation is worse than the champion: it stays
-                    kept = str(e)
-            # nothing left to do, known from this run's checks or asked again after its work: a rerun
-            # answers from the record while nothing it read changes (rag_sweep/runner/up_to_date.py)
-            if (
-                plan is not None
-                and kept is None
-                and not resources
-                and recordable(plan, data)
-                and (not launched or nothing_due(plan, instance, data, stores, tracking, sources))
-            ):
-                release_connections(instance)  # the instance's files as they will stay: then stamped
-                record(plan, data, shipping_facts(tracking, plan.sweep.name), inputs_at_start)
+            if plan is not None:
+                tracking = defs.resources["tracking"]
+                kept = _ship(plan, data, tracking, materialize)
+                # nothing left to do, known from this run's checks or asked again after its work: a rerun
+                # answers from the record while nothing it read changes (rag_sweep/runner/up_to_date.py)
+                if (
+                    kept is None
+                    and not resources
+                    and recordable(plan, data)
+                    and (not launched or nothing_due(plan, instance, data, stores, tracking, sources))
+                ):
+                    release_connections(instance)  # the instance's files as they will stay: then stamped
+                    record(plan, data, shipping_facts(tracking, plan.sweep.name), inputs_at_start)
         if plan is not None:
             board = read_parquet(leaderboard_path(data, plan.sweep.name))
             return SweepRun(board, defs, instance, plan, data, search, kept)
     # the optimized configs join the plan: their steps run, and the leaderboard ranks them with the rest
     return run_sweep(spec, data_dir, False, verbose, progress, resources, store)
+
+
+def _preflight(spec, data, plan, store, fleet: bool, evaluations_only: bool, resources) -> Plan:
+    """The sweep's plan, once every setting, server and extra it needs is known to be there: a refusal
+    before any work. The settings and the servers come before the plan, which reads the data dir (the
+    plug-ins its runs recorded)."""
+    require_fleet(data) if fleet else require_deployment(data)
+    check_all(is_remote(data), runs_steps=fleet)  # not minutes of retries at the first step that uses one
+    plan = plan or load_plan(spec, store, data)
+    require_extras(plan)  # a component whose extra is missing: before any work
+    if evaluations_only and plan.sweep.search.adaptive:
+        raise ValueError("an adaptive search chooses what to evaluate: it cannot evaluate every config")
+    if plan.sweep.optimize is not None:  # its budget against the selection questions: before any work
+        load_data(plan.sweep)
+    if not fleet and plan.runs_local_models:  # $RAG_DEVICE=cuda where there is none (a fleet's: theirs)
+        resolve_device(device_setting())
+    if fleet and resources:
+        raise ValueError("resource overrides cannot reach a fleet's workers: set them in their environment")
+    return plan
+
+
+def _snapshot_inputs(plan: Plan, defs, instance, data, force: bool, materialize) -> list:
+    """The QA set generated where the sweep asks for one and it is not there yet (an existing file, a
+    reviewed copy, is used as is); the input files observed and snapshotted where they changed. Returns the
+    sweep's source assets."""
+    sweep = plan.sweep
+    if sweep.qa_generation is not None and not sweep.qa_path.exists():
+        print(f"generating the QA set {sweep.qa_path} with {sweep.qa_generation.model}", file=sys.stderr)
+        materialize("qa_file")
+    sources = [a for a in defs.assets if isinstance(a, dg.SourceAsset) or a.is_observable]
+    # the input files' content hashes, as the UI would observe them; an unchanged file is not observed
+    # again, and a changed one is recorded without a run (a run costs more than hashing a file)
+    for source in unobserved(instance, sources):
+        record_observation(instance, source)
+    if stale := (["corpus", "qa_set"] if force else stale_snapshots(plan, instance, data)):
+        materialize(tuple(stale))  # one run for both snapshots
+    return sources
+
+
+def _run_steps(plan: Plan, todo: list, materialize, on_fleet, progress: bool) -> None:
+    """The selection's steps in batches: one after another here, or side by side on a fleet's workers (a
+    worker runs one batch at a time). No ETA: steps differ by orders of magnitude (embedding a corpus,
+    reading a cached index)."""
+    bar = steps_bar(len(todo), progress)
+    if on_fleet is not None:
+        units = batches(todo, plan.all_keys, batch_size(), fleet_workers())
+        run_on_fleet(StepGraph(units, batch_reads(units, lambda s: reads(plan, s))), on_fleet, plan, bar)
+    else:
+        run_batches(batches(todo, plan.all_keys, batch_size()), plan, materialize, bar)
+    bar.close()
+
+
+def _confirm(
+    plan: Plan, instance, data, force: bool, todo: list, stores, materialize, progress: bool
+) -> None:
+    """The finalists on the questions no selection step saw: their partitions appear now, then run."""
+    held = holdout_steps(plan, instance, data, force, plan.sweep.search.adaptive or bool(todo), stores)
+    if not todo and not held:
+        print("every partition is up to date: nothing to compute", file=sys.stderr)
+    if added := new_finalists(plan, instance, held):
+        instance.add_dynamic_partitions(plan.finalists_partitions, added)
+    bar = steps_bar(len(held), progress and bool(held))
+    run_holdout(held, plan, materialize, bar)
+    bar.close()
+
+
+def _optimized(plan: Plan, spec, store, data, instance, materialize) -> bool:
+    """Prompt optimization, where the sweep asks for it: whether its best prompts made new configs (a run
+    of the new plan evaluates them)."""
+    if plan.sweep.optimize is None or not optimize_prompts(plan, instance, data, materialize):
+        return False
+    added = set(load_plan(spec, store, data).config_keys) - set(plan.config_keys)
+    if added:
+        print(f"prompt optimization found {len(added)} optimized config(s): evaluating them", file=sys.stderr)
+    return bool(added)
+
+
+def _ship(plan: Plan, data, tracking, materialize) -> str | None:
+    """The recommendation, shipped to the model registry when it is not the champion already; why the
+    champion was kept, where the recommendation is worse than it (None otherwise)."""
+    if champion_due(plan, data, tracking):
+        try:
+            materialize(CHAMPION)
+        except CheckFailed as e:  # the recommendation is worse than the champion: it stays
+            return str(e)
+    return None
 
 
 def runner_definitions(plan, data_dir: str, resources: dict | None = None) -> dg.Definitions:
