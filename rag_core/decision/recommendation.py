@@ -351,33 +351,7 @@ def decide(
             .alias("vs_leader"),
         )
     if not enough:  # neither is a bootstrap of so few questions evidence (one question: every resample alike)
-        out = out.with_columns(
-            *(
-                [
-                    pl.when(pl.col("vs_leader") == "worse")
-                    .then(pl.lit("tied"))
-                    .otherwise(pl.col("vs_leader"))
-                    .alias("vs_leader")
-                ]
-                if "vs_leader" in out.columns
-                else []
-            ),
-            *(
-                pl.lit(None, pl.Float64).alias(c)
-                for c in ("p_value_vs_leader", "leader_diff_ci_low", "leader_diff_ci_high")
-                if c in out.columns
-            ),
-            *(
-                [  # each config's own interval is one claim: withheld only below a single test's floor
-                    pl.lit(None, pl.Float64).alias("overall_ci_low"),
-                    pl.lit(None, pl.Float64).alias("overall_ci_high"),
-                    pl.lit("n/a").alias("overall_ci95"),
-                    pl.lit(why_no_estimate(n_questions, 1.0, alpha)).alias("overall_ci_withheld"),
-                ]
-                if "overall_ci95" in out.columns and why_no_estimate(n_questions, 1.0, alpha)
-                else []
-            ),
-        )
+        out = _withhold_claims(out, n_questions, alpha)
     why_not = [violations(r, constraints) for r in out.iter_rows(named=True)]
     out = out.with_columns(
         pl.Series("meets_constraints", [not v for v in why_not]),
@@ -388,36 +362,9 @@ def decide(
     else:
         key, why = recommend(out, constraints)
     out = out.with_columns((pl.col("config_key") == (key or "")).alias("recommended"))
-    mde, mde_withheld = float("nan"), None
-    if scores is not None and enough:
-        mde = min_detectable_difference(scores, int(np.argmax(scores.observed)), alpha)
-        # every config scoring alike on every question: a difference of 0 would read as perfect power
-        mde_withheld = why_no_estimate(n_questions, mde, alpha, comparisons) if np.isfinite(mde) else None
-    elif scores is not None:
-        mde_withheld = why_no_estimate(n_questions, 1.0, alpha, comparisons)
-    if mde_withheld:
-        mde = float("nan")
+    mde, mde_withheld = _detectable(scores, enough, n_questions, alpha, comparisons)
     top = out.filter(pl.col("tier") == 1).sort("overall_score", descending=True)
-    advice = ""
-    if sound_keys and not enough:
-        advice = too_few_questions(n_questions, alpha, comparisons)
-    elif top.height > 1 and mde_withheld:
-        advice = (
-            f"{top.height} configs are statistically tied at the top; no detectable difference is given "
-            f"({mde_withheld})"
-        )
-    elif top.height > 1:
-        gap = float(top["overall_score"][0] - top["overall_score"][1])
-        advice = (
-            f"{top.height} configs are statistically tied at the top: with {n_questions} questions the sweep "
-            f"detects overall-score differences of about {mde:.3f} or more, and the best two differ by {gap:.3f}"
-        )
-        if gap > 0 and gap >= mde / 3:  # close enough that a larger QA set would tell them apart
-            advice += f"; about {int(np.ceil(n_questions * (mde / gap) ** 2))} questions would separate them."
-        else:
-            advice += (
-                ", far less: more questions would not change the choice; choose among them on cost and speed."
-            )
+    advice = _advice(top, bool(sound_keys), enough, n_questions, alpha, comparisons, mde, mde_withheld)
     summary = {
         "recommended": key,
         "why": why,
@@ -433,3 +380,87 @@ def decide(
         "prefer": constraints.prefer,
     }
     return out, summary
+
+
+def _withhold_claims(out: pl.DataFrame, n_questions: int, alpha: float) -> pl.DataFrame:
+    """Too few questions for any test to reach alpha: no config is "worse" than the leader, no p-value or
+    difference interval is given, and a config's own interval only above a single test's floor."""
+    withheld = why_no_estimate(n_questions, 1.0, alpha)
+    return out.with_columns(
+        *(
+            [
+                pl.when(pl.col("vs_leader") == "worse")
+                .then(pl.lit("tied"))
+                .otherwise(pl.col("vs_leader"))
+                .alias("vs_leader")
+            ]
+            if "vs_leader" in out.columns
+            else []
+        ),
+        *(
+            pl.lit(None, pl.Float64).alias(c)
+            for c in ("p_value_vs_leader", "leader_diff_ci_low", "leader_diff_ci_high")
+            if c in out.columns
+        ),
+        *(
+            [  # each config's own interval is one claim: withheld only below a single test's floor
+                pl.lit(None, pl.Float64).alias("overall_ci_low"),
+                pl.lit(None, pl.Float64).alias("overall_ci_high"),
+                pl.lit("n/a").alias("overall_ci95"),
+                pl.lit(withheld).alias("overall_ci_withheld"),
+            ]
+            if "overall_ci95" in out.columns and withheld
+            else []
+        ),
+    )
+
+
+def _detectable(
+    scores: Scores | None, enough: bool, n_questions: int, alpha: float, comparisons: int
+) -> tuple[float, str | None]:
+    """The minimum detectable difference of the sound configs' scores (NaN where none is given) and why
+    none is given (None where it is)."""
+    mde, withheld = float("nan"), None
+    if scores is not None and enough:
+        mde = min_detectable_difference(scores, int(np.argmax(scores.observed)), alpha)
+        # every config scoring alike on every question: a difference of 0 would read as perfect power
+        withheld = why_no_estimate(n_questions, mde, alpha, comparisons) if np.isfinite(mde) else None
+    elif scores is not None:
+        withheld = why_no_estimate(n_questions, 1.0, alpha, comparisons)
+    return (float("nan"), withheld) if withheld else (mde, withheld)
+
+
+def _advice(
+    top: pl.DataFrame,
+    any_sound: bool,
+    enough: bool,
+    n_questions: int,
+    alpha: float,
+    comparisons: int,
+    mde: float,
+    mde_withheld: str | None,
+) -> str:
+    """What the summary advises about the top tier: more questions where they would separate it, the
+    choice on cost and speed where they would not."""
+    if any_sound and not enough:
+        return too_few_questions(n_questions, alpha, comparisons)
+    if top.height > 1 and mde_withheld:
+        return (
+            f"{top.height} configs are statistically tied at the top; no detectable difference is given "
+            f"({mde_withheld})"
+        )
+    if top.height <= 1:
+        return ""
+    gap = float(top["overall_score"][0] - top["overall_score"][1])
+    advice = (
+        f"{top.height} configs are statistically tied at the top: with {n_questions} questions the sweep "
+        f"detects overall-score differences of about {mde:.3f} or more, and the best two differ by {gap:.3f}"
+    )
+    if gap > 0 and gap >= mde / 3:  # close enough that a larger QA set would tell them apart
+        return (
+            advice + f"; about {int(np.ceil(n_questions * (mde / gap) ** 2))} questions would separate them."
+        )
+    return (
+        advice
+        + ", far less: more questions would not change the choice; choose among them on cost and speed."
+    )
