@@ -172,20 +172,12 @@ def load_qa(
     when the file has one. `detect` (data.language: auto): a question without its own `language` gets the
     language its answers are scored in (`scoring_language`: its gold documents', else its gold answers',
     else its own); the languages found are said, and the unsure ones (scored without a language) counted."""
-    from rag_core.metrics.languages import UNSURE, normalize, scoring_language
+    from rag_core.metrics.languages import normalize, scoring_language
 
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
-    rows = None if path.is_dir() or path.suffix == ".tsv" else read_rows(path)
-    kind = formats.detect(path, rows)
-    if kind == "beir":
-        rows = formats.read_beir(path)
-    elif kind == "ragas":
-        pairs = list(zip(corpus["doc_id"], corpus["text"], strict=True)) if corpus is not None else None
-        rows = formats.read_ragas(path, rows, pairs)
-    elif kind == "mlflow":
-        rows = formats.read_mlflow(path, rows)
+    rows = _qa_rows(path, corpus)
     out, seen = [], set()
     junk: list[str] = []  # the gold answers nothing can match, where they were
     detected: dict[str, str | None] = {}  # data.language auto: query id -> the language found (None: unsure)
@@ -240,6 +232,31 @@ def load_qa(
         )
     if not out:
         raise DatasetError(f"{path}: the QA set is empty")
+    _warn_unscorable(path, junk, emptied, blank)
+    out = _once(path, out)
+    if max_queries is not None:
+        out = out[:max_queries]
+    _warn_detected(path, [detected[r["query_id"]] for r in out if r["query_id"] in detected])
+    _warn_uncovered(path, [r["language"] or language for r in out])
+    return _qa_frame(out)
+
+
+def _qa_rows(path: Path, corpus: pl.DataFrame | None) -> list[dict]:
+    """The file's rows in the project's format, whichever of the formats it is in."""
+    rows = None if path.is_dir() or path.suffix == ".tsv" else read_rows(path)
+    kind = formats.detect(path, rows)
+    if kind == "beir":
+        return formats.read_beir(path)
+    if kind == "ragas":
+        pairs = list(zip(corpus["doc_id"], corpus["text"], strict=True)) if corpus is not None else None
+        return formats.read_ragas(path, rows, pairs)
+    if kind == "mlflow":
+        return formats.read_mlflow(path, rows)
+    return rows
+
+
+def _warn_unscorable(path: Path, junk: list[str], emptied: int, blank: list[str]) -> None:
+    """Say what was dropped (gold answers empty once normalized) and what nothing can score."""
     if junk:
         warnings.warn(
             DataWarning(
@@ -248,7 +265,7 @@ def load_qa(
                 f"{', …' if len(junk) > 1 else ''}); {emptied} question(s) left with no reference answer "
                 "(their answer metrics are undefined, as for a question without gold documents)"
             ),
-            stacklevel=2,
+            stacklevel=3,
         )
     if blank:
         warnings.warn(
@@ -257,27 +274,34 @@ def load_qa(
                 f"{', …' if len(blank) > 1 else ''}): no retrieval or answer metric can score them (only a "
                 "judge's); give them `answers` or `relevant_doc_ids`, or mark them question_type unanswerable"
             ),
-            stacklevel=2,
+            stacklevel=3,
         )
-    out = _once(path, out)
-    if max_queries is not None:
-        out = out[:max_queries]
-    found = [detected[r["query_id"]] for r in out if r["query_id"] in detected]
-    if found:
-        counts: dict[str, int] = {}
-        for lang in found:
-            counts[lang or "unsure"] = counts.get(lang or "unsure", 0) + 1
-        named = ", ".join(f"{lang} {n}" for lang, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-        warnings.warn(
-            DataWarning(
-                f"{path}: field 'language' detected (data.language: auto: the gold documents', else the gold "
-                f"answers', else the question's) for {len(found)} question(s): {named} "
-                f"(unsure: below {UNSURE:g} confidence, scored without a language as SQuAD's script does; short "
-                "questions say little: give a `language` column where it matters)"
-            ),
-            stacklevel=2,
-        )
-    _warn_uncovered(path, [r["language"] or language for r in out])
+
+
+def _warn_detected(path: Path, found: list[str | None]) -> None:
+    """data.language: auto: say the languages found for the questions kept (None: unsure)."""
+    from rag_core.metrics.languages import UNSURE
+
+    if not found:
+        return
+    counts: dict[str, int] = {}
+    for lang in found:
+        counts[lang or "unsure"] = counts.get(lang or "unsure", 0) + 1
+    named = ", ".join(f"{lang} {n}" for lang, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    warnings.warn(
+        DataWarning(
+            f"{path}: field 'language' detected (data.language: auto: the gold documents', else the gold "
+            f"answers', else the question's) for {len(found)} question(s): {named} "
+            f"(unsure: below {UNSURE:g} confidence, scored without a language as SQuAD's script does; short "
+            "questions say little: give a `language` column where it matters)"
+        ),
+        stacklevel=3,
+    )
+
+
+def _qa_frame(out: list[dict]) -> pl.DataFrame:
+    """The QA set's frame: a grades column only for a graded set, a language column only where a question
+    has one."""
     schema = dict(QA_SCHEMA)
     if all(r["relevant_doc_grades"] is None for r in out):  # binary relevance: no grades column
         out = [{k: v for k, v in r.items() if k != "relevant_doc_grades"} for r in out]
