@@ -53,7 +53,7 @@ def gate_against_champion(
     effective weights (its `decision`'s judge measurement) and its failed-call rule. Returns
     `{"verdict": pass|fail|inconclusive|not gated, "message", "result"}`."""
     from rag_core.decision.gate import GateSettings, gate
-    from rag_core.decision.qualification import effective_weights
+    from rag_core.decision.qualification import effective_weights, judge_is_weighted
     from resources.artifacts import ArtifactRef
 
     if now is None:
@@ -92,6 +92,7 @@ def gate_against_champion(
         f"{where} ({labels.get(base, base)})",
         summaries=rows,
         baseline_key=base,
+        count_judge=judge_is_weighted(plan.sweep.weights, (decision or {}).get("judge")),
     )
     c = result.candidates[0]
     return {"verdict": c.verdict, "message": f"{c.label} vs {result.baseline}: {c.why}", "result": result}

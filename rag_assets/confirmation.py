@@ -15,6 +15,7 @@ import polars as pl
 from rag_assets.leaderboard import newer_inputs, publish_board
 from rag_assets.stage_asset import Check, StageLogic, StageRun, split_inputs
 from rag_core.decision.holdout import HOLDOUT, HOLDOUT_SUFFIX, SELECTION, confirm, selection_key
+from rag_core.decision.qualification import judge_is_weighted
 from resources.artifacts import Artifact, ArtifactRef
 
 
@@ -88,6 +89,7 @@ class Confirmation(StageLogic):
             summaries={
                 selection_key(k): r.read().row(0, named=True) for k, r in run.inputs["evaluations"].items()
             },
+            count_judge=judge_is_weighted(run.plan.sweep.weights, decision.get("judge")),
         )
         summary["share"] = run.plan.sweep.decision.holdout
         return Artifact(run.ref, table, {"summary": pl.DataFrame({"json": [json.dumps(summary)]})})

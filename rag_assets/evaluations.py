@@ -16,6 +16,7 @@ from rag_assets.stage_asset import Check, StageLogic, StageRun, forced
 from rag_core.data.qa.generation import generation_params
 from rag_core.decision.drift import compare
 from rag_core.decision.holdout import is_holdout_key
+from rag_core.decision.qualification import judge_is_weighted
 from rag_core.evaluation.evaluate import (
     chunk_quality,
     evaluate,
@@ -155,7 +156,7 @@ class Evaluations(StageLogic):
             # partitions; the rest in one table-like JSON, not as ~30 more plots per config
             **{k: dg.MetadataValue.float(float(v)) for k, v in metrics.items() if k in plotted},
             "all_metrics": dg.MetadataValue.json({k: round(float(v), 6) for k, v in metrics.items()}),
-            **llm_failure_metadata(frame.row(0, named=True)),
+            **llm_failure_metadata(frame.row(0, named=True), judge_is_weighted(run.plan.sweep.weights)),
         }
 
     def publish(self, run: StageRun, frame: pl.DataFrame, reused: bool) -> dict:
@@ -212,9 +213,10 @@ class Evaluations(StageLogic):
         ]
 
 
-def llm_failure_metadata(summary: dict) -> dict:
+def llm_failure_metadata(summary: dict, count_judge: bool = True) -> dict:
     """Each LLM-backed stage the config calls: its failed or fallen-back calls and its calls, and the stages
-    over the threshold that keeps it off the tiers (rag_core/decision/qualification.py)."""
+    over the threshold that keeps it off the tiers (rag_core/decision/qualification.py; the judge's where
+    the sweep weights its metric: the board, having measured the judge against labels, may not)."""
     from rag_core.decision.qualification import LLM_STAGES, describe, failed_stages
 
     stages = {
@@ -222,7 +224,7 @@ def llm_failure_metadata(summary: dict) -> dict:
         for stage, (failed, calls) in LLM_STAGES.items()
         if summary.get(calls) or summary.get(failed)
     }
-    over = failed_stages(summary)
+    over = failed_stages(summary, count_judge)
     return {
         "llm_calls": dg.MetadataValue.json(stages),
         "too_many_errors": bool(over),

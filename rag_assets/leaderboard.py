@@ -27,7 +27,12 @@ from rag_core.decision.leaderboard import (
     with_language_scores,
     with_plugin_metrics,
 )
-from rag_core.decision.qualification import JUDGE_METRIC, MAX_ERROR_SHARE, effective_weights
+from rag_core.decision.qualification import (
+    JUDGE_METRIC,
+    MAX_ERROR_SHARE,
+    effective_weights,
+    judge_is_weighted,
+)
 from rag_core.decision.recommendation import Constraints, bootstrap_scores, decide
 from rag_core.decision.report import missed_questions, query_scores, ship_report
 from rag_core.metrics import undefined_reasons
@@ -277,7 +282,10 @@ class Leaderboard(StageLogic):
                 "proportions"
             )
         scores = bootstrap_scores(per_query, weights)  # one set of resamples for every comparison
-        board = compare_to_leader(rank_configs(summaries, weights), per_query, weights, scores=scores)
+        count_judge = judge_is_weighted(run.plan.sweep.weights, judged)  # its failures set configs aside
+        board = compare_to_leader(
+            rank_configs(summaries, weights, count_judge), per_query, weights, scores=scores
+        )
         constraints = Constraints(
             spec.max_p95_latency_ms, spec.max_cost_per_1k_queries, spec.min, spec.prefer
         )

@@ -20,6 +20,7 @@ from rag_core.decision.recommendation import (
 )
 
 W = {"token_f1": 1.0}
+W_PLAIN, W_JUDGED = W, {"token_f1": 0.9, "faithfulness_judge": 0.1}
 
 
 def per_query(correct: list[int], latency_ms: float = 10.0) -> pl.DataFrame:
@@ -302,6 +303,10 @@ def test_a_config_over_the_threshold_in_any_llm_stage_is_not_tiered_or_recommend
             "generation_p50_ms": [0.0] * 3,
         }
     ).with_columns(pl.Series(failed, [80.0, 0.0, 8.0]), pl.Series(calls, [80.0, 100.0, 80.0]))
+    W = W_JUDGED if stage == "judge" else W_PLAIN  # a judge counts where its metric is weighted
+    if stage == "judge":  # the same verdict on every answer: no config's score moves
+        runs = {k: f.with_columns(pl.lit(1.0).alias("faithfulness_judge")) for k, f in runs.items()}
+        summaries = summaries.with_columns(pl.lit(1.0).alias("faithfulness_judge"))
     board = compare_to_leader(rank_configs(summaries, W), runs, W)
     assert board["config_key"].to_list() == ["ok", "flaky", "down"]
     assert board["too_many_errors"].to_list() == [False, False, True]  # 8 of 80 is 10%: not more
@@ -472,3 +477,39 @@ def test_a_judge_failing_on_the_wrong_answers_neither_wins_nor_reads_as_perfect(
     assert "gave no verdict on 6 of 60 answers" in row["judge_failures_not_at_random"]
     assert row["tier"] is None and summary["recommended"] == "honest"
     assert out.filter(pl.col("config_key") == "honest")["judge_failures_not_at_random"].to_list() == [None]
+
+
+def test_a_judge_that_is_not_weighted_sets_no_config_aside_for_its_failures():
+    """A judge reported but not in the overall score changes no config's score: its failures (80 of 80)
+    are counted on the board and set nothing aside; weighted, the same failures keep the config out. And
+    a judge the labels do not trust is not weighted either."""
+    from rag_core.decision.leaderboard import compare_to_leader, rank_configs
+    from rag_core.decision.qualification import judge_is_weighted
+
+    runs = {"judged": per_query(wrong_on(0)), "other": per_query(wrong_on(30))}
+    runs = {k: f.with_columns(pl.lit(1.0).alias("faithfulness_judge")) for k, f in runs.items()}
+    summaries = pl.DataFrame(
+        {
+            "config_key": ["judged", "other"],
+            "token_f1": [1.0, 0.7],
+            "faithfulness_judge": [1.0, 1.0],
+            "cost_usd": [0.0, 0.0],
+            "n_queries": [100.0] * 2,
+            "n_generation_errors": [0.0] * 2,
+            "retrieval_p50_ms": [1.0] * 2,
+            "generation_p50_ms": [0.0] * 2,
+            "n_judge_failures": [80.0, 0.0],
+            "n_judge_calls": [80.0, 100.0],
+        }
+    )
+    for weights, out_of_tiers in ((W_PLAIN, False), (W_JUDGED, True)):
+        counts = judge_is_weighted(weights)
+        assert counts == out_of_tiers
+        board = compare_to_leader(rank_configs(summaries, weights, counts), runs, weights)
+        row = board.filter(pl.col("config_key") == "judged").row(0, named=True)
+        assert row["failed_share_judge"] == 1.0 and row["too_many_errors"] == out_of_tiers
+        out, summary = decide(board, runs, weights, Constraints())
+        assert (summary["recommended"] == "judged") != out_of_tiers, summary
+    assert not judge_is_weighted(W_JUDGED, {"weighted": False}) and judge_is_weighted(
+        W_JUDGED, {"weighted": True}
+    )

@@ -196,20 +196,37 @@ def test_an_outage_in_any_llm_stage_is_no_evidence_either_way(stage, failed, cal
     evaluations' summaries, passes neither it nor a config gated against it."""
     base = noisy(40)
     better = shifted(base, 0.2)
+    weights = WEIGHTS
+    if stage == "judge":  # a judge counts where its metric is weighted; the same verdict on every answer
+        weights = {"recall_at_k": 0.4, "token_f1": 0.5, "faithfulness_judge": 0.1}
+        base, better = (f.with_columns(pl.lit(1.0).alias("faithfulness_judge")) for f in (base, better))
     healthy = {"n_queries": 40.0, "n_generation_errors": 0.0, "n_generation_calls": 40.0}
     down = {**healthy, failed: 80.0, calls: 80.0}
     c = gate(
-        {"down": better}, base, WEIGHTS, SETTINGS, summaries={"down": down, "b": healthy}, baseline_key="b"
+        {"down": better}, base, weights, SETTINGS, summaries={"down": down, "b": healthy}, baseline_key="b"
     ).candidates[0]
     assert c.verdict == "inconclusive" and f"{stage} 80 of 80 calls" in c.why
     assert all(not t.decidable for t in c.tests)
     flaky = {**healthy, failed: 8.0, calls: 80.0}  # 10%: not more than the threshold
-    ok = gate({"ok": better}, base, WEIGHTS, SETTINGS, summaries={"ok": flaky}).candidates[0]
+    ok = gate({"ok": better}, base, weights, SETTINGS, summaries={"ok": flaky}).candidates[0]
     assert ok.verdict == "pass"
     against = gate(
-        {"c": better}, base, WEIGHTS, SETTINGS, summaries={"c": healthy, "b": down}, baseline_key="b"
+        {"c": better}, base, weights, SETTINGS, summaries={"c": healthy, "b": down}, baseline_key="b"
     ).candidates[0]
     assert against.verdict == "inconclusive" and "the baseline's LLM calls" in against.why
+    if stage == "judge":  # not weighted, the judge's failures change no score: the gate decides
+        from rag_core.decision.qualification import judge_is_weighted
+
+        unweighted = gate(
+            {"down": better},
+            base,
+            WEIGHTS,
+            SETTINGS,
+            summaries={"down": down, "b": healthy},
+            baseline_key="b",
+            count_judge=judge_is_weighted(WEIGHTS),
+        ).candidates[0]
+        assert unweighted.verdict == "pass", unweighted.why
 
 
 def test_an_unchanged_config_passes_saying_so():

@@ -115,7 +115,7 @@ def test_one_broken_llm_stage_at_a_time_is_refused_everywhere(slice_data, tmp_pa
     for c in gated.result.candidates:
         assert c.verdict == "inconclusive" and "LLM calls failed or fell back" in c.why, c.why
 
-    # the judge: a sweep whose judge is down qualifies no config
+    # the judge: a sweep whose judge is down, and weighted, qualifies no config
     judged = write_sweep(
         tmp_path / "judge.yaml",
         slice_data,
@@ -123,6 +123,7 @@ def test_one_broken_llm_stage_at_a_time_is_refused_everywhere(slice_data, tmp_pa
         chunking=PARAGRAPH,
         retrieval={"mode": "bm25", "top_k": 2},
         evaluation={"judge_model": DOWN},
+        weights={"token_f1": 0.9, "faithfulness_judge": 0.1},
     )
     with OpenAIStub(_respond, by_model=True) as stub:
         llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
@@ -138,3 +139,20 @@ def test_one_broken_llm_stage_at_a_time_is_refused_everywhere(slice_data, tmp_pa
     assert _mlflow_runs(data, "judge-outage")[only].data.tags["failed_stages"].startswith("judge ")
     # an unchanged config passes the gate, unless its own calls failed
     assert gated.result.verdict == "inconclusive" and "judge" in gated.result.candidates[0].why
+    # reported but not weighted, the judge changes no score: its failures are counted, and set nothing aside
+    unweighted = write_sweep(
+        tmp_path / "judge-unweighted.yaml",
+        slice_data,
+        name="judge-unweighted",
+        chunking=PARAGRAPH,
+        retrieval={"mode": "bm25", "top_k": 2},
+        evaluation={"judge_model": DOWN},
+        weights={"token_f1": 1.0},
+    )
+    with OpenAIStub(_respond, by_model=True) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="k", max_retries=0)
+        run = run_sweep(str(unweighted), str(data), progress=False, resources={"llm": llm})
+    row = run.board.row(0, named=True)
+    assert not row["too_many_errors"] and row["failed_stages"] == "" and row["tier"] == 1
+    assert row["failed_share_judge"] == 1.0 and row["n_judge_failures"] == row["n_judge_calls"] > 0
+    assert read_decision(data, "judge-unweighted")["recommended"] == run.plan.config_keys[0]

@@ -164,14 +164,17 @@ def _logged(run, key: str) -> dict[str, float]:
     return logged.data.metrics
 
 
-def _share(row: dict, stage: str, failed: str, calls: str) -> None:
-    """The board's share of the stage's failed calls is theirs, and over 10% the config is not ranked."""
+def _share(row: dict, stage: str, failed: str, calls: str, counts: bool = True) -> None:
+    """The board's share of the stage's failed calls is theirs, and over 10% the config is not ranked
+    (a judge's: where it `counts`, its metric weighted)."""
     from rag_core.decision.qualification import MAX_ERROR_SHARE
 
     share = row[failed] / row[calls] if row[calls] else 0.0
     assert row[f"failed_share_{stage}"] == pytest.approx(share), (row["config_key"], stage)
-    if share > MAX_ERROR_SHARE:
+    if share > MAX_ERROR_SHARE and counts:
         assert row["too_many_errors"] and stage in row["failed_stages"], row["config_key"]
+    if not counts:
+        assert stage not in row["failed_stages"], row["config_key"]
 
 
 def test_every_call_is_one_the_server_answered_and_the_tokens_are_its(real_run):
@@ -221,7 +224,8 @@ def test_generation_uses_every_reply_or_counts_it_as_an_error(real_run):
 def test_a_judge_verdict_is_parsed_or_counted_and_an_unparsable_judge_is_not_trusted(real_run):
     """Each judge score is the number the server's reply holds; a reply with none is no score (null,
     counted in n_judge_failures), and a judge failing more than 10% of its calls leaves its config
-    unranked."""
+    unranked where its metric is weighted."""
+    from rag_core.decision.qualification import judge_is_weighted
     from rag_core.metrics.judge import parse_verdict
 
     run, plan = real_run["run"], real_run["run"].plan
@@ -243,9 +247,10 @@ def test_a_judge_verdict_is_parsed_or_counted_and_an_unparsable_judge_is_not_tru
     assert Counter(scores) == Counter(v for v in verdicts if v is not None)
     board = _board(real_run)
     assert sum(r["n_judge_failures"] for r in board) == unparsed
+    counts = judge_is_weighted(plan.sweep.weights)  # unweighted, its failures set nothing aside
     for row in board:
         assert row["n_judge_calls"] == QUESTIONS
-        _share(row, "judge", "n_judge_failures", "n_judge_calls")
+        _share(row, "judge", "n_judge_failures", "n_judge_calls", counts)
     print(f"\njudge: {unparsed} of {len(replies)} verdicts unparsed; replies e.g. {replies[:3]}")
 
 

@@ -237,6 +237,7 @@ def gate(
     baseline_label: str = "baseline",
     summaries: dict[str, dict] | None = None,
     baseline_key: str | None = None,
+    count_judge: bool = True,
 ) -> GateResult:
     """Each candidate's verdict against the baseline (module doc). `candidates`: config key -> its
     per-query evaluation; `baseline`: the baseline's, on the same questions. `weights`: the effective ones
@@ -251,7 +252,7 @@ def gate(
     floor = min_questions_for_claim(settings.alpha, max(1, len(candidates)))  # Holm over the candidates
 
     def outage(key: str | None, frame: pl.DataFrame) -> dict:
-        return failed_stages(summaries.get(key) or per_query_failures(frame))
+        return failed_stages(summaries.get(key) or per_query_failures(frame), count_judge)
 
     outage_base = outage(baseline_key, baseline)
     tests: dict[str, list[Test]] = {}

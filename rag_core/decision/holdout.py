@@ -105,6 +105,7 @@ def confirm(
     alpha: float = 0.05,
     seed: int = 0,
     summaries: dict[str, dict] | None = None,
+    count_judge: bool = True,
 ) -> tuple[pl.DataFrame, dict]:
     """Score the finalists (`holdout`: config key -> its per-query metrics on the holdout) and confirm the
     recommendation. Returns one row per finalist (holdout score, its 95% interval or why none is given
@@ -170,7 +171,9 @@ def confirm(
     )
     need = min_questions_for_claim(alpha, max(1, len(keys) - 1))  # Holm over the finalists against the best
     failed = {k: e for k, e in errors.items() if e}
-    stages = {k: describe(o) for k in keys if (o := failed_stages((summaries or {}).get(k) or {}))}
+    stages = {
+        k: describe(o) for k in keys if (o := failed_stages((summaries or {}).get(k) or {}, count_judge))
+    }
     status = "failed" if failed or stages else "too few questions" if n < need else "decided"
     confirmed = None
     instead = None

@@ -137,7 +137,9 @@ def compare_to_leader(
     return out.select(front + [c for c in out.columns if c not in front])
 
 
-def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataFrame:
+def rank_configs(
+    summaries: pl.DataFrame, weights: dict[str, float], count_judge: bool = True
+) -> pl.DataFrame:
     """Rank by overall score, then cost, then latency; configs with `too_many_errors` (the calls of an
     LLM-backed stage failed or fell back for more than MAX_ERROR_SHARE of them: qualification.error_columns)
     or `no_score` (an overall score that is not a finite number) come after every other config: neither is
@@ -147,7 +149,7 @@ def rank_configs(summaries: pl.DataFrame, weights: dict[str, float]) -> pl.DataF
     latency = summaries["retrieval_p50_ms"] + summaries["generation_p50_ms"]
     error_share = summaries["n_generation_errors"] / summaries["n_queries"].clip(lower_bound=1)
     ranked = (
-        error_columns(summaries)
+        error_columns(summaries, count_judge)
         .with_columns(
             pl.Series("overall_score", scores, pl.Float64),
             error_share.alias("generation_error_share"),

@@ -46,9 +46,20 @@ def llm_failures(row: Mapping) -> dict[str, tuple[int, int]]:
     return out
 
 
-def failed_stages(row: Mapping) -> dict[str, tuple[int, int]]:
-    """The stages of `llm_failures` whose share of failed calls is over MAX_ERROR_SHARE."""
-    return {s: (f, n) for s, (f, n) in llm_failures(row).items() if f / max(n, 1) > MAX_ERROR_SHARE}
+def judge_is_weighted(weights: Mapping[str, float], judge: Mapping | None = None) -> bool:
+    """Whether the judge's metric is in the overall score: the sweep's `weights` give it weight and its
+    measurement against the labels (`judge`; None: not measured) trusts it. Reported but not weighted, a
+    judge changes no score, so its unread verdicts are no reason to set a config aside (`count_judge`)."""
+    return bool(weights.get(JUDGE_METRIC)) and (judge is None or bool(judge.get("weighted")))
+
+
+def failed_stages(row: Mapping, count_judge: bool = True) -> dict[str, tuple[int, int]]:
+    """The stages of `llm_failures` whose share of failed calls is over MAX_ERROR_SHARE; the judge's only
+    where it counts (`judge_is_weighted`): its failures stay counted on the board (`failed_share_judge`)."""
+    over = {s: (f, n) for s, (f, n) in llm_failures(row).items() if f / max(n, 1) > MAX_ERROR_SHARE}
+    if not count_judge:
+        over.pop("judge", None)
+    return over
 
 
 def describe(stages: Mapping[str, tuple[int, int]]) -> str:
@@ -64,13 +75,13 @@ def outage_reason(stages: Mapping[str, tuple[int, int]], who: str = "its") -> st
     )
 
 
-def error_columns(summaries: pl.DataFrame) -> pl.DataFrame:
+def error_columns(summaries: pl.DataFrame, count_judge: bool = True) -> pl.DataFrame:
     """`summaries` with each config's failure figures: `failed_share_<stage>` for every LLM-backed stage
     some config calls, `failed_stages` (the stages over the threshold, e.g. `hops 80 of 80 calls`; empty
-    for none) and `too_many_errors`."""
+    for none; the judge's only where it counts: `failed_stages`) and `too_many_errors`."""
     rows = list(summaries.iter_rows(named=True))
     every = [llm_failures(r) for r in rows]
-    over = [failed_stages(r) for r in rows]
+    over = [failed_stages(r, count_judge) for r in rows]
     shares = {}
     for stage, (failed_col, _) in LLM_STAGES.items():
         if failed_col not in summaries.columns:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from rag_core.decision.qualification import MAX_ERROR_SHARE, concentrated_failures, qualified
+from rag_core.decision.qualification import JUDGE_METRIC, MAX_ERROR_SHARE, concentrated_failures, qualified
 from rag_core.metrics import percentile
 from rag_core.metrics.stats import (
     N_BOOT,
@@ -304,7 +304,9 @@ def decide(
     `scores`: bootstrap_scores of the board's configs, when the caller already has them."""
     keys = board["config_key"].to_list()
     # a judge whose failures fell on a config's worse answers: its score is biased, not a measure to rank by
-    biased = [concentrated_failures(per_query[k], alpha) for k in keys]
+    # (only where the judge's metric is in the score: unweighted, it biases nothing)
+    weighted_judge = bool(weights.get(JUDGE_METRIC))
+    biased = [concentrated_failures(per_query[k], alpha) if weighted_judge else None for k in keys]
     sound = np.isin(keys, qualified(board)["config_key"].to_list()) & np.array([b is None for b in biased])
     idx = np.flatnonzero(sound)  # every config failed: none is tiered, none recommended
     sound_keys = [keys[i] for i in idx]

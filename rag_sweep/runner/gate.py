@@ -23,7 +23,7 @@ from rag_assets.orchestration.plans import load_plan
 from rag_assets.stage_asset import asset_key
 from rag_core.decision.gate import GateResult, GateSettings, gate
 from rag_core.decision.gate_report import reports
-from rag_core.decision.qualification import effective_weights
+from rag_core.decision.qualification import effective_weights, judge_is_weighted
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import RagConfig, SpecError
 from rag_core.planning.stages import CONFIG_STAGE
@@ -214,6 +214,7 @@ def run_gate(
         baseline.label,
         summaries=summaries,
         baseline_key=base_key,
+        count_judge=judge_is_weighted(plan.sweep.weights, judged),
     )
     notes = _notes(run, plan, baseline, base_key)
     if judged is not None and not judged["weighted"]:
