@@ -418,24 +418,11 @@ def ship_report(
         stage_table(board.filter(pl.col("config_key") == rec).row(0, named=True)) if rec else pl.DataFrame()
     )
     limits = {k: v for k, v in constraints.items() if v not in (None, {}, [])}
-    n, mde = decision["n_questions"], decision["min_detectable_difference"]
+    n = decision["n_questions"]
     sections = [
         ("Recommendation", f"**{rec or 'none'}**\n\n{decision['why']}", None),
         *_holdout_sections(decision, holdout),
-        (
-            "How sure",
-            decision["advice"]
-            or (not decision["top_tier"] and "No config qualifies: there is nothing to compare.")
-            or f"The top tier is this one config: every other is significantly worse (Holm-corrected paired "
-            f"bootstrap over {n} questions; "
-            + (
-                f"this QA set detects differences of about {mde:.3f} in overall score)."
-                if mde is not None
-                else f"no detectable difference is given: "
-                f"{decision.get('min_detectable_difference_withheld') or 'no other config to compare'})."
-            ),
-            None,
-        ),
+        ("How sure", _how_sure(decision), None),
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
         ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
         ("Top tier", None, top),
@@ -466,25 +453,8 @@ def ship_report(
         ("The other configs", None, others),
         *prompt_sections(optimized or [], per_query, qa, weights),
     ]
-    if "sampling_share" in board.columns and board["sampling_share"].drop_nulls().len():
-        sampled = board.filter(pl.col("sampling_share").is_not_null()).select(
-            "config_key",
-            "n_samples",
-            "score_var_between_questions",
-            "score_var_within_questions",
-            "sampling_share",
-        )
-        sections.insert(
-            4,
-            (
-                "Sampling (a generator with temperature > 0 answered each question several times)",
-                "Each question's scores are the mean over its samples; the tiers and the detectable difference "
-                "use those means. The variance of a question's score is split into the part between questions "
-                "and the part within a question (the generator's sampling): a large sampling share means "
-                "more samples, not more questions, would sharpen the comparison.",
-                sampled,
-            ),
-        )
+    if sampling := _sampling_section(board):
+        sections.insert(4, sampling)
     if dropped := decision.get("not_ranked"):  # a halving search: out on an early rung
         table = pl.DataFrame(
             {"config_key": list(dropped), "questions answered": list(dropped.values())}
@@ -497,6 +467,49 @@ def ship_report(
                 table,
             )
         )
+    return _render(sweep, sections, plots, rec)
+
+
+def _how_sure(decision: dict) -> str:
+    """How sure the recommendation is: the decision's advice, or what a lone top tier rests on."""
+    n, mde = decision["n_questions"], decision["min_detectable_difference"]
+    return (
+        decision["advice"]
+        or (not decision["top_tier"] and "No config qualifies: there is nothing to compare.")
+        or f"The top tier is this one config: every other is significantly worse (Holm-corrected paired "
+        f"bootstrap over {n} questions; "
+        + (
+            f"this QA set detects differences of about {mde:.3f} in overall score)."
+            if mde is not None
+            else f"no detectable difference is given: "
+            f"{decision.get('min_detectable_difference_withheld') or 'no other config to compare'})."
+        )
+    )
+
+
+def _sampling_section(board: pl.DataFrame) -> tuple | None:
+    """Where a generator sampled several answers a question: each config's variance split."""
+    if "sampling_share" not in board.columns or not board["sampling_share"].drop_nulls().len():
+        return None
+    sampled = board.filter(pl.col("sampling_share").is_not_null()).select(
+        "config_key",
+        "n_samples",
+        "score_var_between_questions",
+        "score_var_within_questions",
+        "sampling_share",
+    )
+    return (
+        "Sampling (a generator with temperature > 0 answered each question several times)",
+        "Each question's scores are the mean over its samples; the tiers and the detectable difference "
+        "use those means. The variance of a question's score is split into the part between questions "
+        "and the part within a question (the generator's sampling): a large sampling share means "
+        "more samples, not more questions, would sharpen the comparison.",
+        sampled,
+    )
+
+
+def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None) -> tuple[str, str, dict]:
+    """The sections as Markdown and as one self-contained HTML page (plots inlined); and the plots."""
     md = [f"# Ship report: {html.escape(sweep)}", ""]
     body = []
     for title, text, extra in sections:
