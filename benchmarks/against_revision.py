@@ -1,12 +1,14 @@
 """Benchmark: `rag-sweep run` of this tree against an earlier revision's, alternated in one run.
 
-    .venv/bin/python benchmarks/against_revision.py REV [--repeats 3] [--example] [--events N]
+    .venv/bin/python benchmarks/against_revision.py REV [--repeats 3] [--example] [--events N] [--validate]
 
 Exports revision REV (`git archive`) into a temporary folder and runs the CLI of each tree, one after the
 other `--repeats` times, as a user starts it (a process of its own, the same .venv; the tree first on
 PYTHONPATH): the 1-config toy sweep of benchmarks/rerun_and_toy.py into a fresh data dir, and with
 `--example` the example sweep cold; with `--events N` instead, only the CLI instance's storage: N asset
-observations recorded and read back on a fresh `<data dir>/dagster_home` (rag_sweep/runner/instance.py). Prints each tree's median wall time and the ratio this tree / REV (the
+observations recorded and read back on a fresh `<data dir>/dagster_home` (rag_sweep/runner/instance.py); with
+`--validate` instead, only `rag-sweep validate` of the example (a command's start-up: its imports, the sweep
+and its data loaded). Prints each tree's median wall time and the ratio this tree / REV (the
 machine drifts: only the ratio of runs taken side by side means much).
 """
 
@@ -27,17 +29,13 @@ from rerun_and_toy import EXAMPLE, ROOT, toy_sweep  # noqa: E402
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
 
-def run(tree: Path, spec: Path, data: Path) -> float:
+def run(tree: Path, spec: Path, data: Path, *command_args: str) -> float:
+    """Seconds `rag-sweep run` of `spec` into `data` took with `tree`'s code (another command: its args)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "RAG_SWEEP_WARM": "0"}
     command = [str(PYTHON), "-c", "import sys; from rag_sweep.console import main; sys.exit(main())"]
+    args = list(command_args) or ["run", str(spec), "--data-dir", str(data)]
     t0 = time.perf_counter()
-    subprocess.run(
-        [*command, "run", str(spec), "--data-dir", str(data)],
-        cwd=tree,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run([*command, *args], cwd=tree, env=env, check=True, capture_output=True)
     return time.perf_counter() - t0
 
 
@@ -73,6 +71,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--example", action="store_true", help="the example sweep cold too (minutes a run)")
     ap.add_argument("--events", type=int, default=0, help="only the instance's storage: N events")
+    ap.add_argument("--validate", action="store_true", help="only `rag-sweep validate` of the example")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -93,6 +92,19 @@ def main() -> None:
                 f"{args.events} events + {args.events // 10} reads on the CLI's instance: {args.rev} {base:.2f} s"
                 f" ({base / args.events * 1e3:.1f} ms an event), this tree {this:.2f} s "
                 f"({this / args.events * 1e3:.1f} ms), x{this / base:.2f} ({runs})"
+            )
+            return
+        if args.validate:
+            took = {t: [] for t in trees}
+            for tree in trees.values():  # untimed: the OS caches and compiled modules of each tree
+                run(tree, EXAMPLE, tmp, "validate", str(EXAMPLE))
+            for _ in range(args.repeats):
+                for t, tree in trees.items():
+                    took[t].append(run(tree, EXAMPLE, tmp, "validate", str(EXAMPLE)))
+            base, this = (statistics.median(took[t]) for t in trees)
+            runs = "; ".join(f"{t}: {', '.join(f'{x:.2f}' for x in took[t])}" for t in trees)
+            print(
+                f"rag-sweep validate (example): {args.rev} {base:.2f} s, this tree {this:.2f} s, x{this / base:.2f} ({runs})"
             )
             return
         toy = toy_sweep(tmp)

@@ -3,7 +3,6 @@ content hash; `corpus` and `qa_set` snapshot them (validated, normalized to Parq
 stage reads the snapshot, never the file, so editing a file changes nothing until it is snapshotted again."""
 
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -11,7 +10,7 @@ import polars as pl
 
 from rag_assets.stage_asset import Check, StageLogic, StageRun, asset_key, queue_tags
 from rag_core.common.fingerprint import file_hash
-from rag_core.data.datasets import DatasetError, DataWarning, load_corpus, load_qa
+from rag_core.data.datasets import DataWarning, load_corpus
 from rag_core.data.qa.checks import MIN_ANSWER_IN_GOLD, qa_quality
 from rag_core.data.qa.generation import (
     DEDUPE_MODEL,
@@ -20,53 +19,9 @@ from rag_core.data.qa.generation import (
     generation_metadata,
     write_generated,
 )
-from rag_core.planning.stages import artifact_fingerprint
+from rag_core.planning.inputs import corpus_identity, load_sweep_qa, named_field, qa_identity
 from resources.embedders import EmbeddingService
 from resources.llm import LLMClient
-
-
-def corpus_identity(sweep) -> str:
-    """What the corpus snapshot is of: the corpus file's content."""
-    return file_hash(sweep.corpus_path)
-
-
-def qa_identity(sweep) -> tuple:
-    """What the QA set snapshot is of: the QA file's content and how many of its questions are kept, and
-    with data.language: auto, the detector that gave each question its language."""
-    if sweep.detect_language:
-        from rag_core.metrics.languages import detector_version
-
-        return file_hash(sweep.qa_path), sweep.max_queries, detector_version()
-    return file_hash(sweep.qa_path), sweep.max_queries
-
-
-@contextmanager
-def named_field(sweep, field: str):
-    """A bad input file's error with the sweep file and its field first (then the file, row and field),
-    the same whichever command finds it: `validate`, `plan` or the run's snapshot."""
-    try:
-        yield
-    except DatasetError as e:
-        raise DatasetError(f"{sweep.path}: field '{field}': {e}") from None
-
-
-def load_sweep_qa(sweep, corpus: pl.DataFrame) -> pl.DataFrame:
-    """The sweep's QA set as its snapshot holds it (what the runner's checks read before any work)."""
-    known = set(corpus["doc_id"].to_list())
-    return load_qa(sweep.qa_path, known, sweep.max_queries, corpus, sweep.language, sweep.detect_language)
-
-
-def snapshot_fingerprints(sweep) -> dict[str, str]:
-    """The fingerprints the corpus and QA set snapshots of the files as they are now would have (computed
-    here only: the runner's skip rules and the bill read them)."""
-    corpus = artifact_fingerprint("corpus", corpus_identity(sweep), {})
-    if not sweep.qa_path.exists():  # to be generated (qa_generation): nothing to snapshot yet
-        return {"corpus": corpus}
-    return {
-        "corpus": corpus,
-        "qa_set": artifact_fingerprint("qa_set", qa_identity(sweep), {"corpus": corpus}),
-    }
-
 
 # The automation sensor observes the files every 15 minutes; a changed hash re-snapshots the input, and
 # the eager conditions downstream follow. An unchanged hash starts nothing.

@@ -107,6 +107,6 @@ def _other(run):
 
 
 def _inputs(plan):
-    from rag_assets.inputs import snapshot_fingerprints
+    from rag_core.planning.inputs import snapshot_fingerprints
 
     return snapshot_fingerprints(plan.sweep)

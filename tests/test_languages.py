@@ -359,8 +359,8 @@ def test_auto_scores_a_cross_lingual_set_in_the_language_of_its_answers_and_cont
 
 
 def test_auto_joins_the_qa_snapshots_fingerprint(tmp_path):
-    from rag_assets.inputs import snapshot_fingerprints
     from rag_assets.orchestration.plans import load_plan
+    from rag_core.planning.inputs import snapshot_fingerprints
 
     data = {"corpus": tmp_path / "c.parquet", "qa": tmp_path / "q.parquet"}
     pl.DataFrame({"doc_id": ["d1"], "text": ["t"]}).write_parquet(data["corpus"])

@@ -58,6 +58,26 @@ def test_the_plan_and_the_leaderboards_files_load_without_dagster():
     assert not {m for m in loaded if m.split(".")[0] in ("dagster", "mlflow", "lancedb")}
 
 
+VALIDATED = """
+import json, sys
+from rag_sweep.cli import main
+assert main(["validate", sys.argv[1]]) == 0
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_validate_loads_no_dagster_mlflow_or_litellm():
+    """`rag-sweep validate` checks a sweep and its data before any work: it pays none of the orchestration's,
+    the tracking's or the LLM client's imports (`benchmarks/against_revision.py REV --validate`)."""
+    example = str(ROOT / "examples" / "sweeps" / "example.yaml")
+    done = subprocess.run(
+        [sys.executable, "-c", VALIDATED, example], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "rag_sweep.runner.inputs_check" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("dagster", "mlflow", "lancedb", "litellm")}
+
+
 def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     """Every import a module can run, in functions too; not those under `if TYPE_CHECKING:` (never run)."""
     found = []

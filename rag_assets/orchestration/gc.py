@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag_assets.inputs import snapshot_fingerprints
 from rag_assets.orchestration.contained import contained, listed_files, subfolders, unlink_contained
 from rag_assets.orchestration.sweep_records import with_recorded_configs
 from rag_assets.stage_asset import asset_key, holdout_asset_key
 from rag_core.common.fingerprint import text_hash
 from rag_core.decision.holdout import holdout_size
+from rag_core.planning.inputs import snapshot_fingerprints
 from rag_core.planning.plan import Plan
 from rag_core.planning.spec import SpecError
 from rag_core.planning.stages import PARTITIONED, STAGES

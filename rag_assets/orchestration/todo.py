@@ -13,10 +13,10 @@ import dagster as dg
 from rag_assets.board_files import leaderboard_path, read_decision
 from rag_assets.confirmation import board_decision
 from rag_assets.indexes import index_present
-from rag_assets.inputs import snapshot_fingerprints
 from rag_assets.stage_asset import asset_key
 from rag_core.common.fingerprint import file_hash
 from rag_core.decision.holdout import is_holdout_key
+from rag_core.planning.inputs import snapshot_fingerprints
 from rag_core.planning.plan import Plan
 from rag_core.planning.stages import CONFIG_STAGE
 from rag_core.planning.stages import stage as stage_of

@@ -64,7 +64,7 @@ def run(args) -> int:
         write_generated,
     )
     from rag_core.planning.spec import SpecError
-    from rag_sweep.runner.estimate import qa_generation_line
+    from rag_sweep.runner.inputs_check import qa_generation_line
     from resources.embedders import EmbeddingService
     from resources.environment import default_data_dir
     from resources.llm import llm_from_env

@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from rag_assets.orchestration.plans import load_plan
-    from rag_sweep.runner.estimate import load_data, qa_generation_line, require_extras
+    from rag_sweep.runner.inputs_check import load_data, qa_generation_line, require_extras
 
     plan = load_plan(args.spec)
     require_extras(plan)

@@ -39,7 +39,7 @@ from rag_core.planning.plan import Plan
 from rag_core.planning.spec import load_sweep
 from rag_core.planning.step_graph import StepGraph
 from rag_sweep.runner.errors import CheckFailed
-from rag_sweep.runner.estimate import load_data, require_extras
+from rag_sweep.runner.inputs_check import load_data, require_extras
 from rag_sweep.runner.instance import (
     RUNNER_PID_TAG,
     close_abandoned_runs,
