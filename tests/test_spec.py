@@ -418,3 +418,33 @@ def test_the_optimize_budget_is_checked_against_the_selection_questions(tmp_path
     for n in range(2, 40):  # the sizes are the optimization's own split
         train, val = train_val_split([f"q{i}" for i in range(n)], sweep.optimize.val_share, 0)
         assert sweep.optimize.split_sizes(n) == (len(train), len(val))
+
+
+def test_the_local_models_example_measures_its_judge_on_labels_the_data_settles(tmp_path):
+    """The example's judge labels: as judge_labels.py writes them (run again, the same file), on questions no
+    example sweep reads, each `yes` an answer its context states word for word and each `no` one it does
+    not; half of each, so that a judge answering alike for all has a kappa of 0, not a high accuracy."""
+    import json
+    import runpy
+    import shutil
+
+    import polars as pl
+
+    from rag_core.metrics.judge_agreement import read_labels
+
+    folder = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
+    copy = tmp_path / "data"
+    copy.mkdir()
+    for name in ("corpus.parquet", "queries.parquet", "judge_labels.py"):
+        shutil.copy(folder / name, copy / name)
+    runpy.run_path(str(copy / "judge_labels.py"), run_name="__main__")
+    assert (copy / "judge_labels.jsonl").read_bytes() == (folder / "judge_labels.jsonl").read_bytes()
+    rows = [json.loads(line) for line in (folder / "judge_labels.jsonl").read_text().splitlines()]
+    for row in rows:
+        stated = row["answer"].lower() in row["context"].lower()
+        assert stated == (row["supported"] == "yes"), row
+    assert [r["supported"] for r in rows].count("yes") == len(rows) // 2 == 12
+    sweep = load_sweep(ROOT / "examples" / "sweeps" / "local_llm.yaml")
+    assert len(read_labels(sweep.judge_labels)[0]) == len(rows)
+    read = set(pl.read_parquet(folder / "queries.parquet").head(sweep.max_queries)["question"])
+    assert not read & {r["question"] for r in rows}
