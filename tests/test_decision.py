@@ -198,7 +198,32 @@ def test_the_ship_report_is_self_contained_and_says_what_to_ship():
     section = md.split("## Scores per language")[1].split("## ")[0]
     assert "(questions: de 40, en 60)" in section and "0.6123" in section
     assert section.index("| de | en |") < section.index("tied_cheap")
-    assert "<h2>Scores per language</h2>" in page
+    assert "<h2>Scores per language</h2><p>Each language&#x27;s score" in page  # its note, then its table
+    assert "The judge against the labels" not in md  # no judge measured: no section
+    judged = {
+        **decision,
+        "judge": {
+            "model": "openai/small",
+            "labels": "/data/judge_labels.jsonl",
+            "reason": "reported, not weighted: kappa undefined on 20 labels (the judge gave one verdict only)",
+            "n": 20,
+            "failures": 4,
+            "accuracy": 0.55,
+            "accuracy_low": 0.342,
+            "accuracy_high": 0.742,
+            "base_rate": 0.55,
+            "judge_rate": 1.0,
+            "confusion": {"both_supported": 11, "human_only": 0, "judge_only": 9, "both_unsupported": 0},
+        },
+    }
+    md, page, _ = ship_report("demo", out, judged, runs, qa, W, {})
+    section = md.split("## The judge against the labels")[1].split("## ")[0]
+    assert (
+        "openai/small on the labels of judge_labels.jsonl: reported, not weighted: kappa undefined" in section
+    )
+    assert "On 20 labels (4 more gave no verdict): accuracy 0.55 (95% 0.34–0.74)" in section
+    assert "| supported | 11 | 9 |" in section and "| not supported | 0 | 0 |" in section
+    assert "<h2>The judge against the labels</h2><p>openai/small on the labels of judge_labels.jsonl" in page
 
 
 def test_one_question_and_identical_scores_give_advice_not_a_crash():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -425,6 +426,7 @@ def ship_report(
         ("How sure", _how_sure(decision), None),
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
         ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
+        *_judge_sections(decision.get("judge")),
         ("Top tier", None, top),
         (
             ("Quality against cost", "![cost](pareto_cost.png)", "pareto_cost.png")
@@ -468,6 +470,30 @@ def ship_report(
             )
         )
     return _render(sweep, sections, plots, rec)
+
+
+def _judge_sections(judge: dict | None) -> list[tuple]:
+    """Where the sweep measured its LLM judge against labels: what it found, and whether the judge's metric
+    is in the overall score."""
+    if not judge:
+        return []
+    text = f"{judge['model']} on the labels of {Path(judge['labels']).name}: {judge['reason']}."
+    if judge.get("n"):
+        unread = f" ({judge['failures']} more gave no verdict)" if judge.get("failures") else ""
+        text += (
+            f" On {judge['n']} labels{unread}: accuracy {judge['accuracy']:.2f} (95% {judge['accuracy_low']:.2f}"
+            f"–{judge['accuracy_high']:.2f}); the labels call {judge['base_rate']:.0%} of the answers supported, "
+            f"the judge {judge['judge_rate']:.0%}."
+        )
+    confusion = judge.get("confusion")
+    table = (
+        pl.DataFrame({"the judge says": ["supported", "not supported"],
+                      "labels: supported": [confusion["both_supported"], confusion["human_only"]],
+                      "labels: not supported": [confusion["judge_only"], confusion["both_unsupported"]]})
+        if confusion
+        else None
+    )  # fmt: skip
+    return [("The judge against the labels", text, table)]
 
 
 def _how_sure(decision: dict) -> str:
@@ -517,14 +543,15 @@ def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None
         body.append(f"<h2>{html.escape(title)}</h2>")
         if text:
             md += [html.escape(text, quote=False), ""]
-        if isinstance(extra, str):  # a plot
+        if isinstance(extra, str):  # a plot (its text is the Markdown's image link)
             b64 = base64.b64encode(plots[extra]).decode()
             body.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{b64}">')
-        elif isinstance(extra, pl.DataFrame):
+            continue
+        if text:  # a section's note, before its table where it has one
+            body.append(f"<p>{_inline(text)}</p>")
+        if isinstance(extra, pl.DataFrame):
             md += [_md_table(extra), ""]
             body.append(_html_table(extra, rec))
-        elif text:
-            body.append(f"<p>{_inline(text)}</p>")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Ship report: {html.escape(sweep)}</title>
 <style>
