@@ -7,6 +7,7 @@ import polars as pl
 
 from rag_assets.devices import devices_part
 from rag_assets.stage_asset import StageLogic, StageRun
+from rag_core.components.rerankers import RERANKERS
 from rag_core.metrics import percentile
 from rag_core.retrieval.rerank import rerank
 from resources.artifacts import Artifact
@@ -16,6 +17,12 @@ from resources.embedders import chunk_vectors
 class Rerankings(StageLogic):
     description = "Per query: the final top_k chunks after reranking (none, mmr, llm, cross_encoder)."
     resources = ("embedder", "llm")
+
+    def side_by_side(self, sweep, config) -> bool:
+        # a reranker whose work is LLM calls (`llm`, a plug-in's that calls one) reads only its own config's
+        # retrievals: it shares nothing with the other configs' but the client; a local model does share
+        reranker = RERANKERS.get(config.rerank.method)
+        return reranker.calls_llm and not reranker.local_model
 
     def compute(self, run: StageRun) -> Artifact:
         c = run.config

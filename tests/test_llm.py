@@ -704,3 +704,38 @@ def test_one_call_asked_at_once_from_two_threads_reaches_the_provider_once(tmp_p
         for t in callers:
             t.join()
     assert len(stub.requests) == 1 and [o.text for o in outs] == ["Paris"] * 3
+
+
+class _Ranker(_Active):
+    """`_Active` answering every rerank prompt with the candidates' order reversed (3 of them)."""
+
+    def __call__(self, prompt: str, model: str = MODEL):
+        code, _, cost = super().__call__(prompt, model)
+        return code, "3, 2, 1", cost
+
+
+def test_a_batchs_llm_rerankers_rank_side_by_side_within_the_clients_limit(slice_data, tmp_path):
+    """Four LLM rerankers (each its own model) of one retrieval, 3 questions each, in one rerankings batch:
+    more than one config's questions are ranked at once (one config alone has 3), never more than the
+    client's limit, and every ranking is its own (each question asked once per model, none fell back)."""
+    ranker = _Ranker(None, 0.2)
+    spec = write_sweep(
+        tmp_path / "ranked.yaml",
+        slice_data,
+        name="ranked-side-by-side",
+        chunking={"method": "paragraph", "chunk_size": 1024, "chunk_overlap": 0},
+        retrieval={"mode": "bm25", "top_k": 3},
+        rerank=[{"method": "llm", "model": f"openai/r{i}", "candidates": 3} for i in range(4)],
+        decision={"holdout": 0},
+    )
+    raw = yaml.safe_load(spec.read_text())
+    raw["data"]["max_queries"] = 3
+    spec.write_text(yaml.safe_dump(raw))
+    with OpenAIStub(ranker, by_model=True) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    assert sorted(r["body"]["model"] for r in stub.requests) == sorted(
+        f"r{i}" for i in range(4) for _ in range(3)
+    )
+    assert 3 < ranker.most <= 8 and ranker.models_together >= 2, (ranker.most, ranker.models_together)
+    assert run.board["n_rerank_fallbacks"].to_list() == [0.0] * 4
