@@ -344,9 +344,12 @@ class StageSteps:
         """One partition: its artifact (reused or computed), its metadata and its checks' results."""
         return self.finished(*self.computed(context, key, inputs))
 
-    def computed(self, context, key: str | None, inputs: dict) -> tuple[StageRun, bool]:
-        """A partition's run with its artifact (`run.output`), reused or computed; and whether reused."""
-        run = self.prepared(context, key, inputs)
+    def computed(
+        self, context, key: str | None, inputs: dict, run: StageRun | None = None
+    ) -> tuple[StageRun, bool]:
+        """A partition's run with its artifact (`run.output`), reused or computed; and whether reused.
+        `run`: the partition's run as `prepared` made it already (a batch's `before_batch`)."""
+        run = run or self.prepared(context, key, inputs)
         reused = self.logic.reusable(run) and not forced(context)
         if reused:
             run.output = Artifact(run.ref)
@@ -405,11 +408,16 @@ class StageSteps:
         failed: list[tuple[str, BaseException]] = []
         finished: list[dg.AssetMaterialization] = []
 
+        # the partitions the stage's shared work prepared are computed with those runs (their inputs read once)
+        ready = self.before_batch(context, loaded, wanted)
+
         def compute(k: str) -> tuple[dict, StageRun, bool]:
+            if k in ready:
+                inputs, run = ready[k]
+                return inputs, *self.computed(run.context, k, inputs, run)
             inputs = inputs_of(plan.partition(name, k), loaded)
             return inputs, *self.computed(OnePartition(context, name, k), k, inputs)
 
-        self.before_batch(context, loaded, wanted)
         # partitions that call an LLM compute side by side; each is finished (metadata, anything published,
         # checks) and stored in the batch's order, by this thread
         side, width = self.side_by_side(context, wanted)
@@ -442,26 +450,27 @@ class StageSteps:
         if failed:
             raise PartitionsFailed(name, failed)
 
-    def before_batch(self, context, loaded: dict, wanted: list[str]) -> None:
+    def before_batch(self, context, loaded: dict, wanted: list[str]) -> dict[str, tuple[dict, StageRun]]:
         """`StageLogic.before_batch` with the partitions of the batch that will be computed: those without
         an artifact, or all when forced (one whose artifact is damaged is computed without it). Where it
-        fails, each partition computes on its own, as without it, and fails there, named."""
+        fails, each partition computes on its own, as without it, and fails there, named. Returns the
+        partitions it prepared (key -> their inputs and run), for the batch to compute with."""
         if type(self.logic).before_batch is StageLogic.before_batch:
-            return
-        runs = []
+            return {}
+        ready = {}
         for k in wanted:
             try:
                 inputs = inputs_of(self.plan.partition(self.name, k), loaded)
-                run = self.prepared(OnePartition(context, self.name, k), k, inputs)
+                ready[k] = inputs, self.prepared(OnePartition(context, self.name, k), k, inputs)
             except Exception:  # noqa: BLE001 (it fails in the batch's loop, named there)
                 continue
-            if forced(context) or not run.ref.exists():
-                runs.append(run)
+        runs = [run for _, run in ready.values() if forced(context) or not run.ref.exists()]
         try:
             if runs:
                 self.logic.before_batch(runs, context.log)
         except Exception as e:  # noqa: BLE001 (each partition meets it again, alone)
             context.log.warning(f"{self.name}: the batch's shared work failed ({type(e).__name__}: {e})")
+        return ready
 
     def single(self, context, loaded: dict):
         """An unpartitioned stage in a chain's run (rag_assets/chains.py): its artifact, recorded as its
