@@ -100,13 +100,18 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def write_sweep(path: Path, data: dict, **sections) -> Path:
+def write_sweep(path: Path, data: dict, max_queries: int | None = None, **sections) -> Path:
     """A sweep file; without a `decision` section it holds no question out (`holdout: 0`), so a test of
-    another feature sees the whole QA set (the holdout's tests ask for one)."""
+    another feature sees the whole QA set (the holdout's tests ask for one). `max_queries`: the first
+    questions only (`data.max_queries`)."""
     sections.setdefault("decision", {"holdout": 0})
     spec = {
         "name": sections.pop("name", "slice"),
-        "data": {"corpus": str(data["corpus"]), "qa": str(data["qa"])},
+        "data": {
+            "corpus": str(data["corpus"]),
+            "qa": str(data["qa"]),
+            **({"max_queries": max_queries} if max_queries is not None else {}),
+        },
         **sections,
     }
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -176,7 +181,7 @@ def pytest_collection_modifyitems(items):
 
 
 # ---- the default install's tier ----------------------------------------------------------------------------
-# On an install without every extra (`bash scripts/test.sh --default`), a test that needs a missing one is
+# On an install without every extra (`bash scripts/test.sh --fast`), a test that needs a missing one is
 # skipped, naming the extra and its install command, whether it says so (`@pytest.mark.extra("qdrant")`) or
 # fails on it (MissingExtra, an import of one of the extra's modules, a refusal naming it). The full tier
 # (scripts/test.sh, CI) sets RAG_TEST_EVERY_EXTRA=1: there a missing extra fails the test, never a skip.

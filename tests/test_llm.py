@@ -8,7 +8,6 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
-import yaml
 
 from rag_sweep.runner import run_sweep
 from resources.llm import LLMClient
@@ -626,6 +625,15 @@ def test_calls_in_flight_are_the_clients_limit_over_every_map_of_the_process():
     assert max(o.latency_ms for o in outs) < 280, sorted(o.latency_ms for o in outs)
 
 
+def _side_by_side(responder, spec: Path, tmp_path: Path):
+    """(the run, the stub) of `spec` against a stub answering by model through `responder`, with a client
+    that keeps up to 8 calls in flight: room for several configs' calls at once."""
+    with OpenAIStub(responder, by_model=True) as stub:
+        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
+        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    return run, stub
+
+
 def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(slice_data, tmp_path):
     """Three LLM generators and the reader in one answers batch: the generators' calls are in flight
     together (one config's 20 questions would leave slots empty as it winds down), never more than the
@@ -642,9 +650,7 @@ def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(sl
         generation=[{"model": "extractive"}, *({"model": f"openai/m{i}", **gen} for i in range(3))],
         decision={"holdout": 0},
     )
-    with OpenAIStub(active, by_model=True) as stub:
-        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
-        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    run, stub = _side_by_side(active, spec, tmp_path)
     assert len(stub.requests) == 3 * qa.height
     assert active.most <= 8 and active.models_together >= 2, (active.most, active.models_together)
     board = run.board
@@ -674,13 +680,9 @@ def test_a_batchs_evaluations_are_judged_side_by_side_within_the_clients_limit(s
         retrieval={"mode": "bm25", "top_k": [1, 2, 3, 4]},
         evaluation={"judge_model": "openai/judge"},
         decision={"holdout": 0},
+        max_queries=3,
     )
-    raw = yaml.safe_load(spec.read_text())
-    raw["data"]["max_queries"] = 3
-    spec.write_text(yaml.safe_dump(raw))
-    with OpenAIStub(judge, by_model=True) as stub:
-        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
-        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    run, stub = _side_by_side(judge, spec, tmp_path)
     judged = [r for r in stub.requests if r["body"]["model"] == "judge"]
     assert len(judged) == 4 * 3
     assert 3 < judge.most <= 8, judge.most
@@ -727,13 +729,9 @@ def test_a_batchs_llm_rerankers_rank_side_by_side_within_the_clients_limit(slice
         retrieval={"mode": "bm25", "top_k": 3},
         rerank=[{"method": "llm", "model": f"openai/r{i}", "candidates": 3} for i in range(4)],
         decision={"holdout": 0},
+        max_queries=3,
     )
-    raw = yaml.safe_load(spec.read_text())
-    raw["data"]["max_queries"] = 3
-    spec.write_text(yaml.safe_dump(raw))
-    with OpenAIStub(ranker, by_model=True) as stub:
-        llm = LLMClient(api_base=stub.api_base, api_key="sk-test", max_concurrency=8)
-        run = run_sweep(str(spec), str(tmp_path / "data"), progress=False, resources={"llm": llm})
+    run, stub = _side_by_side(ranker, spec, tmp_path)
     assert sorted(r["body"]["model"] for r in stub.requests) == sorted(
         f"r{i}" for i in range(4) for _ in range(3)
     )

@@ -469,7 +469,8 @@ def ship_report(
                 table,
             )
         )
-    return _render(sweep, sections, plots, rec)
+    md, page = _render(sweep, sections, plots, rec)
+    return md, page, plots
 
 
 def _judge_sections(judge: dict | None) -> list[tuple]:
@@ -534,8 +535,8 @@ def _sampling_section(board: pl.DataFrame) -> tuple | None:
     )
 
 
-def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None) -> tuple[str, str, dict]:
-    """The sections as Markdown and as one self-contained HTML page (plots inlined); and the plots."""
+def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None) -> tuple[str, str]:
+    """The sections as Markdown and as one self-contained HTML page (plots inlined)."""
     md = [f"# Ship report: {html.escape(sweep)}", ""]
     body = []
     for title, text, extra in sections:
@@ -564,7 +565,7 @@ td {{ white-space: pre-wrap; }} th {{ background: #f5f7fa; text-align: left; }} 
 {"".join(body)}
 </body></html>
 """
-    return "\n".join(md), page, plots
+    return "\n".join(md), page
 
 
 def _inline(text: str) -> str:
