@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rag_assets.board_files import leaderboard_path, read_decision
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
+from rag_core.decision.config_names import in_labels, named
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
@@ -112,24 +113,13 @@ def _print_board(board, full_table: Path | None = None) -> None:
         print(f"every metric and the full config keys: {full_table}")
 
 
-def in_labels(text: str, labels: dict[str, str]) -> str:
-    """`text` with each config key it names as the board's short label (longest keys first: a key may
-    hold a shorter one)."""
-    for key in sorted(labels, key=len, reverse=True):
-        if labels[key] and labels[key] != key:
-            text = text.replace(key, labels[key])
-    return text
-
-
 def _print_recommendation(data: Path, sweep: str, labels: dict[str, str] | None = None) -> None:
     """The recommendation by its label, with its config key once; what follows names configs by label."""
     labels = labels or {}
     decision = read_decision(data, sweep)
     key = decision["recommended"]
-    label = labels.get(key) or key
-    named = f"{label} (config {key})" if key and label != key else key or "none"
     why = decision["why"].removeprefix(f"{key}: ") if key else decision["why"]
-    print(f"\nRecommended: {named}\n  {in_labels(why, labels)}")
+    print(f"\nRecommended: {named(key, labels)}\n  {in_labels(why, labels)}")
     if decision["advice"]:
         print(f"  {decision['advice']}")
     if held := decision.get("holdout"):

@@ -395,6 +395,47 @@ def test_tiers_never_go_up_as_the_score_goes_down(n_configs, seed):
     assert ordered[0] == 1 and set(np.diff(ordered)) <= {0, 1}
 
 
+def test_the_ship_report_names_configs_by_label_and_gives_each_full_key_once():
+    """A board with labels (every sweep's): the report's tables, titles and sentences name configs by label
+    (a 60-character key made the tables unreadable), the recommendation with its key beside it, and one
+    last table gives every label's key; the recommended row is still highlighted."""
+    from rag_core.decision.report import ship_report
+
+    keys = {"best": "chunks-a__model__store__vector-k5", "tied_cheap": "chunks-a__model__store__bm25-k5",
+            "worse_free": "chunks-b__model__store__bm25-k2"}  # fmt: skip
+    runs = {
+        keys["best"]: per_query(wrong_on(20), latency_ms=300.0),
+        keys["tied_cheap"]: per_query(wrong_on(21, offset=1), latency_ms=50.0),
+        keys["worse_free"]: per_query(wrong_on(60), latency_ms=5.0),
+    }
+    runs = {k: frame.with_columns(pl.lit("x").alias("answer")) for k, frame in runs.items()}
+    board = _board(runs, {keys["best"]: 1.0, keys["tied_cheap"]: 0.5, keys["worse_free"]: 0.0}).with_columns(
+        pl.Series("overall_ci_low", [0.7, 0.7, 0.3]),
+        pl.Series("overall_ci_high", [0.9, 0.9, 0.5]),
+        pl.Series("overall_ci95", ["0.7–0.9"] * 2 + ["0.3–0.5"]),
+        pl.Series("rank", [1, 2, 3]),
+    )
+    out, decision = decide(board, runs, W, Constraints())
+    labels = {keys["best"]: "a·vector·k5", keys["tied_cheap"]: "a·bm25·k5", keys["worse_free"]: "b·bm25·k2"}
+    out = out.with_columns(pl.col("config_key").replace_strict(labels).alias("label"))
+    qa = pl.DataFrame(
+        {"query_id": [f"q{i:03d}" for i in range(100)], "question": ["?"] * 100, "answers": [["a"]] * 100}
+    )
+    md, page, _ = ship_report("demo", out, decision, runs, qa, W, {})
+    rec = decision["recommended"]
+    assert rec == keys["tied_cheap"]
+    assert f"**a·bm25·k5** (config {rec})" in md
+    body, key_table = md.split("## The configs by label: their full keys")
+    # before the last section, no key at all: each config by its label
+    assert not any(k in body.split("\n\n", 3)[-1] for k in keys.values())
+    assert "| config |" in body and "| a·vector·k5 |" in body and "## Questions a·bm25·k5 misses" in body
+    assert all(f"| {labels[k]} | {k} |" in key_table for k in keys.values())
+    assert '<tr class="rec"><td>2</td><td>a·bm25·k5</td>' in page
+    # a board without labels names configs by key, as before
+    md, _, _ = ship_report("demo", out.drop("label"), decision, runs, qa, W, {})
+    assert f"**{rec}**" in md and "full keys" not in md
+
+
 def test_the_ship_report_of_a_sweep_where_no_config_qualifies_lists_them_and_names_no_winner():
     from rag_core.decision.leaderboard import compare_to_leader, rank_configs
     from rag_core.decision.report import ship_report

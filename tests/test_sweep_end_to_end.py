@@ -353,7 +353,9 @@ def test_the_ship_report_renders_in_a_real_browser(sweep_run, tmp_path):
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(report.as_uri())
         assert page.locator("h2", has_text="Recommendation").is_visible()
-        assert page.locator("p strong").first.inner_text() == rec
+        # the recommendation by its label, its full key beside it once
+        assert page.locator("p strong").first.inner_text() == plan.labels[rec]
+        assert f"(config {rec})" in page.locator("p").first.inner_text()
         sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
         assert sizes and all(done and width > 300 for done, width in sizes)
         page.screenshot(path=str(tmp_path / "ship_report.png"), full_page=True)

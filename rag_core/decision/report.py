@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.decision.ann_report import ann_sections
+from rag_core.decision.config_names import in_labels, label_map
 from rag_core.decision.holdout import holdout_share
 from rag_core.decision.qualification import qualified
 from rag_core.metrics import undefined_reasons
@@ -218,11 +219,29 @@ def _html_table(df: pl.DataFrame, highlight: str | None = None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
     body = []
     for row in df.iter_rows(named=True):
-        cls = ' class="rec"' if highlight and row.get("config_key") == highlight else ""
+        config = row["config"] if "config" in row else row.get("config_key")
+        cls = ' class="rec"' if highlight and config == highlight else ""
         body.append(
             f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row.values()) + "</tr>"
         )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def by_label(df: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
+    """A table's configs by their labels: `config_key` becomes `config` (in its place; a `label` column
+    beside it goes), and `other_config`'s keys become labels; the full keys are in the report's last
+    section. Unchanged where the board has no labels."""
+    if not labels or not {"config_key", "other_config"} & set(df.columns):
+        return df
+    if "config_key" in df.columns:
+        df = df.drop("label", strict=False)
+    to_label = {c: c for c in df.columns} | {"config_key": "config"}
+    return df.select(
+        pl.col(c).replace_strict(labels, default=pl.col(c)).alias(to_label[c])
+        if c in ("config_key", "other_config")
+        else pl.col(c)
+        for c in df.columns
+    )
 
 
 TIER_COLUMNS = [
@@ -252,20 +271,20 @@ HOLDOUT_COLUMNS = [
 ]
 
 
-def _holdout_sections(decision: dict, holdout: pl.DataFrame | None) -> list:
+def _holdout_sections(decision: dict, holdout: pl.DataFrame | None, labels: dict[str, str]) -> list:
     """The holdout confirmation: its verdict, then selection and holdout scores side by side."""
     state = decision.get("holdout")
     if not state:
         return []
     if "verdict" in state and holdout is None:  # no holdout question: said why
-        return [("Confirmed on unseen questions", state["verdict"], None)]
+        return [("Confirmed on unseen questions", in_labels(state["verdict"], labels), None)]
     if state.get("pending") or holdout is None:
         text = (
             f"Pending: {len(decision.get('finalists') or [])} finalists are to be scored on the holdout "
             f"({holdout_share(decision)}, set aside before anything was chosen)."
         )
         return [("Confirmed on unseen questions", text, None)]
-    text = f"**{state['verdict']}**"
+    text = f"**{in_labels(state['verdict'], labels)}**"
     return [
         ("Confirmed on unseen questions", text, None),
         (
@@ -400,6 +419,9 @@ def ship_report(
     (rag_core/decision/holdout.confirm), shown beside their selection scores; its verdict is `decision['holdout']`.
     `optimized`: the configs prompt optimization found (prompt_sections)."""
     rec = decision["recommended"]
+    labels = label_map(board["config_key"], board["label"]) if "label" in board.columns else {}
+    rec_name = labels.get(rec, rec) if rec else None
+    why = decision["why"].removeprefix(f"{rec}: ") if rec else decision["why"]
     plots = {
         "pareto_cost.png": pareto_plot_png(
             board, "cost_per_1k_queries", "cost per 1k queries (USD)", "pareto_cost"
@@ -421,9 +443,15 @@ def ship_report(
     limits = {k: v for k, v in constraints.items() if v not in (None, {}, [])}
     n = decision["n_questions"]
     sections = [
-        ("Recommendation", f"**{rec or 'none'}**\n\n{decision['why']}", None),
-        *_holdout_sections(decision, holdout),
-        ("How sure", _how_sure(decision), None),
+        (
+            "Recommendation",
+            f"**{rec_name or 'none'}**"
+            + (f" (config {rec})" if rec_name != rec else "")
+            + f"\n\n{in_labels(why, labels)}",
+            None,
+        ),
+        *_holdout_sections(decision, holdout, labels),
+        ("How sure", in_labels(_how_sure(decision), labels), None),
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
         ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
         *_judge_sections(decision.get("judge")),
@@ -444,8 +472,8 @@ def ship_report(
         ("What each setting did (mean and best overall score of the configs with each value)", None, effect),
         *(
             [
-                (f"Questions {rec} misses that another config answers", None, missed),
-                (f"Cost and latency per stage of {rec}", None, stages),
+                (f"Questions {rec_name} misses that another config answers", None, missed),
+                (f"Cost and latency per stage of {rec_name}", None, stages),
             ]
             if rec
             else []
@@ -469,7 +497,10 @@ def ship_report(
                 table,
             )
         )
-    md, page = _render(sweep, sections, plots, rec)
+    if labels:  # the tables name configs by label: here is each one's full key
+        keys = board.select(pl.col("label").alias("config"), "config_key")
+        sections.append(("The configs by label: their full keys", None, keys))
+    md, page = _render(sweep, sections, plots, rec_name, labels)
     return md, page, plots
 
 
@@ -535,8 +566,11 @@ def _sampling_section(board: pl.DataFrame) -> tuple | None:
     )
 
 
-def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None) -> tuple[str, str]:
-    """The sections as Markdown and as one self-contained HTML page (plots inlined)."""
+def _render(
+    sweep: str, sections: list, plots: dict[str, bytes], rec: str | None, labels: dict[str, str]
+) -> tuple[str, str]:
+    """The sections as Markdown and as one self-contained HTML page (plots inlined); `rec`: the
+    recommended config as the tables name it, highlighted; the tables' configs by label but the last's."""
     md = [f"# Ship report: {html.escape(sweep)}", ""]
     body = []
     for title, text, extra in sections:
@@ -551,6 +585,8 @@ def _render(sweep: str, sections: list, plots: dict[str, bytes], rec: str | None
         if text:  # a section's note, before its table where it has one
             body.append(f"<p>{_inline(text)}</p>")
         if isinstance(extra, pl.DataFrame):
+            if "config" not in extra.columns:  # the key table names each config both ways
+                extra = by_label(extra, labels)
             md += [_md_table(extra), ""]
             body.append(_html_table(extra, rec))
     page = f"""<!doctype html>
