@@ -62,8 +62,9 @@ def small_slice(tmp_path_factory) -> dict:
     return _write_slice(tmp_path_factory.mktemp("small"), 8, 12)
 
 
-# the recommendation takes the fastest config of a tied top tier (p95 within 2x counts as equally fast): two
-# runs timed on a busy 2-core host (workers, object storage, another process) may time two tied configs apart
+# the recommendation takes the fastest config of a tied top tier (counted work first; between configs it
+# cannot order, p95 within 2x counts as equally fast): two runs timed on a busy 2-core host (workers,
+# object storage, another process) may still time two such configs apart
 TIMED = ("recommended",)
 
 

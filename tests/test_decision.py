@@ -327,14 +327,14 @@ def test_a_config_over_the_threshold_in_any_llm_stage_is_not_tiered_or_recommend
             "retrieval_p50_ms": [1.0] * 3,
             "generation_p50_ms": [0.0] * 3,
         }
-    ).with_columns(pl.Series(failed, [80.0, 0.0, 8.0]), pl.Series(calls, [80.0, 100.0, 80.0]))
+    ).with_columns(pl.Series(failed, [80.0, 0.0, 10.0]), pl.Series(calls, [80.0, 100.0, 100.0]))
     W = W_JUDGED if stage == "judge" else W_PLAIN  # a judge counts where its metric is weighted
     if stage == "judge":  # the same verdict on every answer: no config's score moves
         runs = {k: f.with_columns(pl.lit(1.0).alias("faithfulness_judge")) for k, f in runs.items()}
         summaries = summaries.with_columns(pl.lit(1.0).alias("faithfulness_judge"))
     board = compare_to_leader(rank_configs(summaries, W), runs, W)
     assert board["config_key"].to_list() == ["ok", "flaky", "down"]
-    assert board["too_many_errors"].to_list() == [False, False, True]  # 8 of 80 is 10%: not more
+    assert board["too_many_errors"].to_list() == [False, False, True]  # 10 of 100 is 10%: not more
     assert board["failed_stages"].to_list() == ["", "", f"{stage} 80 of 80 calls"]
     assert board[f"failed_share_{stage}"].to_list() == [0.0, 0.1, 1.0]
     assert board["vs_leader"][2] == "too many errors" and "failed_stages" in terminal_columns(board)

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.decision.qualification import JUDGE_METRIC, MAX_ERROR_SHARE, concentrated_failures, qualified
+from rag_core.decision.work import least_work
 from rag_core.metrics import percentile
 from rag_core.metrics.stats import (
     N_BOOT,
@@ -185,10 +186,11 @@ def violations(row: dict, c: Constraints) -> list[str]:
     return out
 
 
-# Measured latency is noisy (a loaded machine doubles it): a config counts as slower than the fastest only
-# when it is more than LATENCY_BAND × slower beyond both p95s' own intervals (the lowest its p95 could be
-# against the highest the fastest's could), so neither run-to-run noise nor a p95 a hair past the band
-# flips the recommendation: otherwise they are equally fast. Cost is exact.
+# Speed between tied configs is first the work a question costs them, counted (rag_core/decision/work.py:
+# the same on every machine): a config doing more of it is slower. Between configs the counts cannot
+# order, measured latency, which is noisy (a loaded machine doubles it): a config counts as slower than
+# the fastest only when it is more than LATENCY_BAND × slower beyond both p95s' own intervals (the lowest
+# its p95 could be against the highest the fastest's could); otherwise they are equally fast. Cost is exact.
 LATENCY_BAND = 2.0
 PREFERENCES = {
     "cheapest": ("cost_per_1k_queries", "p95_latency_ms"),
@@ -199,8 +201,11 @@ WORDS = {"cost_per_1k_queries": "cheapest", "p95_latency_ms": "fastest", "-overa
 
 
 def _lowest(pool: pl.DataFrame, col: str) -> pl.DataFrame:
-    """The rows with the lowest value of col (latency: every row not resolvably slower than the fastest,
-    LATENCY_BAND beyond both intervals; a board without intervals: within the band of the lowest)."""
+    """The rows with the lowest value of col (latency: the rows no other does less work than, then of
+    those every row not resolvably slower than the fastest, LATENCY_BAND beyond both intervals; a board
+    without intervals: within the band of the lowest)."""
+    if col == "p95_latency_ms":
+        pool = least_work(pool)
     if col == "p95_latency_ms" and "p95_latency_ci_low" in pool.columns:
         fastest = pool.sort(["p95_latency_ms", "config_key"]).row(0, named=True)
         return pool.filter(
@@ -234,9 +239,13 @@ def recommend(board: pl.DataFrame, c: Constraints) -> tuple[str | None, str]:
         )
     else:
         where = f"no config of tiers 1–{best_tier - 1} meets the constraints; {pool.height} of tier {best_tier} do"
+    speed = (
+        f" (the least work a question costs, counted; then equally fast unless more than {LATENCY_BAND:g}x "
+        "slower beyond both p95s' 95% intervals)"
+    )
+    said = {k: WORDS[k] + (speed if k == "p95_latency_ms" else "") for k in (first, second)}
     why = (
-        f"{pick['config_key']}: {where}; the {c.prefer} of them, then the {WORDS[second]} (equally fast "
-        f"unless more than {LATENCY_BAND:g}x slower beyond both p95s' 95% intervals), then the best-scoring "
+        f"{pick['config_key']}: {where}; the {said[first]} of them, then the {said[second]}, then the best-scoring "
         f"(score {pick['overall_score']:.4f}, "
         f"${pick['cost_per_1k_queries']:.4f} per 1k queries, p95 {pick['p95_latency_ms']:.0f} ms)"
     )

@@ -244,8 +244,9 @@ STAGES: tuple[Stage, ...] = (
     # 3: latency within 2x counts as equally fast; 4: metrics no config defines are left out of the score;
     # 5: a short label per config (rag_core/planning/labels.py); 6: latency preferred only beyond the p95s'
     # intervals, the floor under Holm, configs compared on shared questions, judge failures not at random;
-    # 7: a judge's failures set a config aside only where its metric is weighted
-    Stage("leaderboard", None, ("evaluations", "qa_set"), 7, failures="n_generation_errors"),
+    # 7: a judge's failures set a config aside only where its metric is weighted; 8: speed between tied
+    # configs first by the work a question costs, counted (rag_core/decision/work.py)
+    Stage("leaderboard", None, ("evaluations", "qa_set"), 8, failures="n_generation_errors"),
     # the finalists on the holdout split (rag_core/decision/holdout.py); only in sweeps with decision.holdout > 0
     # 2: a judge's failures fail the confirmation only where its metric is weighted
     Stage("confirmation", None, ("leaderboard", "evaluations", "qa_set"), 2),
