@@ -430,7 +430,7 @@ def test_the_ship_report_names_configs_by_label_and_gives_each_full_key_once():
     assert not any(k in body.split("\n\n", 3)[-1] for k in keys.values())
     assert "| config |" in body and "| a·vector·k5 |" in body and "## Questions a·bm25·k5 misses" in body
     assert all(f"| {labels[k]} | {k} |" in key_table for k in keys.values())
-    assert '<tr class="rec"><td>2</td><td>a·bm25·k5</td>' in page
+    assert "<tr class=\"rec\"><td>2</td><td class='one-line'>a·bm25·k5</td>" in page
     # a board without labels names configs by key, as before
     md, _, _ = ship_report("demo", out.drop("label"), decision, runs, qa, W, {})
     assert f"**{rec}**" in md and "full keys" not in md

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_core.decision.recommendation import Constraints, recommend
-from rag_core.decision.work import least_work, more_work, work_per_question
+from rag_core.decision.work import describe_work, least_work, more_work, work_per_question
 
 CHUNKINGS = {"para": (1074, 2608.7), "rec": (2080, 1353.8)}  # the example's: chunks, mean characters
 
@@ -55,7 +55,7 @@ def example_tier(hybrid_ms: float) -> pl.DataFrame:
 def test_the_example_recommends_the_same_config_wherever_hybrids_latency_falls_against_the_band():
     """Hybrid retrieval's p95 is about twice BM25's: measured on either side of the 2x band, the measured
     rule recommended `rec·hybrid` (within it) or `para·hybrid` (just past it) or, with both past it,
-    `para·vector`; the count of work a question costs orders them the same on any machine."""
+    `para·vector`; counted, a hybrid search does its vector and BM25 twins' together, on any machine."""
     picks = {
         ms: recommend(example_tier(ms), Constraints(prefer="cheapest"))[0]
         for ms in (6.0, 7.9, 8.5, 9.6, 30.0)
@@ -63,10 +63,15 @@ def test_the_example_recommends_the_same_config_wherever_hybrids_latency_falls_a
     assert set(picks.values()) == {"para·vector"}, picks
 
 
-def test_more_work_is_the_same_searches_over_more_chunks_or_a_search_or_call_more():
+def test_more_work_is_a_search_or_a_call_more_not_a_larger_index_or_context():
     tier = {r["config_key"]: work_per_question(r) for r in example_tier(8.0).iter_rows(named=True)}
     assert more_work(tier["para·hybrid"], tier["para·vector"])  # its vector half and a BM25 search
-    assert more_work(tier["rec·vector"], tier["para·vector"]) is False  # more chunks, less to read
+    assert more_work(tier["rec·hybrid"], tier["para·vector"])  # whatever its chunking
+    # 2,080 chunks against 1,074, or top_k 4 against 1: a step's size, left to the measurement
+    assert not more_work(tier["rec·vector"], tier["para·vector"])
+    k4 = work_per_question(row("para·vector", "vector", 0.5, 4.0, **{"retrieval.top_k": 4}))
+    k1 = work_per_question(row("para·vector", "vector", 0.5, 4.0, **{"retrieval.top_k": 1}))
+    assert not more_work(k4, k1)
     assert not more_work(tier["para·vector"], tier["para·bm25"])  # a vector search against a BM25 one
     assert not more_work(tier["para·bm25"], tier["para·vector"])
     assert sorted(least_work(example_tier(8.0))["config_key"]) == [
@@ -84,6 +89,7 @@ def test_more_work_is_the_same_searches_over_more_chunks_or_a_search_or_call_mor
     multi = {"retrieval.query_transform": "multi_query", "retrieval.n_queries": 3, "mean_hops": 2.0}
     searched = work_per_question(row("para·hybrid", "hybrid", 0.5, 9.0, **multi))
     assert searched["searches_vector"] == searched["searches_keyword"] == 6 and searched["llm_calls"] == 1
+    assert describe_work(searched) == "searches 6 vector + 6 keyword, LLM calls 1"
     plugin = work_per_question(row("para·vector", "splade", 0.5, 9.0))
     assert not more_work(plugin, tier["para·vector"]) and not more_work(tier["para·vector"], plugin)
 
@@ -102,7 +108,7 @@ def test_measured_latency_still_orders_configs_the_counts_cannot():
 
 
 WORK = st.fixed_dictionaries(
-    {k: st.sampled_from([0.0, 1.0, 2.0]) for k in ("llm_calls", "chunks_searched", "searches_vector")}
+    {k: st.sampled_from([0.0, 1.0, 2.0]) for k in ("llm_calls", "cross_encoder_pairs", "searches_vector")}
 )
 
 

@@ -17,6 +17,7 @@ from rag_core.decision.ann_report import ann_sections
 from rag_core.decision.config_names import in_labels, label_map
 from rag_core.decision.holdout import holdout_share
 from rag_core.decision.qualification import qualified
+from rag_core.decision.work import describe_work, work_per_question
 from rag_core.metrics import undefined_reasons
 
 STAGE_TIMES = ["query_transform", "retrieval", "rerank", "context", "generation"]
@@ -213,6 +214,10 @@ def _md_table(df: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# columns read as one phrase: not wrapped (the table scrolls instead)
+ONE_LINE = {"config", "config_key", "overall_ci95", "work a question"}
+
+
 def _html_table(df: pl.DataFrame, highlight: str | None = None) -> str:
     if df.is_empty():
         return "<p><em>none</em></p>"
@@ -221,10 +226,15 @@ def _html_table(df: pl.DataFrame, highlight: str | None = None) -> str:
     for row in df.iter_rows(named=True):
         config = row["config"] if "config" in row else row.get("config_key")
         cls = ' class="rec"' if highlight and config == highlight else ""
-        body.append(
-            f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row.values()) + "</tr>"
+        cells = (
+            ("<td class='one-line'>" if c in ONE_LINE else "<td>") + f"{html.escape(_fmt(v))}</td>"
+            for c, v in row.items()
         )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        body.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
+    # a table wider than the page scrolls on its own, the page keeps its width
+    return (
+        f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
 
 
 def by_label(df: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
@@ -430,7 +440,17 @@ def ship_report(
             board, "p95_latency_ms", "p95 latency per query (ms)", "pareto_latency"
         ),
     }
-    top = board.filter(pl.col("tier") == 1).select([c for c in TIER_COLUMNS if c in board.columns])
+    tier1 = board.filter(pl.col("tier") == 1)
+    top = tier1.select([c for c in TIER_COLUMNS if c in board.columns])
+    if "retrieval.mode" in board.columns:  # what orders them by speed before their measured p95
+        work = [describe_work(work_per_question(r)) for r in tier1.iter_rows(named=True)]
+        top = top.with_columns(pl.Series("work a question", work, pl.String))
+        at = (
+            top.columns.index("p95_latency_ms") + 1
+            if "p95_latency_ms" in top.columns
+            else len(top.columns) - 1
+        )
+        top = top.select([*top.columns[:at], "work a question", *top.columns[at:-1]])  # beside the p95
     # every config outside tier 1: lower tiers, and those not tiered at all (failed calls, no score)
     others = board.filter((pl.col("tier") != 1) | pl.col("tier").is_null()).select(
         [c for c in TIER_COLUMNS + ["vs_leader"] if c in board.columns]
@@ -455,7 +475,14 @@ def ship_report(
         ("Constraints", ", ".join(f"{k}: {v}" for k, v in limits.items()) or "none (prefer: cheapest)", None),
         ("Overall score", _score_note(weights, decision.get("undefined_metrics") or []), None),
         *_judge_sections(decision.get("judge")),
-        ("Top tier", None, top),
+        (
+            "Top tier",
+            "Speed between them is first the work a question costs, counted: a config doing at least as "
+            "much of each kind as another and more of one is the slower; then their measured p95."
+            if "work a question" in top.columns
+            else None,
+            top,
+        ),
         (
             ("Quality against cost", "![cost](pareto_cost.png)", "pareto_cost.png")
             if board["cost_per_1k_queries"].n_unique() > 1 and qualified(board).height
@@ -595,7 +622,7 @@ def _render(
 body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #1f2933; }}
 h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #e4e7eb; }}
 table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #e4e7eb; padding: 3px 6px; }}
-td {{ white-space: pre-wrap; }} th {{ background: #f5f7fa; text-align: left; }} tr.rec td {{ background: #fff4e5; font-weight: 600; }}
+.wide {{ overflow-x: auto; }} td {{ white-space: pre-wrap; }} td.one-line {{ white-space: nowrap; }} th {{ background: #f5f7fa; text-align: left; }} tr.rec td {{ background: #fff4e5; font-weight: 600; }}
 </style></head>
 <body><h1>Ship report: {html.escape(sweep)}</h1>
 {"".join(body)}

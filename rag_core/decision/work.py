@@ -5,9 +5,11 @@ Measured latency is noisy: on the example, hybrid retrieval's p95 is about twice
 line between "equally fast" and "slower" is drawn on measured times, some runs fall on each side of it and
 the recommendation flips with the machine's load. The counts below follow from a config's settings and
 what its evaluation recorded, so they are the same on every machine. A config *does more work* than
-another when it does at least as much of every kind and more of one: the same searches over more chunks,
-a hybrid search where the other does its vector half, an LLM call where the other makes none. Configs
-neither of which does more (a vector search against a BM25 one, an LLM reranker against a cross-encoder)
+another when it does at least as much of every kind and more of one: a hybrid search where the other does
+its vector half, a second hop, an LLM call where the other makes none. Only whole steps are counted: the
+size of an index or of a context (a top_k of 4 against 1) changes a step's time by a little the
+measurement may not resolve, and would otherwise decide against the better score. Configs neither of which
+does more (a vector search against a BM25 one, an LLM reranker against a cross-encoder, top_k 1 against 4)
 are left to the measured latency (rag_core/decision/recommendation.py).
 
 Per question:
@@ -17,8 +19,6 @@ Per question:
 - `cross_encoder_pairs`: the candidates a cross-encoder scores.
 - `searches_<kind>`: the searches made (a query each, times the hops): `vector` and `keyword` for the
   built-in modes (hybrid makes both), a plug-in mode's own kind.
-- `chunks_searched`: the chunks of the index searched.
-- `context_chars`: what the generator reads: top_k chunks of the chunkset's mean size (each hop's).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from rag_core.components.readers import is_reader
 
 # the LLM calls a question costs whose number varies (recorded by the evaluation, per question asked)
 VARYING_CALLS = ("hop_llm_calls", "n_context_compression_calls")
+BUILTIN_SEARCHES = {"vector": ("vector",), "bm25": ("keyword",), "hybrid": ("vector", "keyword")}
 
 
 def _num(row: Mapping, col: str, default: float = 0.0) -> float:
@@ -49,24 +50,13 @@ def work_per_question(row: Mapping) -> dict[str, float]:
     calls += row.get("rerank.method") == "llm"
     if (model := row.get("generation.model")) and not is_reader(model):
         calls += max(_num(row, "generation.samples", 1.0), 1.0)
+    multi = row.get("retrieval.query_transform") == "multi_query"
+    queries = _num(row, "retrieval.n_queries", 1.0) if multi else 1.0
+    searches = queries * max(_num(row, "mean_hops", 1.0), 1.0)
     mode = row.get("retrieval.mode") or ""
-    queries = (
-        _num(row, "retrieval.n_queries", 1.0)
-        if row.get("retrieval.query_transform") == "multi_query"
-        else 1.0
-    )
-    hops = max(_num(row, "mean_hops", 1.0), 1.0)
-    searches = queries * hops
-    kinds = {"vector": ("vector",), "bm25": ("keyword",), "hybrid": ("vector", "keyword")}.get(mode, (mode,))
-    work = {
-        "llm_calls": calls,
-        "cross_encoder_pairs": _num(row, "rerank.candidates")
-        if row.get("rerank.method") == "cross_encoder"
-        else 0.0,
-        "chunks_searched": _num(row, "chunk_count"),
-        # an iterative search hands the generator each hop's passages
-        "context_chars": _num(row, "retrieval.top_k") * hops * _num(row, "chunk_chars_mean"),
-    }
+    kinds = BUILTIN_SEARCHES.get(mode, (mode,) if mode else ())
+    cross = row.get("rerank.method") == "cross_encoder"
+    work = {"llm_calls": calls, "cross_encoder_pairs": _num(row, "rerank.candidates") if cross else 0.0}
     for kind in ("vector", "keyword", *kinds):
         work[f"searches_{kind}"] = searches if kind in kinds else 0.0
     return work
@@ -85,3 +75,21 @@ def least_work(pool: pl.DataFrame) -> pl.DataFrame:
     work = [work_per_question(r) for r in pool.iter_rows(named=True)]
     keep = [not any(more_work(w, other) for other in work) for w in work]
     return pool.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def describe_work(work: Mapping[str, float]) -> str:
+    """`searches 1 vector + 1 keyword, LLM calls 1` (what is not 0), a question's."""
+
+    def count(n: float) -> str:
+        return f"{n:,.0f}" if abs(n - round(n)) < 0.005 else f"{n:,.2f}"
+
+    kinds = [
+        f"{count(n)} {k.removeprefix('searches_')}"
+        for k, n in work.items()
+        if k.startswith("searches_") and n
+    ]
+    parts = [f"searches {' + '.join(kinds)}"] if kinds else []
+    for key, what in (("llm_calls", "LLM calls"), ("cross_encoder_pairs", "cross-encoder pairs")):
+        if n := work.get(key):
+            parts.append(f"{what} {count(n)}")
+    return ", ".join(parts)
