@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -41,9 +40,11 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import PY, children_cpu  # noqa: E402  (the cold run's CPU as overhead.py counts it)
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-PY = ROOT / ".venv" / "bin" / "python"
 CLI = ROOT / ".venv" / "bin" / "rag-sweep"
 DATA = ROOT / "examples" / "data" / "hotpotqa_distractor_100"
 
@@ -117,11 +118,6 @@ print(json.dumps(out))
 from rag_sweep.cli import exit_now
 exit_now(0)
 """
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def timed(cmd: list[str]) -> tuple[float, float, dict]:

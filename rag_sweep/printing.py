@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rag_assets.board_files import leaderboard_path, read_decision
 from rag_core.common.text import UNSEGMENTED_ADVICE, unsegmented_share
-from rag_core.decision.config_names import in_labels, named
+from rag_core.decision.config_names import in_labels, named, reason
 from rag_core.decision.holdout import holdout_share, unsupported_claim
 from rag_core.decision.leaderboard import TERMINAL_LEGEND, terminal_columns, to_terminal
 from rag_core.metrics import undefined_reasons
@@ -118,8 +118,7 @@ def _print_recommendation(data: Path, sweep: str, labels: dict[str, str] | None 
     labels = labels or {}
     decision = read_decision(data, sweep)
     key = decision["recommended"]
-    why = decision["why"].removeprefix(f"{key}: ") if key else decision["why"]
-    print(f"\nRecommended: {named(key, labels)}\n  {in_labels(why, labels)}")
+    print(f"\nRecommended: {named(key, labels)}\n  {in_labels(reason(decision), labels)}")
     if decision["advice"]:
         print(f"  {decision['advice']}")
     if held := decision.get("holdout"):

@@ -576,13 +576,14 @@ def test_a_damaged_call_cache_is_set_aside_named_and_begun_anew(tmp_path, caplog
 
 
 class _Active:
-    """A responder that answers the gold answer after `delay` s and counts the calls it is answering at
-    once: in all (`most`) and by model (`models_together`: the most models in flight at one moment)."""
+    """A responder that answers the gold answer (without `gold`: `reply`) after `delay` s and counts the
+    calls it is answering at once: in all (`most`) and by model (`models_together`: the most models in
+    flight at one moment)."""
 
-    def __init__(self, gold: GoldAnswers | None, delay: float):
+    def __init__(self, gold: GoldAnswers | None, delay: float, reply: str = "ok"):
         import threading
 
-        self.gold, self.delay, self.lock = gold, delay, threading.Lock()
+        self.gold, self.delay, self.reply, self.lock = gold, delay, reply, threading.Lock()
         self.active: dict[str, int] = {}
         self.most = self.models_together = 0
 
@@ -594,7 +595,7 @@ class _Active:
         time.sleep(self.delay)
         with self.lock:
             self.active[model] -= 1
-        return 200, (self.gold.answer[self.gold.question(prompt)] if self.gold else "ok"), 0.0
+        return 200, (self.gold.answer[self.gold.question(prompt)] if self.gold else self.reply), 0.0
 
 
 def test_calls_in_flight_are_the_clients_limit_over_every_map_of_the_process():
@@ -659,19 +660,11 @@ def test_a_batchs_llm_generators_answer_side_by_side_within_the_clients_limit(sl
     assert board.height == 4
 
 
-class _Judge(_Active):
-    """`_Active` answering every judge prompt with a verdict, and counting the questions judged at once."""
-
-    def __call__(self, prompt: str, model: str = MODEL):
-        code, _, cost = super().__call__(prompt, model)
-        return code, "1", cost
-
-
 def test_a_batchs_evaluations_are_judged_side_by_side_within_the_clients_limit(slice_data, tmp_path):
     """Four configs of 3 questions each, judged by an LLM in one evaluations batch: more than one config's
     questions are judged at once (one config alone has 3), never more than the client's limit, and every
     verdict is its own config's (each answer judged once, faithfulness_judge 1.0 everywhere)."""
-    judge = _Judge(None, 0.2)
+    judge = _Active(None, 0.2, reply="1")  # every judge prompt: a verdict
     spec = write_sweep(
         tmp_path / "judged.yaml",
         slice_data,
@@ -708,19 +701,11 @@ def test_one_call_asked_at_once_from_two_threads_reaches_the_provider_once(tmp_p
     assert len(stub.requests) == 1 and [o.text for o in outs] == ["Paris"] * 3
 
 
-class _Ranker(_Active):
-    """`_Active` answering every rerank prompt with the candidates' order reversed (3 of them)."""
-
-    def __call__(self, prompt: str, model: str = MODEL):
-        code, _, cost = super().__call__(prompt, model)
-        return code, "3, 2, 1", cost
-
-
 def test_a_batchs_llm_rerankers_rank_side_by_side_within_the_clients_limit(slice_data, tmp_path):
     """Four LLM rerankers (each its own model) of one retrieval, 3 questions each, in one rerankings batch:
     more than one config's questions are ranked at once (one config alone has 3), never more than the
     client's limit, and every ranking is its own (each question asked once per model, none fell back)."""
-    ranker = _Ranker(None, 0.2)
+    ranker = _Active(None, 0.2, reply="3, 2, 1")  # every rerank prompt: its 3 candidates reversed
     spec = write_sweep(
         tmp_path / "ranked.yaml",
         slice_data,

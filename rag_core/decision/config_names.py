@@ -24,3 +24,10 @@ def named(key: str | None, labels: dict[str, str]) -> str:
         return "none"
     label = labels.get(key) or key
     return f"{label} (config {key})" if label != key else key
+
+
+def reason(decision: dict) -> str:
+    """The decision's why without the recommended config's key it opens with (the key is said once,
+    beside its label)."""
+    key = decision["recommended"]
+    return decision["why"].removeprefix(f"{key}: ") if key else decision["why"]

@@ -206,11 +206,11 @@ def _lowest(pool: pl.DataFrame, col: str) -> pl.DataFrame:
     without intervals: within the band of the lowest)."""
     if col == "p95_latency_ms":
         pool = least_work(pool)
-    if col == "p95_latency_ms" and "p95_latency_ci_low" in pool.columns:
-        fastest = pool.sort(["p95_latency_ms", "config_key"]).row(0, named=True)
-        return pool.filter(
-            pl.col("p95_latency_ci_low") <= fastest["p95_latency_ci_high"] * LATENCY_BAND + 1e-12
-        )
+        if "p95_latency_ci_low" in pool.columns:
+            fastest = pool.sort(["p95_latency_ms", "config_key"]).row(0, named=True)
+            return pool.filter(
+                pl.col("p95_latency_ci_low") <= fastest["p95_latency_ci_high"] * LATENCY_BAND + 1e-12
+            )
     low = pool[col].min()
     limit = low * LATENCY_BAND if col == "p95_latency_ms" else low
     return pool.filter(pl.col(col) <= limit + 1e-12)

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from rag_core.decision.ann_report import ann_sections
-from rag_core.decision.config_names import in_labels, label_map
+from rag_core.decision.config_names import in_labels, label_map, reason
 from rag_core.decision.holdout import holdout_share
 from rag_core.decision.qualification import qualified
 from rag_core.decision.work import describe_work, work_per_question
@@ -431,7 +431,6 @@ def ship_report(
     rec = decision["recommended"]
     labels = label_map(board["config_key"], board["label"]) if "label" in board.columns else {}
     rec_name = labels.get(rec, rec) if rec else None
-    why = decision["why"].removeprefix(f"{rec}: ") if rec else decision["why"]
     plots = {
         "pareto_cost.png": pareto_plot_png(
             board, "cost_per_1k_queries", "cost per 1k queries (USD)", "pareto_cost"
@@ -442,15 +441,10 @@ def ship_report(
     }
     tier1 = board.filter(pl.col("tier") == 1)
     top = tier1.select([c for c in TIER_COLUMNS if c in board.columns])
-    if "retrieval.mode" in board.columns:  # what orders them by speed before their measured p95
+    if "retrieval.mode" in board.columns:  # what orders them by speed before their measured p95, beside it
         work = [describe_work(work_per_question(r)) for r in tier1.iter_rows(named=True)]
-        top = top.with_columns(pl.Series("work a question", work, pl.String))
-        at = (
-            top.columns.index("p95_latency_ms") + 1
-            if "p95_latency_ms" in top.columns
-            else len(top.columns) - 1
-        )
-        top = top.select([*top.columns[:at], "work a question", *top.columns[at:-1]])  # beside the p95
+        at = top.columns.index("p95_latency_ms") + 1 if "p95_latency_ms" in top.columns else top.width
+        top = top.insert_column(at, pl.Series("work a question", work, pl.String))
     # every config outside tier 1: lower tiers, and those not tiered at all (failed calls, no score)
     others = board.filter((pl.col("tier") != 1) | pl.col("tier").is_null()).select(
         [c for c in TIER_COLUMNS + ["vs_leader"] if c in board.columns]
@@ -467,7 +461,7 @@ def ship_report(
             "Recommendation",
             f"**{rec_name or 'none'}**"
             + (f" (config {rec})" if rec_name != rec else "")
-            + f"\n\n{in_labels(why, labels)}",
+            + f"\n\n{in_labels(reason(decision), labels)}",
             None,
         ),
         *_holdout_sections(decision, holdout, labels),
