@@ -11,9 +11,9 @@ with the backend the run uses ($RAG_EMBEDDING_BACKEND: onnx by default, or torch
 questions and the metrics' sentences too): the second, finer figure of CPU outside the model. And, the
 first `--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: every config built from scratch
 through the same `rag_core` functions, nothing shared), its CPU seconds and wall time. Prints the share of
-the run's CPU spent outside the model (goal <= 15%) and, of it, what no work of the run's own can remove:
-the modules the run loaded, imported alone in a new process, and the default store's searches (timed in
-the run), against what 15% allows beside the model's CPU; the naive loop's CPU ÷ the sweep's (goal >= 0.8 ×
+the run's CPU spent outside the model (goal <= 15%) and, of it, what the stack costs before any work of
+the run's own: the modules the run loaded, imported alone in a new process, the default store's searches
+and MLflow's calls (timed in the run), against what 15% allows beside the model's CPU; the naive loop's CPU ÷ the sweep's (goal >= 0.8 ×
 configs ÷ unique indexes), and checks that the loop scored every config as the sweep did (equal work).
 """
 
@@ -66,12 +66,12 @@ def children_cpu() -> float:
 INSTRUMENTED_RUN = """
 import json, resource, sys
 sys.path[:0] = [{root!r}, {benchmarks!r}]
-from model_timer import searched, spent
+from model_timer import searched, spent, tracked
 from rag_sweep.runner import run_sweep
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 modules = [name for name in sys.modules if name not in ("__main__", "model_timer")]
-print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent, "searched": searched, "modules": modules}}))
+print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent, "searched": searched, "tracked": tracked, "modules": modules}}))
 try:  # the exit `rag-sweep` makes (a tree before it: the interpreter's own)
     from rag_sweep.cli import exit_now
 except ImportError:
@@ -98,8 +98,8 @@ print(time.process_time() - t0)
 
 def sweep_cpu(data: Path) -> dict:
     """A cold run's CPU seconds (its process and the processes it waited for: "total"), the model's
-    ("model") over the texts it embedded ("texts"), the vector store's searches ("searches", "search_cpu")
-    and the modules it loaded ("modules")."""
+    ("model") over the texts it embedded ("texts"), the vector store's searches ("searches", "search_cpu"),
+    MLflow's calls ("mlflow_calls", "mlflow_cpu") and the modules it loaded ("modules")."""
     before = children_cpu()
     code = INSTRUMENTED_RUN.format(
         root=str(ROOT), benchmarks=str(BENCHMARKS), spec=str(EXAMPLE), data=str(data)
@@ -112,6 +112,8 @@ def sweep_cpu(data: Path) -> dict:
         "texts": spent["texts"],
         "searches": spent["searched"]["searches"],
         "search_cpu": spent["searched"]["cpu"],
+        "mlflow_calls": spent["tracked"]["calls"],
+        "mlflow_cpu": spent["tracked"]["cpu"],
         "modules": spent["modules"],
     }
 
@@ -171,8 +173,8 @@ def main() -> None:
             walls.append(time.perf_counter() - t0)
             runs.append(got["total"])
             outside.append(1 - got["model"] / got["total"])
-            # what no work of the run's own can remove: its imports, and the default store's searches
-            floors.append((imports_cpu(got["modules"]), got["search_cpu"], got["model"]))
+            # what no work of the run's own can remove: its imports, the default store's searches, MLflow's calls
+            floors.append((imports_cpu(got["modules"]), got["search_cpu"], got["mlflow_cpu"], got["model"]))
             n, seconds = model_cpu()
             models.append(seconds)
             if i < args.naive_repeats:
@@ -193,12 +195,13 @@ def main() -> None:
         f"the same, the model's CPU timed inside the run ({got['texts']} texts: chunks, questions, the metrics' "
         f"sentences): {statistics.median(outside):.0%} outside it (runs: {', '.join(f'{x:.0%}' for x in outside)})"
     )
-    imports, searches, in_model = (statistics.median(f[i] for f in floors) for i in range(3))
+    imports, searches, tracking, in_model = (statistics.median(f[i] for f in floors) for i in range(4))
     print(
-        f"of it, before any work of the run's own: the {len(got['modules'])} modules the run loaded, imported "
+        f"of it, what the stack costs before any work of the run's own: the {len(got['modules'])} modules the run loaded, imported "
         f"alone in a new process, {imports:.1f} CPU-s (runs: {', '.join(f'{f[0]:.1f}' for f in floors)}); "
         f"the store's {got['searches']} searches {searches:.1f} CPU-s ({1000 * searches / got['searches']:.1f} ms "
-        f"each); together {imports + searches:.1f} CPU-s, where 15% of a run with this model's "
+        f"each); MLflow's {got['mlflow_calls']} calls {tracking:.1f} CPU-s; together "
+        f"{imports + searches + tracking:.1f} CPU-s, where 15% of a run with this model's "
         f"{in_model:.0f} CPU-s allows {0.15 / 0.85 * in_model:.1f} outside it"
     )
     if naives:
