@@ -13,8 +13,9 @@ first `--naive-repeats` times, (c) the naive loop (`benchmarks/naive_loop.py`: e
 through the same `rag_core` functions, nothing shared), its CPU seconds and wall time. Prints the share of
 the run's CPU spent outside the model (goal <= 15%) and, of it, what the stack costs before any work of
 the run's own: the modules the run loaded, imported alone in a new process, the default store's searches
-and MLflow's calls (timed in the run), against what 15% allows beside the model's CPU; the naive loop's CPU ÷ the sweep's (goal >= 0.8 ×
-configs ÷ unique indexes), and checks that the loop scored every config as the sweep did (equal work).
+and MLflow's calls (timed in the run), against what 15% allows beside the model's CPU; the naive loop's
+CPU ÷ the sweep's (goal >= 0.8 × configs ÷ unique indexes), and checks that the loop scored every config
+as the sweep did (equal work).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ from rag_sweep.runner import run_sweep
 run_sweep({spec!r}, {data!r}, progress=False)
 r = resource.getrusage(resource.RUSAGE_SELF)
 modules = [name for name in sys.modules if name not in ("__main__", "model_timer")]
-print(json.dumps({{"total": r.ru_utime + r.ru_stime, **spent, "searched": searched, "tracked": tracked, "modules": modules}}))
+timed = {{**spent, "searched": searched, "tracked": tracked, "modules": modules}}
+print(json.dumps({{"total": r.ru_utime + r.ru_stime, **timed}}))
 try:  # the exit `rag-sweep` makes (a tree before it: the interpreter's own)
     from rag_sweep.cli import exit_now
 except ImportError:
@@ -97,25 +99,15 @@ print(time.process_time() - t0)
 
 
 def sweep_cpu(data: Path) -> dict:
-    """A cold run's CPU seconds (its process and the processes it waited for: "total"), the model's
-    ("model") over the texts it embedded ("texts"), the vector store's searches ("searches", "search_cpu"),
-    MLflow's calls ("mlflow_calls", "mlflow_cpu") and the modules it loaded ("modules")."""
+    """What the instrumented run printed (benchmarks/model_timer.py's figures: the model's "cpu" over its
+    "texts", the store's "searched", MLflow's "tracked"; the "modules" it loaded), its "total" replaced by
+    the CPU seconds of its process and the processes it waited for."""
     before = children_cpu()
     code = INSTRUMENTED_RUN.format(
         root=str(ROOT), benchmarks=str(BENCHMARKS), spec=str(EXAMPLE), data=str(data)
     )
     out = subprocess.run([str(PY), "-c", code], check=True, capture_output=True, text=True)
-    spent = json.loads(out.stdout.strip().splitlines()[-1])
-    return {
-        "total": children_cpu() - before,
-        "model": spent["cpu"],
-        "texts": spent["texts"],
-        "searches": spent["searched"]["searches"],
-        "search_cpu": spent["searched"]["cpu"],
-        "mlflow_calls": spent["tracked"]["calls"],
-        "mlflow_cpu": spent["tracked"]["cpu"],
-        "modules": spent["modules"],
-    }
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "total": children_cpu() - before}
 
 
 def imports_cpu(modules: list[str]) -> float:
@@ -165,16 +157,15 @@ def main() -> None:
     from rag_core.planning.spec import load_sweep
 
     plan = Plan.resolve(load_sweep(str(EXAMPLE)))
-    runs, walls, models, outside, naives, naive_walls, floors = [], [], [], [], [], [], []
+    colds, walls, models, naives, naive_walls = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             t0 = time.perf_counter()
-            got = sweep_cpu(Path(tmp) / f"run{i}")
+            cold = sweep_cpu(Path(tmp) / f"run{i}")
             walls.append(time.perf_counter() - t0)
-            runs.append(got["total"])
-            outside.append(1 - got["model"] / got["total"])
-            # what no work of the run's own can remove: its imports, the default store's searches, MLflow's calls
-            floors.append((imports_cpu(got["modules"]), got["search_cpu"], got["mlflow_cpu"], got["model"]))
+            # what no work of the run's own can remove: its imports (the store's searches and MLflow's
+            # calls are timed in it)
+            colds.append({**cold, "imports": imports_cpu(cold["modules"])})
             n, seconds = model_cpu()
             models.append(seconds)
             if i < args.naive_repeats:
@@ -182,27 +173,39 @@ def main() -> None:
                 naives.append(cpu)
                 naive_walls.append(wall)
                 diff = same_scores(scores, Path(tmp) / "run0" / "leaderboards" / f"{plan.sweep.name}.parquet")
-        run, model = statistics.median(runs), statistics.median(models)
+    runs = [c["total"] for c in colds]
+    outside = [1 - c["cpu"] / c["total"] for c in colds]
+    run, model = statistics.median(runs), statistics.median(models)
     print(
         f"cold example sweep: {run:.0f} CPU-s (runs: {', '.join(f'{r:.0f}' for r in runs)}), "
         f"{statistics.median(walls):.0f} s wall"
     )
     print(
-        f"the raw model on its {n} unique chunk texts: {model:.0f} CPU-s (runs: {', '.join(f'{m:.0f}' for m in models)})"
+        f"the raw model on its {n} unique chunk texts: {model:.0f} CPU-s "
+        f"(runs: {', '.join(f'{m:.0f}' for m in models)})"
     )
     print(f"CPU outside the embedding model: {1 - model / run:.0%} of the run (goal <= 15%)")
     print(
-        f"the same, the model's CPU timed inside the run ({got['texts']} texts: chunks, questions, the metrics' "
-        f"sentences): {statistics.median(outside):.0%} outside it (runs: {', '.join(f'{x:.0%}' for x in outside)})"
+        f"the same, the model's CPU timed inside the run ({cold['texts']} texts: chunks, questions, the "
+        f"metrics' sentences): {statistics.median(outside):.0%} outside it "
+        f"(runs: {', '.join(f'{x:.0%}' for x in outside)})"
     )
-    imports, searches, tracking, in_model = (statistics.median(f[i] for f in floors) for i in range(4))
+
+    def median(figure) -> float:
+        return statistics.median(figure(c) for c in colds)
+
+    imports, in_model = median(lambda c: c["imports"]), median(lambda c: c["cpu"])
+    searches, tracking = median(lambda c: c["searched"]["cpu"]), median(lambda c: c["tracked"]["cpu"])
+    n_searches = cold["searched"]["searches"]
+    each_import = ", ".join(f"{c['imports']:.1f}" for c in colds)
     print(
-        f"of it, what the stack costs before any work of the run's own: the {len(got['modules'])} modules the run loaded, imported "
-        f"alone in a new process, {imports:.1f} CPU-s (runs: {', '.join(f'{f[0]:.1f}' for f in floors)}); "
-        f"the store's {got['searches']} searches {searches:.1f} CPU-s ({1000 * searches / got['searches']:.1f} ms "
-        f"each); MLflow's {got['mlflow_calls']} calls {tracking:.1f} CPU-s; together "
-        f"{imports + searches + tracking:.1f} CPU-s, where 15% of a run with this model's "
-        f"{in_model:.0f} CPU-s allows {0.15 / 0.85 * in_model:.1f} outside it"
+        f"of it, what the stack costs before any work of the run's own: the {len(cold['modules'])} modules "
+        f"the run loaded, imported alone in a new process, {imports:.1f} CPU-s "
+        f"(runs: {each_import}); the store's {n_searches} searches "
+        f"{searches:.1f} CPU-s ({1000 * searches / n_searches:.1f} ms each); MLflow's "
+        f"{cold['tracked']['calls']} calls {tracking:.1f} CPU-s; together "
+        f"{imports + searches + tracking:.1f} CPU-s, where 15% of a run with this model's {in_model:.0f} CPU-s allows "
+        f"{0.15 / 0.85 * in_model:.1f} outside it"
     )
     if naives:
         indexes = len(plan.keys("vector_index"))
